@@ -1,0 +1,172 @@
+"""Replay audit: re-fold a log and check every recorded decision against what ``decide`` derives.
+
+Pure: the caller streams ``(position, event)`` pairs in; :class:`Auditor` keeps the recent states
+(cheap: folds share structure) so each decision is checked against the state it was made on
+(its ``basis`` position, else the position just before it) at its own time ``at``.
+"""
+
+from __future__ import annotations
+
+import bisect
+from array import array
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from . import events as ev
+from .commands import Admit, Block, Cancel, ReleaseFinalizer, Unblock
+from .projector import decide, fold
+from .state import World
+
+#: How many past states the auditor keeps to find a decision's basis.
+WINDOW = 4096
+
+
+@dataclass(frozen=True)
+class TrailEntry:
+    """One recorded admit or cancel, with its cause.
+
+    ``latency_seconds``: decision time minus the cause event's time (None if the cause is
+    unknown or outside the audited range).
+    """
+
+    position: int
+    at: datetime
+    namespace: str
+    backfill: str
+    decision: str
+    reason: str
+    cause: int | None
+    cause_type: str | None
+    cause_at: datetime | None
+
+    @property
+    def latency_seconds(self) -> float | None:
+        if self.cause_at is None:
+            return None
+        return (self.at - self.cause_at).total_seconds()
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """A recorded decision the projector does not derive now: what was recorded and what is derived."""
+
+    position: int
+    recorded: str
+    derived: str
+
+
+@dataclass
+class Auditor:
+    """Streaming replay. Call :meth:`feed` for every event in log order, then read the results.
+
+    Attributes:
+        world: the state folded so far.
+        trail: admits and cancels (filtered by ``backfill`` if given).
+        divergences: decisions that differ from what the projector derives.
+        unverifiable: positions of decisions whose basis state is no longer kept.
+        checked: number of decisions checked.
+    """
+
+    backfill: tuple[str, str] | None = None
+    world: World = field(default_factory=World)
+    trail: list[TrailEntry] = field(default_factory=list)
+    divergences: list[Divergence] = field(default_factory=list)
+    unverifiable: list[int] = field(default_factory=list)
+    checked: int = 0
+    _states: deque = field(default_factory=lambda: deque(maxlen=WINDOW))
+    _type_ids: dict = field(default_factory=dict)
+    _types: list = field(default_factory=list)
+    _pos: array = field(default_factory=lambda: array("q"))
+    _at: array = field(default_factory=lambda: array("d"))
+    _tid: array = field(default_factory=lambda: array("H"))
+
+    def feed(self, position: int, event: Any) -> None:
+        """Fold one event; if it is a decision, check it first against its basis state."""
+        if isinstance(event, ev.DECISIONS):
+            self._check(position, event)
+        self.world = fold(self.world, event, position)
+        self._states.append(self.world)
+        tid = self._type_ids.get(event.type)
+        if tid is None:
+            tid = self._type_ids[event.type] = len(self._types)
+            self._types.append(event.type)
+        self._pos.append(position)
+        self._at.append(event.at.timestamp())
+        self._tid.append(tid)
+
+    def _cause(self, cause: int | None) -> tuple[str | None, datetime | None]:
+        if not cause or not self._pos:
+            return (None, None)
+        i = bisect.bisect_left(self._pos, cause)
+        if i >= len(self._pos) or self._pos[i] != cause:
+            return (None, None)
+        return (self._types[self._tid[i]], datetime.fromtimestamp(self._at[i], timezone.utc))
+
+    def _basis_state(self, position: int, basis: int | None) -> World | None:
+        """The state folded up to ``basis`` (else ``position - 1``), or None if no longer kept."""
+        target = basis if basis is not None else position - 1
+        if self.world.position <= target:
+            return self.world
+        for world in reversed(self._states):
+            if world.position <= target:
+                return world
+        if len(self._states) < WINDOW:
+            return World()  # before the first event: nothing was evicted
+        return None
+
+    def _check(self, position: int, d: Any) -> None:
+        key = (d.namespace, d.backfill)
+        if self.backfill is not None and key != self.backfill:
+            return
+        if isinstance(d, (ev.AttemptAdmitted, ev.AttemptCancelled)):
+            ctype, cat = self._cause(d.cause)
+            reason = d.reason if isinstance(d, ev.AttemptCancelled) else ""
+            self.trail.append(
+                TrailEntry(position, d.at, d.namespace, d.backfill, "admit" if reason == "" else "cancel", reason, d.cause, ctype, cat)
+            )
+        state = self._basis_state(position, d.basis)
+        if state is None:
+            self.unverifiable.append(position)
+            return
+        self.checked += 1
+        derived = [c for c in decide(state, d.at, [key]) if isinstance(c, (Admit, Cancel, Block, Unblock, ReleaseFinalizer))]
+        if not any(_matches(d, c) for c in derived):
+            self.divergences.append(Divergence(position, _describe_event(d), "; ".join(_describe_command(c) for c in derived) or "nothing"))
+
+
+def _matches(d: Any, c: Any) -> bool:
+    if isinstance(d, ev.AttemptAdmitted) and isinstance(c, Admit):
+        return (d.attempt, d.job_name, d.model, d.node, d.generation, d.cause) == (
+            c.attempt, c.job_name, c.model, c.node, c.generation, c.cause
+        )
+    if isinstance(d, ev.AttemptCancelled) and isinstance(c, Cancel):
+        return (d.attempt, d.reason, d.cause) == (c.attempt, c.reason, c.cause)
+    if isinstance(d, ev.BackfillBlocked) and isinstance(c, Block):
+        return d.reason == c.reason
+    if isinstance(d, ev.BackfillUnblocked) and isinstance(c, Unblock):
+        return True
+    if isinstance(d, ev.FinalizerReleased) and isinstance(c, ReleaseFinalizer):
+        return True
+    return False
+
+
+def _describe_event(d: Any) -> str:
+    if isinstance(d, ev.AttemptAdmitted):
+        return f"admit attempt {d.attempt} job {d.job_name} (cause {d.cause})"
+    if isinstance(d, ev.AttemptCancelled):
+        return f"cancel attempt {d.attempt} for {d.reason} (cause {d.cause})"
+    if isinstance(d, ev.BackfillBlocked):
+        return f"block {d.reason}"
+    return d.type
+
+
+def _describe_command(c: Any) -> str:
+    if isinstance(c, Admit):
+        return f"admit attempt {c.attempt} job {c.job_name} (cause {c.cause})"
+    if isinstance(c, Cancel):
+        return f"cancel attempt {c.attempt} for {c.reason} (cause {c.cause})"
+    if isinstance(c, Block):
+        return f"block {c.reason}"
+    return type(c).__name__

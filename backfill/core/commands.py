@@ -1,0 +1,108 @@
+"""What :func:`backfill.core.projector.decide` asks the actor to do.
+
+Commands are plain frozen dataclasses. The actor turns ``Admit``, ``Cancel``, ``Block``,
+``Unblock`` and ``ReleaseFinalizer`` into decision events (appended before it acts) and
+Kubernetes calls; ``CreateJob`` and ``DeleteJob`` are idempotent retries of a create/delete
+that has not been observed yet; ``WriteStatus`` carries the derived status; ``WakeAt`` asks to
+be called again at a time (UTC) when something becomes due without any new event.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Mapping, Union
+
+from .state import Key
+
+
+@dataclass(frozen=True, slots=True)
+class Admit:
+    """Admit attempt ``attempt``: record it, then create Job ``job_name`` from the template.
+
+    ``cause`` is the position of the event that started the idle window that just completed.
+    """
+
+    key: Key
+    uid: str
+    attempt: int
+    generation: int
+    job_name: str
+    model: str
+    node: str
+    cause: int
+
+
+@dataclass(frozen=True, slots=True)
+class CreateJob:
+    """Re-issue the create of an admitted attempt's Job (AlreadyExists counts as done)."""
+
+    key: Key
+    attempt: int
+    job_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    """Cancel the live attempt: record the decision, then delete its Job with a propagation policy."""
+
+    key: Key
+    uid: str
+    attempt: int
+    job_name: str
+    reason: str
+    message: str
+    cause: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteJob:
+    """Re-issue the delete of a cancelled attempt's Job (NotFound counts as done)."""
+
+    key: Key
+    job_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """Record that the declaration is Blocked for ``reason`` (and emit a Kubernetes Event)."""
+
+    key: Key
+    reason: str
+    message: str
+    cause: int
+
+
+@dataclass(frozen=True, slots=True)
+class Unblock:
+    """Record that the blocking condition is gone."""
+
+    key: Key
+    cause: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseFinalizer:
+    """The object is being deleted and owns no live Job: remove the controller's finalizer."""
+
+    key: Key
+    uid: str
+
+
+@dataclass(frozen=True, slots=True)
+class WriteStatus:
+    """Write ``status`` (camelCase, as in the API) through the status subresource."""
+
+    key: Key
+    status: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class WakeAt:
+    """Call ``decide`` again at ``at`` (UTC) for ``key``: an idle window or cooldown ends then."""
+
+    key: Key
+    at: datetime
+
+
+Command = Union[Admit, CreateJob, Cancel, DeleteJob, Block, Unblock, ReleaseFinalizer, WriteStatus, WakeAt]

@@ -1,0 +1,464 @@
+"""Typed, versioned events of the log: a discriminated union on ``type``, and their codec.
+
+Where a new event type goes: add a class here (frozen pydantic model with ``type: Literal[...]``,
+a ``stream`` and, when it has a natural identity, a ``natural_key``), add it to :data:`Event`,
+and give it a handler in ``projector._FOLD`` (and ``runs`` if it touches run history).
+
+Three families:
+
+- **Observations** appended by watchers (or the simulator, or the ingest endpoint): foreground
+  requests, gaming intent, GPU leases, Model readiness, ModelBackfill specs, CronJob templates and
+  owned Job states.
+- **Decisions** appended by the actor before it acts: admit, cancel (with reason and the position
+  of the event that caused it), block/unblock, finalizer released.
+
+Every event carries ``at``: when the fact happened (timezone-aware UTC). The log adds a global
+``position`` and ``recorded_at``. Payloads are versioned: a record with an older ``version`` is
+upcast by :data:`UPCASTERS` before validation.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Callable, ClassVar, Literal, Union
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, TypeAdapter
+
+from .records import EventRecord
+
+
+#: A timezone-aware timestamp; naive datetimes are rejected. Producers (watchers, ingest,
+#: simulator) give UTC; the stored JSON is UTC (``...Z``). No per-field normalising validator:
+#: it would cost ~30% of the decode time on the replay hot path, and aware datetimes compare
+#: correctly whatever their offset.
+UTCDateTime = AwareDatetime
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    version: ClassVar[int] = 1
+    at: UTCDateTime
+
+    @property
+    def stream(self) -> str:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def natural_key(self) -> str | None:
+        """The idempotency key implied by the event itself, or None if the producer must give one."""
+        return None
+
+
+# --------------------------------------------------------------------------- observations
+
+
+class ForegroundRequest(_Event):
+    """Foreground demand on a model: ``count`` requests arrived at ``at``.
+
+    ``busy_until`` (UTC, >= at) is when the model is idle again if known (a trace's service
+    time); ``None`` means an instantaneous request (``Model.status.lastActiveTime``).
+    ``source``: ``"lastActiveTime"``, ``"ingest"``, ``"trace"`` or ``"synthetic"``.
+    """
+
+    type: Literal["ForegroundRequest"] = "ForegroundRequest"
+    namespace: str
+    model: str
+    source: str = "lastActiveTime"
+    count: int = Field(default=1, ge=1)
+    busy_until: UTCDateTime | None = None
+
+    @property
+    def stream(self) -> str:
+        return f"model/{self.namespace}/{self.model}"
+
+
+class GamingIntentStarted(_Event):
+    """A GamingSession in mode ``gaming`` targets ``node`` (intent until ``expires_at``, if set)."""
+
+    type: Literal["GamingIntentStarted"] = "GamingIntentStarted"
+    namespace: str
+    session: str
+    node: str
+    expires_at: UTCDateTime | None = None
+
+    @property
+    def stream(self) -> str:
+        return f"gamingsession/{self.namespace}/{self.session}"
+
+
+class GamingIntentEnded(_Event):
+    """The GamingSession is gone, left mode ``gaming``, or was changed to another node."""
+
+    type: Literal["GamingIntentEnded"] = "GamingIntentEnded"
+    namespace: str
+    session: str
+
+    @property
+    def stream(self) -> str:
+        return f"gamingsession/{self.namespace}/{self.session}"
+
+
+class GPULeaseActive(_Event):
+    """A GPULease on ``node`` and/or shared group ``group`` (active until ``expires_at``, if set)."""
+
+    type: Literal["GPULeaseActive"] = "GPULeaseActive"
+    namespace: str
+    lease: str
+    node: str = ""
+    group: str = ""
+    expires_at: UTCDateTime | None = None
+
+    @property
+    def stream(self) -> str:
+        return f"gpulease/{self.namespace}/{self.lease}"
+
+
+class GPULeaseEnded(_Event):
+    """The GPULease is gone."""
+
+    type: Literal["GPULeaseEnded"] = "GPULeaseEnded"
+    namespace: str
+    lease: str
+
+    @property
+    def stream(self) -> str:
+        return f"gpulease/{self.namespace}/{self.lease}"
+
+
+class ModelReady(_Event):
+    """The Model's ``status.phase`` is ``Ready`` on ``node`` (shared-GPU group ``shared``)."""
+
+    type: Literal["ModelReady"] = "ModelReady"
+    namespace: str
+    model: str
+    node: str = ""
+    shared: str = ""
+
+    @property
+    def stream(self) -> str:
+        return f"model/{self.namespace}/{self.model}"
+
+
+class ModelNotReady(_Event):
+    """The Model exists but is not Ready (``phase`` is what it reports instead)."""
+
+    type: Literal["ModelNotReady"] = "ModelNotReady"
+    namespace: str
+    model: str
+    phase: str = ""
+    node: str = ""
+    shared: str = ""
+
+    @property
+    def stream(self) -> str:
+        return f"model/{self.namespace}/{self.model}"
+
+
+class ModelDeleted(_Event):
+    """The Model object is gone."""
+
+    type: Literal["ModelDeleted"] = "ModelDeleted"
+    namespace: str
+    model: str
+
+    @property
+    def stream(self) -> str:
+        return f"model/{self.namespace}/{self.model}"
+
+
+class BackfillApplied(_Event):
+    """A ModelBackfill's spec at ``generation`` (raw, as stored in the API; validated in the core)."""
+
+    type: Literal["BackfillApplied"] = "BackfillApplied"
+    namespace: str
+    name: str
+    uid: str
+    generation: int
+    spec: dict[str, Any]
+
+    @property
+    def stream(self) -> str:
+        return f"backfill/{self.namespace}/{self.name}"
+
+
+class BackfillDeleting(_Event):
+    """The ModelBackfill has a deletionTimestamp; our finalizer holds it until its Job is gone."""
+
+    type: Literal["BackfillDeleting"] = "BackfillDeleting"
+    namespace: str
+    name: str
+    uid: str
+
+    @property
+    def stream(self) -> str:
+        return f"backfill/{self.namespace}/{self.name}"
+
+
+class BackfillDeleted(_Event):
+    """The ModelBackfill object is gone."""
+
+    type: Literal["BackfillDeleted"] = "BackfillDeleted"
+    namespace: str
+    name: str
+    uid: str
+
+    @property
+    def stream(self) -> str:
+        return f"backfill/{self.namespace}/{self.name}"
+
+
+class CronJobSeen(_Event):
+    """A CronJob exists; ``job_template`` is its ``spec.jobTemplate`` (API JSON, camelCase)."""
+
+    type: Literal["CronJobSeen"] = "CronJobSeen"
+    namespace: str
+    name: str
+    job_template: dict[str, Any]
+
+    @property
+    def stream(self) -> str:
+        return f"cronjob/{self.namespace}/{self.name}"
+
+
+class CronJobMissing(_Event):
+    """The CronJob does not exist (deleted, or absent at the initial list)."""
+
+    type: Literal["CronJobMissing"] = "CronJobMissing"
+    namespace: str
+    name: str
+
+    @property
+    def stream(self) -> str:
+        return f"cronjob/{self.namespace}/{self.name}"
+
+
+class _JobEvent(_Event):
+    namespace: str
+    backfill: str
+    name: str
+    uid: str = ""
+
+    @property
+    def stream(self) -> str:
+        return f"backfill/{self.namespace}/{self.backfill}"
+
+    def natural_key(self) -> str | None:
+        return f"job/{self.namespace}/{self.name}/{self.type}"
+
+
+class JobCreated(_JobEvent):
+    """The owned Job exists (seen by the watcher, or returned by the create call)."""
+
+    type: Literal["JobCreated"] = "JobCreated"
+
+
+class JobRunning(_JobEvent):
+    """The Job reports ``status.startTime`` / active pods; ``at`` is its start time."""
+
+    type: Literal["JobRunning"] = "JobRunning"
+
+
+class JobSucceeded(_JobEvent):
+    """The Job has condition Complete=True; ``at`` is its completion time."""
+
+    type: Literal["JobSucceeded"] = "JobSucceeded"
+
+
+class JobFailed(_JobEvent):
+    """The Job has condition Failed=True (``reason`` e.g. ``DeadlineExceeded``), or could not be created."""
+
+    type: Literal["JobFailed"] = "JobFailed"
+    reason: str = ""
+
+
+class JobDeleted(_JobEvent):
+    """The Job is gone (or the delete call found it already gone)."""
+
+    type: Literal["JobDeleted"] = "JobDeleted"
+
+
+# --------------------------------------------------------------------------- decisions
+
+
+class _Decision(_Event):
+    namespace: str
+    backfill: str
+    cause: int | None = None  # log position of the event that caused the decision
+    basis: int | None = None  # log position the deciding state was folded up to
+
+    @property
+    def stream(self) -> str:
+        return f"backfill/{self.namespace}/{self.backfill}"
+
+
+class AttemptAdmitted(_Decision):
+    """The controller admitted attempt ``attempt`` and will create Job ``job_name`` (-> Starting)."""
+
+    type: Literal["AttemptAdmitted"] = "AttemptAdmitted"
+    uid: str
+    attempt: int
+    generation: int
+    job_name: str
+    model: str
+    node: str = ""
+
+    def natural_key(self) -> str | None:
+        return f"decision/{self.namespace}/{self.backfill}/{self.uid}/admit/{self.attempt}"
+
+
+class AttemptCancelled(_Decision):
+    """The controller cancels attempt ``attempt`` for ``reason`` and deletes its Job (-> Cancelling)."""
+
+    type: Literal["AttemptCancelled"] = "AttemptCancelled"
+    uid: str
+    attempt: int
+    job_name: str
+    reason: str
+    message: str = ""
+
+    def natural_key(self) -> str | None:
+        return f"decision/{self.namespace}/{self.backfill}/{self.uid}/cancel/{self.attempt}"
+
+
+class BackfillBlocked(_Decision):
+    """The controller found the reference or template in violation of the contract (-> Blocked)."""
+
+    type: Literal["BackfillBlocked"] = "BackfillBlocked"
+    reason: str
+    message: str = ""
+
+
+class BackfillUnblocked(_Decision):
+    """The blocking condition is gone; the declaration returns to idle admission."""
+
+    type: Literal["BackfillUnblocked"] = "BackfillUnblocked"
+
+
+class FinalizerReleased(_Decision):
+    """The controller removed its finalizer: no owned Job is live any more."""
+
+    type: Literal["FinalizerReleased"] = "FinalizerReleased"
+    uid: str
+
+    def natural_key(self) -> str | None:
+        return f"decision/{self.namespace}/{self.backfill}/{self.uid}/finalizer"
+
+
+Event = Annotated[
+    Union[
+        ForegroundRequest,
+        GamingIntentStarted,
+        GamingIntentEnded,
+        GPULeaseActive,
+        GPULeaseEnded,
+        ModelReady,
+        ModelNotReady,
+        ModelDeleted,
+        BackfillApplied,
+        BackfillDeleting,
+        BackfillDeleted,
+        CronJobSeen,
+        CronJobMissing,
+        JobCreated,
+        JobRunning,
+        JobSucceeded,
+        JobFailed,
+        JobDeleted,
+        AttemptAdmitted,
+        AttemptCancelled,
+        BackfillBlocked,
+        BackfillUnblocked,
+        FinalizerReleased,
+    ],
+    Field(discriminator="type"),
+]
+
+DECISIONS: tuple[type, ...] = (
+    AttemptAdmitted,
+    AttemptCancelled,
+    BackfillBlocked,
+    BackfillUnblocked,
+    FinalizerReleased,
+)
+
+EVENT_TYPES: dict[str, type[_Event]] = {
+    cls.model_fields["type"].default: cls for cls in Event.__origin__.__args__  # type: ignore[attr-defined]
+}
+
+#: Upcasters: ``(type, stored_version) -> fn(payload dict) -> payload dict of stored_version + 1``.
+UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+_ONE = TypeAdapter(Event)
+_MANY = TypeAdapter(list[Event])
+
+
+class EventDecodeError(ValueError):
+    """A stored record that no event class (after upcasting) accepts; names type and version."""
+
+
+def encode(event: _Event, key: str | None = None) -> EventRecord:
+    """Turn an event into an appendable record.
+
+    Args:
+        event: any member of :data:`Event`.
+        key: the idempotency key; defaults to ``event.natural_key()``.
+
+    Raises:
+        ValueError: no key given and the event has no natural key.
+    """
+    key = key or event.natural_key()
+    if not key:
+        raise ValueError(f"{type(event).__name__} needs an explicit idempotency key")
+    return EventRecord(
+        type=event.type,  # type: ignore[attr-defined]
+        version=type(event).version,
+        stream=event.stream,
+        idempotency_key=key,
+        at=event.at,
+        data=event.model_dump_json(),
+    )
+
+
+def _upcast(type_name: str, version: int, data: str) -> str:
+    import json
+
+    cls = EVENT_TYPES.get(type_name)
+    if cls is None:
+        raise EventDecodeError(f"unknown event type {type_name!r}")
+    payload = json.loads(data)
+    while version < cls.version:
+        step = UPCASTERS.get((type_name, version))
+        if step is None:
+            raise EventDecodeError(f"no upcaster for {type_name} v{version}")
+        payload = step(payload)
+        version += 1
+    if version > cls.version:
+        raise EventDecodeError(f"{type_name} v{version} is newer than this code (v{cls.version})")
+    return json.dumps(payload)
+
+
+def decode(type_name: str, version: int, data: str) -> Any:
+    """Turn a stored record's (type, version, JSON text) back into a typed event.
+
+    Raises:
+        EventDecodeError: unknown type, a version with no upcaster, or an invalid payload.
+    """
+    cls = EVENT_TYPES.get(type_name)
+    if cls is None or version != cls.version:
+        data = _upcast(type_name, version, data)
+    try:
+        return _ONE.validate_json(data)
+    except ValueError as exc:
+        raise EventDecodeError(f"invalid {type_name} v{version}: {exc}") from exc
+
+
+def decode_many(rows: list[tuple[str, int, str]]) -> list[Any]:
+    """Decode a batch of (type, version, JSON text) at once (one validation call: fast path).
+
+    Raises:
+        EventDecodeError: as :func:`decode`; the batch is retried row by row to name the culprit.
+    """
+    if all(EVENT_TYPES.get(t) is not None and v == EVENT_TYPES[t].version for t, v, _ in rows):
+        try:
+            return _MANY.validate_json("[" + ",".join(d for _, _, d in rows) + "]")
+        except ValueError:
+            pass
+    return [decode(t, v, d) for t, v, d in rows]

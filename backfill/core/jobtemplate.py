@@ -1,0 +1,168 @@
+"""The Job copied from a CronJob's ``spec.jobTemplate``, and the GPU guard.
+
+Pure functions over API JSON (camelCase dicts). Rules (cluster-contract "Job copied from the
+CronJob", which is what ``kubectl create job --from=cronjob/NAME`` does, plus the seed):
+
+- labels and annotations of ``spec.jobTemplate.metadata`` and ``spec.jobTemplate.spec``
+  verbatim; ``generateName``, ``uid``, ``resourceVersion`` and ``ownerReferences`` are not
+  copied;
+- the owner is the ModelBackfill (a controller ownerReference), not the CronJob;
+- ``activeDeadlineSeconds = maxRunDuration`` in whole seconds;
+- env overrides go to every regular container in sorted key order: an existing entry's value is
+  replaced and its ``valueFrom`` removed; a missing one is appended;
+- ``FLEXINFER_WORKLOAD_CLASS=background`` is forced into every init and regular container;
+- a GPU request or limit (a resource name containing ``gpu`` or starting with
+  ``nvidia.com/mig-``, nonzero quantity) anywhere in the pod template is refused.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import re
+from typing import Any, Mapping
+
+from .spec import BACKGROUND_CLASS, RESERVED_ENV, Spec
+
+API_GROUP = "ai.flexinfer"
+API_VERSION = "v1alpha2"
+BACKFILL_LABEL = "modelbackfill.ai.flexinfer/name"
+ATTEMPT_LABEL = "modelbackfill.ai.flexinfer/attempt"
+_MAX_NAME = 63
+_ZERO = re.compile(r"^[+]?0*(\.0*)?([a-zA-Z]{0,2}i?)?$")
+
+
+def job_name(backfill: str, uid: str, attempt: int) -> str:
+    """Deterministic Job name of an attempt: ``<backfill>-<6 hex of sha256(uid)>-<attempt>``.
+
+    The same attempt always gets the same name, so a repeated create is AlreadyExists, never a
+    second Job; the uid hash keeps a re-created ModelBackfill of the same name from adopting an
+    old Job. The backfill name is cut so the whole stays within 63 characters (Job names become
+    a label value).
+    """
+    suffix = f"-{hashlib.sha256(uid.encode()).hexdigest()[:6]}-{attempt}"
+    return backfill[: _MAX_NAME - len(suffix)].rstrip("-.") + suffix
+
+
+def _is_gpu_resource(name: str) -> bool:
+    n = name.lower()
+    return "gpu" in n or n.startswith("nvidia.com/mig-")
+
+
+def _nonzero(quantity: Any) -> bool:
+    if isinstance(quantity, (int, float)):
+        return quantity != 0
+    return not _ZERO.match(str(quantity).strip())
+
+
+def _pod_spec(job_template: Mapping[str, Any]) -> Mapping[str, Any]:
+    spec = job_template.get("spec") or {}
+    template = spec.get("template") or {} if isinstance(spec, Mapping) else {}
+    pod = template.get("spec") or {} if isinstance(template, Mapping) else {}
+    return pod if isinstance(pod, Mapping) else {}
+
+
+def gpu_requests(job_template: Mapping[str, Any]) -> list[str]:
+    """Every GPU request or limit in the template, as ``"<container>: <requests|limits> <name>=<qty>"``.
+
+    Looks at init, regular and ephemeral containers. An empty list means the template is CPU-only.
+    """
+    found: list[str] = []
+    pod = _pod_spec(job_template)
+    for kind in ("initContainers", "containers", "ephemeralContainers"):
+        for c in pod.get(kind) or []:
+            if not isinstance(c, Mapping):
+                continue
+            res = c.get("resources") or {}
+            for section in ("requests", "limits"):
+                for rname, qty in (res.get(section) or {}).items():
+                    if _is_gpu_resource(str(rname)) and _nonzero(qty):
+                        found.append(f"{c.get('name', '?')}: {section} {rname}={qty}")
+    return found
+
+
+def template_problem(job_template: Mapping[str, Any] | None) -> str | None:
+    """Why a CronJob's jobTemplate cannot be copied (a message), or None when it can."""
+    if not isinstance(job_template, Mapping):
+        return "the CronJob has no spec.jobTemplate"
+    pod = _pod_spec(job_template)
+    if not pod.get("containers"):
+        return "the CronJob's job template has no containers"
+    return None
+
+
+def _set_env(container: dict[str, Any], pairs: list[tuple[str, str]]) -> None:
+    env = [dict(e) for e in container.get("env") or [] if isinstance(e, Mapping)]
+    index = {e.get("name"): i for i, e in enumerate(env)}
+    for name, value in pairs:
+        if name in index:
+            entry = env[index[name]]
+            entry.pop("valueFrom", None)
+            entry["value"] = value
+        else:
+            index[name] = len(env)
+            env.append({"name": name, "value": value})
+    container["env"] = env
+
+
+def build_job(
+    job_template: Mapping[str, Any],
+    *,
+    namespace: str,
+    backfill: str,
+    backfill_uid: str,
+    attempt: int,
+    spec: Spec,
+) -> dict[str, Any]:
+    """Build the batch/v1 Job manifest (API JSON) for one attempt.
+
+    Args:
+        job_template: the CronJob's ``spec.jobTemplate`` (camelCase dict); not modified.
+        namespace, backfill, backfill_uid: the owning ModelBackfill.
+        attempt: the attempt number (names the Job, see :func:`job_name`).
+        spec: the parsed ModelBackfill spec (env overrides, maxRunDuration).
+
+    Returns:
+        A new dict: ``{"apiVersion": "batch/v1", "kind": "Job", "metadata": ..., "spec": ...}``.
+
+    Raises:
+        ValueError: the template has GPU requests/limits or no containers (callers block first).
+    """
+    problem = template_problem(job_template)
+    if problem:
+        raise ValueError(problem)
+    gpus = gpu_requests(job_template)
+    if gpus:
+        raise ValueError("GPU resources are forbidden: " + "; ".join(gpus))
+    meta_in = job_template.get("metadata") or {}
+    labels = dict(meta_in.get("labels") or {})
+    labels[BACKFILL_LABEL] = backfill
+    labels[ATTEMPT_LABEL] = str(attempt)
+    metadata: dict[str, Any] = {
+        "name": job_name(backfill, backfill_uid, attempt),
+        "namespace": namespace,
+        "labels": labels,
+        "ownerReferences": [
+            {
+                "apiVersion": f"{API_GROUP}/{API_VERSION}",
+                "kind": "ModelBackfill",
+                "name": backfill,
+                "uid": backfill_uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ],
+    }
+    annotations = dict(meta_in.get("annotations") or {})
+    if annotations:
+        metadata["annotations"] = annotations
+    job_spec = copy.deepcopy(dict(job_template.get("spec") or {}))
+    job_spec["activeDeadlineSeconds"] = max(1, int(spec.max_run))
+    pod = job_spec.setdefault("template", {}).setdefault("spec", {})
+    overrides = [(k, v) for k, v in sorted(spec.env)]
+    background = [(RESERVED_ENV, BACKGROUND_CLASS)]
+    for c in pod.get("containers") or []:
+        _set_env(c, overrides + background)
+    for c in pod.get("initContainers") or []:
+        _set_env(c, background)
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": job_spec}

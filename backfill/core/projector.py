@@ -1,0 +1,768 @@
+"""The projector: ``fold(state, event) -> state`` and ``decide(state, now) -> commands``.
+
+Both are pure and deterministic: no I/O, no clock (``now`` is an argument, timezone-aware UTC),
+no randomness; the same events and ``now`` always give the same state and commands. The live
+controller, ``backfill replay`` and ``backfill simulate`` all run this code.
+
+The phase machine (seed 000 "Expected phases"):
+
+- **WaitingForIdle**: the model is not Ready, a gate holds (gaming intent on the model's node,
+  an unexpired GPU lease on its node or shared group, another backfill active on the same model
+  or node) or the continuous idle window is incomplete. ``idleSince`` is the latest of: the end
+  of the model's last foreground busy span, the time it became Ready, the end of a gate on its
+  node or group. Any foreground request moves it, so a retry after a preemption needs a fresh
+  full idle window. Admission happens at ``idleSince + idleFor``, never earlier.
+- **Starting**: admitted (decision ``AttemptAdmitted``), the Job is being created.
+- **Running**: the owned Job exists.
+- **Cancelling**: a cancel condition won (decision ``AttemptCancelled``); the Job is being
+  deleted. Conditions, in order: deletion, suspend, spec change, model not Ready, node change,
+  gaming intent, GPU lease, foreground demand (any request folded after the admission), a
+  concurrent backfill admitted earlier on the same model or node.
+- **Succeeded**: the Job completed; with ``repeatAfter`` it re-enters idle admission at
+  ``nextRunTime = completion + repeatAfter``.
+- **Failed**: the Job failed (or hit its deadline): terminal until the spec generation changes.
+- **Suspended**: ``spec.suspend``; **Blocked**: the spec, template or reference violates the
+  contract.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Callable, Iterable, Mapping
+
+from . import events as ev
+from .commands import (
+    Admit,
+    Block,
+    Cancel,
+    Command,
+    CreateJob,
+    DeleteJob,
+    ReleaseFinalizer,
+    Unblock,
+    WakeAt,
+    WriteStatus,
+)
+from .jobtemplate import gpu_requests, job_name, template_problem
+from .spec import parse_spec
+from .status import status_from_verdict
+from .state import (
+    LIVE,
+    CANCELLING,
+    IDLE,
+    RUNNING,
+    STARTING,
+    Attempt,
+    BackfillState,
+    Gate,
+    GateEnd,
+    Key,
+    ModelState,
+    Template,
+    World,
+)
+
+#: Seconds after which an unobserved create or delete is issued again (idempotent).
+RETRY_SECONDS = 30.0
+
+# Reasons (cluster-contract "Waiting/cancel reasons" and "Blocked reasons").
+IDLE_WINDOW = "IdleWindow"
+MODEL_NOT_READY = "ModelNotReady"
+FOREGROUND_DEMAND = "ForegroundDemand"
+GAMING_INTENT = "GamingIntent"
+GPU_LEASE_ACTIVE = "GPULeaseActive"
+CONCURRENT_BACKFILL = "ConcurrentBackfill"
+SPEC_CHANGED = "SpecChanged"
+SUSPENDED = "Suspended"
+NODE_CHANGED = "NodeChanged"
+REPEAT_SCHEDULED = "RepeatScheduled"
+REPEAT_DUE = "RepeatDue"
+DELETED = "Deleted"
+TEMPLATE_NOT_FOUND = "TemplateNotFound"
+GPU_REQUEST_FORBIDDEN = "GPURequestForbidden"
+MODEL_NOT_FOUND = "ModelNotFound"
+INVALID_TEMPLATE = "InvalidTemplate"
+
+#: Cancel reasons that count as a preemption (seed: "cancelled for foreground or gaming
+#: priority"); other cancels end the attempt as ``cancelled``.
+PREEMPTION_REASONS = frozenset({FOREGROUND_DEMAND, GAMING_INTENT, GPU_LEASE_ACTIVE, CONCURRENT_BACKFILL})
+
+_NO_MODEL = ModelState()
+
+
+# ============================================================================ fold
+
+
+def fold(world: World, event: Any, position: int = 0) -> World:
+    """Fold one event into the world and return the new world (the input is not changed).
+
+    Args:
+        world: the state after every earlier event (``World()`` at the start of the log).
+        event: a member of :data:`backfill.core.events.Event`.
+        position: the event's log position (0 when it has none, e.g. in a unit test); decisions
+            remember positions to name their causes.
+
+    Returns:
+        The new :class:`World`, with ``position`` set to ``position``.
+
+    Raises:
+        KeyError: an object that is not an event (programming error, never bad input).
+    """
+    return _FOLD[type(event)](world, event, position)
+
+
+def fold_all(world: World, events: Iterable[tuple[int, Any]]) -> World:
+    """Fold ``(position, event)`` pairs in order; returns the final world."""
+    table = _FOLD
+    for position, event in events:
+        world = table[type(event)](world, event, position)
+    return world
+
+
+def _set(mapping: Mapping, key, value) -> dict:
+    out = dict(mapping)
+    out[key] = value
+    return out
+
+
+def _drop(mapping: Mapping, key) -> dict:
+    out = dict(mapping)
+    out.pop(key, None)
+    return out
+
+
+def _put_backfill(world: World, b: BackfillState, position: int, **extra: Any) -> World:
+    """Store ``b`` and keep the live-attempt index in step."""
+    live = world.live
+    key = (b.namespace, b.name)
+    a = b.attempt
+    if a is not None and a.lifecycle in LIVE:
+        if live.get(key) is not a:
+            live = _set(live, key, a)
+    elif key in live:
+        live = _drop(live, key)
+    return world._replace(position=position, backfills=_set(world.backfills, key, b), live=live, **extra)
+
+
+def _fold_foreground(w: World, e: ev.ForegroundRequest, pos: int) -> World:
+    key = (e.namespace, e.model)
+    m = w.models.get(key, _NO_MODEL)
+    end = e.busy_until if e.busy_until is not None and e.busy_until > e.at else e.at
+    if m.busy_until is None or end >= m.busy_until:
+        m = m._replace(busy_until=end, busy_pos=pos, request_pos=pos)
+    else:
+        m = m._replace(request_pos=pos)
+    return w._replace(position=pos, models=_set(w.models, key, m))
+
+
+def _fold_model_ready(w: World, e: ev.ModelReady, pos: int) -> World:
+    key = (e.namespace, e.model)
+    m = w.models.get(key, _NO_MODEL)
+    if m.exists and m.ready and m.node == e.node and m.shared == e.shared:
+        return w._replace(position=pos)
+    moved = m.ready and m.node != e.node
+    since, since_pos = (e.at, pos) if (not m.ready or moved) else (m.ready_since, m.ready_pos)
+    m = m._replace(exists=True, ready=True, node=e.node, shared=e.shared, ready_since=since, ready_pos=since_pos)
+    return w._replace(position=pos, models=_set(w.models, key, m))
+
+
+def _fold_model_not_ready(w: World, e: ev.ModelNotReady, pos: int) -> World:
+    key = (e.namespace, e.model)
+    m = w.models.get(key, _NO_MODEL)
+    m = m._replace(exists=True, ready=False, node=e.node or m.node, shared=e.shared)
+    return w._replace(position=pos, models=_set(w.models, key, m))
+
+
+def _fold_model_deleted(w: World, e: ev.ModelDeleted, pos: int) -> World:
+    key = (e.namespace, e.model)
+    m = w.models.get(key, _NO_MODEL)
+    m = m._replace(exists=False, ready=False)
+    return w._replace(position=pos, models=_set(w.models, key, m))
+
+
+def _gate_end(ends: Mapping[str, GateEnd], name: str, at: datetime, pos: int) -> Mapping[str, GateEnd]:
+    if not name:
+        return ends
+    old = ends.get(name)
+    if old is not None and old.at >= at:
+        return ends
+    return _set(ends, name, GateEnd(at, pos))
+
+
+def _ended_at(gate: Gate, at: datetime) -> datetime:
+    """A gate ends when its end is observed, or earlier at its expiry."""
+    return gate.expires_at if gate.expires_at is not None and gate.expires_at < at else at
+
+
+def _fold_gaming_started(w: World, e: ev.GamingIntentStarted, pos: int) -> World:
+    key = (e.namespace, e.session)
+    old = w.gaming.get(key)
+    node_ends = w.node_gate_ends
+    if old is not None and old.node != e.node:
+        node_ends = _gate_end(node_ends, old.node, _ended_at(old, e.at), pos)
+    since = old.since if old is not None and old.node == e.node else e.at
+    gate = Gate(node=e.node, group="", expires_at=e.expires_at, since=since, pos=pos)
+    return w._replace(position=pos, gaming=_set(w.gaming, key, gate), node_gate_ends=node_ends)
+
+
+def _fold_gaming_ended(w: World, e: ev.GamingIntentEnded, pos: int) -> World:
+    key = (e.namespace, e.session)
+    old = w.gaming.get(key)
+    if old is None:
+        return w._replace(position=pos)
+    ends = _gate_end(w.node_gate_ends, old.node, _ended_at(old, e.at), pos)
+    return w._replace(position=pos, gaming=_drop(w.gaming, key), node_gate_ends=ends)
+
+
+def _fold_lease_active(w: World, e: ev.GPULeaseActive, pos: int) -> World:
+    key = (e.namespace, e.lease)
+    old = w.leases.get(key)
+    node_ends, group_ends = w.node_gate_ends, w.group_gate_ends
+    if old is not None:
+        if old.node != e.node:
+            node_ends = _gate_end(node_ends, old.node, _ended_at(old, e.at), pos)
+        if old.group != e.group:
+            group_ends = _gate_end(group_ends, old.group, _ended_at(old, e.at), pos)
+    same = old is not None and old.node == e.node and old.group == e.group
+    gate = Gate(node=e.node, group=e.group, expires_at=e.expires_at, since=old.since if same else e.at, pos=pos)
+    return w._replace(
+        position=pos, leases=_set(w.leases, key, gate), node_gate_ends=node_ends, group_gate_ends=group_ends
+    )
+
+
+def _fold_lease_ended(w: World, e: ev.GPULeaseEnded, pos: int) -> World:
+    key = (e.namespace, e.lease)
+    old = w.leases.get(key)
+    if old is None:
+        return w._replace(position=pos)
+    at = _ended_at(old, e.at)
+    return w._replace(
+        position=pos,
+        leases=_drop(w.leases, key),
+        node_gate_ends=_gate_end(w.node_gate_ends, old.node, at, pos),
+        group_gate_ends=_gate_end(w.group_gate_ends, old.group, at, pos),
+    )
+
+
+def _reindex(index: Mapping[Key, tuple[Key, ...]], key: Key, old_model: Key | None, new_model: Key | None):
+    if old_model == new_model:
+        return index
+    out = dict(index)
+    if old_model is not None:
+        rest = tuple(k for k in out.get(old_model, ()) if k != key)
+        if rest:
+            out[old_model] = rest
+        else:
+            out.pop(old_model, None)
+    if new_model is not None:
+        out[new_model] = tuple(sorted(set(out.get(new_model, ())) | {key}))
+    return out
+
+
+def _model_key(b: BackfillState | None) -> Key | None:
+    if b is None or b.gone or not b.model_ref:
+        return None
+    return (b.namespace, b.model_ref)
+
+
+def _fold_applied(w: World, e: ev.BackfillApplied, pos: int) -> World:
+    key = (e.namespace, e.name)
+    old = w.backfills.get(key)
+    if old is not None and old.uid == e.uid and e.generation < old.generation:
+        return w._replace(position=pos)  # a stale copy of an older generation
+    if old is None or old.uid != e.uid:
+        b = BackfillState(namespace=e.namespace, name=e.name, uid=e.uid)
+        old_index_model = _model_key(old)
+        live = _drop(w.live, key) if key in w.live else w.live
+        w = w._replace(live=live)
+    else:
+        b = old
+        old_index_model = _model_key(old)
+    parsed = parse_spec(e.spec)
+    spec, problem = (parsed, None) if not hasattr(parsed, "reason") else (None, parsed)
+    b = b._replace(generation=e.generation, raw_spec=dict(e.spec), spec=spec, problem=problem)
+    index = _reindex(w.model_index, key, old_index_model, _model_key(b))
+    return _put_backfill(w, b, pos, model_index=index)
+
+
+def _fold_deleting(w: World, e: ev.BackfillDeleting, pos: int) -> World:
+    b = w.backfills.get((e.namespace, e.name))
+    if b is None or b.uid != e.uid or b.deleting:
+        return w._replace(position=pos)
+    return _put_backfill(w, b._replace(deleting=True), pos)
+
+
+def _fold_deleted(w: World, e: ev.BackfillDeleted, pos: int) -> World:
+    key = (e.namespace, e.name)
+    b = w.backfills.get(key)
+    if b is None or b.uid != e.uid:
+        return w._replace(position=pos)
+    index = _reindex(w.model_index, key, _model_key(b), None)
+    return w._replace(position=pos, backfills=_drop(w.backfills, key), live=_drop(w.live, key), model_index=index)
+
+
+def _template_check(name: str, job_template: Mapping[str, Any]) -> tuple[str, str] | None:
+    problem = template_problem(job_template)
+    if problem:
+        return (INVALID_TEMPLATE, f"CronJob {name}: {problem}")
+    gpus = gpu_requests(job_template)
+    if gpus:
+        return (GPU_REQUEST_FORBIDDEN, f"CronJob {name} requests GPU resources: " + "; ".join(gpus))
+    return None
+
+
+def _fold_cronjob_seen(w: World, e: ev.CronJobSeen, pos: int) -> World:
+    t = Template(e.job_template, pos, _template_check(e.name, e.job_template))
+    return w._replace(position=pos, templates=_set(w.templates, (e.namespace, e.name), t))
+
+
+def _fold_cronjob_missing(w: World, e: ev.CronJobMissing, pos: int) -> World:
+    return w._replace(position=pos, templates=_set(w.templates, (e.namespace, e.name), Template(None, pos)))
+
+
+def _job_attempt(w: World, e: ev._JobEvent) -> tuple[BackfillState, Attempt] | None:
+    b = w.backfills.get((e.namespace, e.backfill))
+    if b is None or b.attempt is None or b.attempt.job_name != e.name:
+        return None  # not a Job of ours (or of an older incarnation): nothing to fold
+    return b, b.attempt
+
+
+def _end(b: BackfillState, a: Attempt, at: datetime, result: str, reason: str, pos: int) -> BackfillState:
+    a = a._replace(lifecycle=IDLE, ended_at=at, result=result, end_reason=reason, end_pos=pos)
+    if result == "succeeded":
+        return b._replace(attempt=a, succeeded_at=at, succeeded_generation=a.generation)
+    if result in ("failed", "deadline_exceeded"):
+        return b._replace(attempt=a, failed_generation=a.generation)
+    return b._replace(attempt=a)
+
+
+def _fold_job_created(w: World, e: ev.JobCreated, pos: int) -> World:
+    found = _job_attempt(w, e)
+    if found is None:
+        return w._replace(position=pos)
+    b, a = found
+    if a.created_at is not None or not a.live:
+        return w._replace(position=pos)
+    a = a._replace(created_at=e.at, job_uid=e.uid or a.job_uid, lifecycle=RUNNING if a.lifecycle == STARTING else a.lifecycle)
+    return _put_backfill(w, b._replace(attempt=a), pos)
+
+
+def _fold_job_running(w: World, e: ev.JobRunning, pos: int) -> World:
+    found = _job_attempt(w, e)
+    if found is None:
+        return w._replace(position=pos)
+    b, a = found
+    if a.started_at is not None or not a.live:
+        return w._replace(position=pos)
+    a = a._replace(
+        started_at=e.at,
+        created_at=a.created_at or e.at,
+        job_uid=e.uid or a.job_uid,
+        lifecycle=RUNNING if a.lifecycle == STARTING else a.lifecycle,
+    )
+    return _put_backfill(w, b._replace(attempt=a), pos)
+
+
+def _fold_job_succeeded(w: World, e: ev.JobSucceeded, pos: int) -> World:
+    found = _job_attempt(w, e)
+    if found is None or not found[1].live:
+        return w._replace(position=pos)
+    b, a = found
+    return _put_backfill(w, _end(b, a, e.at, "succeeded", "Completed", pos), pos)
+
+
+def _fold_job_failed(w: World, e: ev.JobFailed, pos: int) -> World:
+    found = _job_attempt(w, e)
+    if found is None or not found[1].live:
+        return w._replace(position=pos)
+    b, a = found
+    result = "deadline_exceeded" if e.reason == "DeadlineExceeded" else "failed"
+    return _put_backfill(w, _end(b, a, e.at, result, e.reason or "JobFailed", pos), pos)
+
+
+def _fold_job_deleted(w: World, e: ev.JobDeleted, pos: int) -> World:
+    found = _job_attempt(w, e)
+    if found is None or not found[1].live:
+        return w._replace(position=pos)
+    b, a = found
+    if a.lifecycle == CANCELLING:
+        result = "preempted" if a.cancel_reason in PREEMPTION_REASONS else "cancelled"
+        return _put_backfill(w, _end(b, a, e.at, result, a.cancel_reason, pos), pos)
+    return _put_backfill(w, _end(b, a, e.at, "cancelled", "JobDeleted", pos), pos)
+
+
+def _fold_admitted(w: World, e: ev.AttemptAdmitted, pos: int) -> World:
+    b = w.backfills.get((e.namespace, e.backfill))
+    if b is None or b.uid != e.uid or e.attempt <= b.attempts:
+        return w._replace(position=pos)
+    a = Attempt(
+        number=e.attempt,
+        job_name=e.job_name,
+        generation=e.generation,
+        model=e.model,
+        node=e.node,
+        admitted_at=e.at,
+        admitted_pos=pos,
+    )
+    return _put_backfill(w, b._replace(attempts=e.attempt, attempt=a), pos)
+
+
+def _fold_cancelled(w: World, e: ev.AttemptCancelled, pos: int) -> World:
+    b = w.backfills.get((e.namespace, e.backfill))
+    a = b.attempt if b is not None else None
+    if a is None or a.number != e.attempt or a.lifecycle not in (STARTING, RUNNING):
+        return w._replace(position=pos)
+    a = a._replace(
+        lifecycle=CANCELLING,
+        cancel_reason=e.reason,
+        cancel_message=e.message,
+        cancelled_at=e.at,
+        cancel_pos=e.cause or pos,
+    )
+    return _put_backfill(w, b._replace(attempt=a), pos)
+
+
+def _fold_blocked(w: World, e: ev.BackfillBlocked, pos: int) -> World:
+    b = w.backfills.get((e.namespace, e.backfill))
+    if b is None:
+        return w._replace(position=pos)
+    return _put_backfill(w, b._replace(blocked=(e.reason, e.message)), pos)
+
+
+def _fold_unblocked(w: World, e: ev.BackfillUnblocked, pos: int) -> World:
+    b = w.backfills.get((e.namespace, e.backfill))
+    if b is None or b.blocked is None:
+        return w._replace(position=pos)
+    return _put_backfill(w, b._replace(blocked=None), pos)
+
+
+def _fold_finalizer(w: World, e: ev.FinalizerReleased, pos: int) -> World:
+    b = w.backfills.get((e.namespace, e.backfill))
+    if b is None or b.uid != e.uid:
+        return w._replace(position=pos)
+    return _put_backfill(w, b._replace(finalizer_released=True), pos)
+
+
+_FOLD: dict[type, Callable[[World, Any, int], World]] = {
+    ev.ForegroundRequest: _fold_foreground,
+    ev.GamingIntentStarted: _fold_gaming_started,
+    ev.GamingIntentEnded: _fold_gaming_ended,
+    ev.GPULeaseActive: _fold_lease_active,
+    ev.GPULeaseEnded: _fold_lease_ended,
+    ev.ModelReady: _fold_model_ready,
+    ev.ModelNotReady: _fold_model_not_ready,
+    ev.ModelDeleted: _fold_model_deleted,
+    ev.BackfillApplied: _fold_applied,
+    ev.BackfillDeleting: _fold_deleting,
+    ev.BackfillDeleted: _fold_deleted,
+    ev.CronJobSeen: _fold_cronjob_seen,
+    ev.CronJobMissing: _fold_cronjob_missing,
+    ev.JobCreated: _fold_job_created,
+    ev.JobRunning: _fold_job_running,
+    ev.JobSucceeded: _fold_job_succeeded,
+    ev.JobFailed: _fold_job_failed,
+    ev.JobDeleted: _fold_job_deleted,
+    ev.AttemptAdmitted: _fold_admitted,
+    ev.AttemptCancelled: _fold_cancelled,
+    ev.BackfillBlocked: _fold_blocked,
+    ev.BackfillUnblocked: _fold_unblocked,
+    ev.FinalizerReleased: _fold_finalizer,
+}
+assert set(_FOLD) == set(ev.EVENT_TYPES.values()), "every event type needs a fold handler"
+
+
+def affected(world: World, event: Any) -> tuple[Key, ...]:
+    """Keys of the backfills whose decision may change because of ``event`` (sorted).
+
+    Fold the event first, then pass the new world. Used to keep ``decide`` incremental.
+    """
+    t = type(event)
+    if t in (ev.ForegroundRequest, ev.ModelReady, ev.ModelNotReady, ev.ModelDeleted):
+        keys = set(world.backfills_of_model(event.namespace, event.model))
+        if t is not ev.ForegroundRequest:
+            m = world.models.get((event.namespace, event.model))
+            if m is not None and m.node:
+                keys.update(world.backfills_on_node(m.node))
+        return tuple(sorted(keys))
+    if hasattr(event, "backfill"):
+        return ((event.namespace, event.backfill),) if (event.namespace, event.backfill) in world.backfills else ()
+    if t in (ev.BackfillApplied, ev.BackfillDeleting, ev.BackfillDeleted):
+        key = (event.namespace, event.name)
+        keys = {key} if key in world.backfills else set()
+        return tuple(sorted(keys | set(world.live)))  # a freed model/node may admit a contender
+    if t in (ev.CronJobSeen, ev.CronJobMissing):
+        return tuple(
+            sorted(
+                k
+                for k, b in world.backfills.items()
+                if b.namespace == event.namespace and _template_ref(b) == event.name
+            )
+        )
+    return tuple(sorted(world.backfills))  # gates: rare, re-check everything
+
+
+def _template_ref(b: BackfillState) -> str:
+    if b.spec is not None:
+        return b.spec.template_ref
+    ref = b.raw_spec.get("templateRef")
+    return ref if isinstance(ref, str) else ""
+
+
+# ============================================================================ decide
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What the projector concludes about one backfill at ``now``.
+
+    ``phase``/``reason``/``message`` feed the status; ``commands`` are the actions (an
+    ``Unblock`` comes before the action it allows);
+    ``wake_at`` is when the verdict can change without a new event; ``idle_since`` and
+    ``next_run`` (UTC) feed ``status.idleSince`` / ``status.nextRunTime``.
+    """
+
+    phase: str
+    reason: str
+    message: str
+    commands: tuple[Command, ...] = ()
+    wake_at: datetime | None = None
+    idle_since: datetime | None = None
+    next_run: datetime | None = None
+
+
+def block_reason(world: World, b: BackfillState) -> tuple[str, str] | None:
+    """Why ``b`` is Blocked, as (reason, message), or None. Order: spec, template, GPU, model."""
+    if b.problem is not None:
+        return (b.problem.reason, b.problem.message)
+    spec = b.spec
+    assert spec is not None
+    t = world.templates.get((b.namespace, spec.template_ref))
+    if t is None or t.job_template is None:
+        return (TEMPLATE_NOT_FOUND, f"CronJob {b.namespace}/{spec.template_ref} not found")
+    if t.problem is not None:
+        return t.problem
+    m = world.models.get((b.namespace, spec.model_ref))
+    if m is None or not m.exists:
+        return (MODEL_NOT_FOUND, f"Model {b.namespace}/{spec.model_ref} not found")
+    return None
+
+
+def _block_cause(world: World, b: BackfillState) -> int:
+    spec = b.spec
+    if spec is None:
+        return world.position
+    t = world.templates.get((b.namespace, spec.template_ref))
+    return t.pos if t is not None else world.position
+
+
+def _active_gate(world: World, node: str, group: str, now: datetime) -> tuple[str, Gate] | None:
+    if node:
+        for g in world.gaming.values():
+            if g.node == node and g.active(now):
+                return (GAMING_INTENT, g)
+    for g in world.leases.values():
+        if ((node and g.node == node) or (group and g.group == group)) and g.active(now):
+            return (GPU_LEASE_ACTIVE, g)
+    return None
+
+
+def _idle_since(world: World, m: ModelState, now: datetime) -> tuple[datetime, int]:
+    """The start of the current idle window and the position of the event that set it."""
+    best: tuple[datetime, int] = (m.ready_since, m.ready_pos)  # type: ignore[assignment]
+    if m.busy_until is not None and m.busy_until >= best[0]:
+        best = (m.busy_until, m.busy_pos)
+    ends = []
+    if m.node:
+        ends.append(world.node_gate_ends.get(m.node))
+    if m.shared:
+        ends.append(world.group_gate_ends.get(m.shared))
+    for end in ends:
+        if end is not None and end.at > best[0]:
+            best = (end.at, end.pos)
+    # Gates that expired by time but whose objects still exist ended at their expiry.
+    for gates in (world.gaming, world.leases):
+        for g in gates.values():
+            if g.expires_at is None or g.expires_at > now or g.expires_at <= best[0]:
+                continue
+            if (m.node and g.node == m.node) or (m.shared and g.group == m.shared):
+                best = (g.expires_at, g.pos)
+    return best
+
+
+def _contender(world: World, key: Key, namespace: str, model: str, node: str) -> Key | None:
+    for k, a in world.live.items():
+        if k == key:
+            continue
+        if (k[0] == namespace and a.model == model) or (node and a.node == node):
+            return k
+    return None
+
+
+def _cancel_condition(world: World, b: BackfillState, a: Attempt, now: datetime) -> tuple[str, str, int] | None:
+    if b.deleting:
+        return (DELETED, "the ModelBackfill is being deleted", world.position)
+    if b.spec is not None and b.spec.suspend:
+        return (SUSPENDED, "spec.suspend is true", world.position)
+    if b.generation != a.generation:
+        return (SPEC_CHANGED, f"spec changed (generation {a.generation} -> {b.generation})", world.position)
+    m = world.models.get((b.namespace, a.model), _NO_MODEL)
+    if not m.ready:
+        return (MODEL_NOT_READY, f"Model {a.model} is not Ready", world.position)
+    if m.node != a.node:
+        return (NODE_CHANGED, f"Model {a.model} moved from node {a.node or '?'} to {m.node or '?'}", world.position)
+    gate = _active_gate(world, m.node, m.shared, now)
+    if gate is not None:
+        reason, g = gate
+        what = "gaming intent" if reason == GAMING_INTENT else "an active GPU lease"
+        return (reason, f"{what} on node {g.node or '?'}{' / group ' + g.group if g.group else ''}", g.pos)
+    if m.request_pos > a.admitted_pos:
+        return (FOREGROUND_DEMAND, f"foreground request for Model {a.model}", m.request_pos)
+    for k, other in world.live.items():
+        if k != b.key and other.admitted_pos < a.admitted_pos and (
+            (k[0] == b.namespace and other.model == a.model) or (a.node and other.node == a.node)
+        ):
+            return (CONCURRENT_BACKFILL, f"ModelBackfill {k[1]} runs on the same model or node", other.admitted_pos)
+    return None
+
+
+def evaluate(world: World, key: Key, now: datetime, reserved: set | None = None) -> Verdict | None:
+    """The verdict for one backfill at ``now`` (UTC); None if it is unknown or gone.
+
+    ``reserved`` collects (namespace, model) and node of attempts admitted earlier in the same
+    ``decide`` call, so two backfills due at once never both pass the contender gate.
+    """
+    b = world.backfills.get(key)
+    if b is None or b.gone:
+        return None
+    a = b.live_attempt
+    if a is not None:
+        if a.lifecycle == CANCELLING:
+            due = a.cancelled_at + timedelta(seconds=RETRY_SECONDS)  # type: ignore[operator]
+            cmds = (DeleteJob(key, a.job_name),) if now >= due else ()
+            return Verdict(
+                CANCELLING,
+                a.cancel_reason,
+                a.cancel_message or "cancelling the background Job",
+                cmds,
+                wake_at=due if now < due else now + timedelta(seconds=RETRY_SECONDS),
+            )
+        cond = _cancel_condition(world, b, a, now)
+        if cond is not None:
+            reason, message, cause = cond
+            return Verdict(CANCELLING, reason, message, (Cancel(key, b.uid, a.number, a.job_name, reason, message, cause),))
+        if a.lifecycle == STARTING:
+            due = a.admitted_at + timedelta(seconds=RETRY_SECONDS)
+            cmds = (CreateJob(key, a.number, a.job_name),) if now >= due else ()
+            return Verdict(
+                STARTING,
+                "Admitted",
+                f"creating Job {a.job_name}",
+                cmds,
+                wake_at=due if now < due else now + timedelta(seconds=RETRY_SECONDS),
+            )
+        return Verdict(RUNNING, "JobActive", f"background Job {a.job_name} is active")
+    if b.deleting:
+        cmds = () if b.finalizer_released else (ReleaseFinalizer(key, b.uid),)
+        return Verdict(WAITING, DELETED, "the ModelBackfill is being deleted", cmds)
+    blocked = block_reason(world, b)
+    if blocked is not None:
+        cmds = () if b.blocked == blocked else (Block(key, blocked[0], blocked[1], _block_cause(world, b)),)
+        return Verdict(BLOCKED, blocked[0], blocked[1], cmds)
+    unblock: tuple[Command, ...] = (Unblock(key, world.position),) if b.blocked is not None else ()
+    spec = b.spec
+    assert spec is not None
+    if spec.suspend:
+        return Verdict(SUSPENDED_PHASE, SUSPENDED, "spec.suspend is true; no attempt may run", unblock)
+    last = b.attempt
+    if b.failed_generation == b.generation:
+        reason = last.end_reason if last is not None and last.end_reason else "JobFailed"
+        return Verdict(FAILED, reason, "the Job failed; change the spec to run again", unblock)
+    next_run = None
+    if b.succeeded_generation == b.generation and b.succeeded_at is not None:
+        if spec.repeat_after == 0:
+            return Verdict(SUCCEEDED, "Completed", "the Job completed (one-shot)", unblock)
+        next_run = b.succeeded_at + timedelta(seconds=spec.repeat_after)
+        if now < next_run:
+            return Verdict(
+                SUCCEEDED, REPEAT_SCHEDULED, "the Job completed; repeats after the cooldown", unblock, next_run, None, next_run
+            )
+    m = world.models.get((b.namespace, spec.model_ref), _NO_MODEL)
+    if not m.ready:
+        return Verdict(WAITING, MODEL_NOT_READY, f"Model {spec.model_ref} is not Ready", unblock, next_run=next_run)
+    gate = _active_gate(world, m.node, m.shared, now)
+    if gate is not None:
+        reason, g = gate
+        what = "gaming intent" if reason == GAMING_INTENT else "an active GPU lease"
+        return Verdict(WAITING, reason, f"{what} on node {g.node or '?'}", unblock, g.expires_at, next_run=next_run)
+    other = _contender(world, key, b.namespace, spec.model_ref, m.node)
+    if other is None and reserved is not None:
+        if (b.namespace, spec.model_ref) in reserved or (m.node and m.node in reserved):
+            other = key
+    if other is not None:
+        return Verdict(
+            WAITING, CONCURRENT_BACKFILL, "another backfill is active on the same model or node", unblock, next_run=next_run
+        )
+    since, cause = _idle_since(world, m, now)
+    due = since + timedelta(seconds=spec.idle_for)
+    if next_run is not None and next_run > due:
+        due = next_run
+    if now < due:
+        reason = REPEAT_DUE if next_run is not None else IDLE_WINDOW
+        return Verdict(
+            WAITING,
+            reason,
+            f"waiting for a continuous idle window; admission at {due.isoformat()}",
+            unblock,
+            due,
+            since,
+            next_run,
+        )
+    attempt = b.attempts + 1
+    name = job_name(b.name, b.uid, attempt)
+    if reserved is not None:
+        reserved.add((b.namespace, spec.model_ref))
+        if m.node:
+            reserved.add(m.node)
+    admit = Admit(key, b.uid, attempt, b.generation, name, spec.model_ref, m.node, cause)
+    return Verdict(
+        STARTING, "Admitted", f"idle since {since.isoformat()}; admitting attempt {attempt}", unblock + (admit,), None, since
+    )
+
+
+WAITING = "WaitingForIdle"
+SUCCEEDED = "Succeeded"
+FAILED = "Failed"
+SUSPENDED_PHASE = "Suspended"
+BLOCKED = "Blocked"
+PHASES = ("WaitingForIdle", "Starting", "Running", "Cancelling", "Succeeded", "Failed", "Suspended", "Blocked")
+
+
+def decide(
+    world: World, now: datetime, keys: Iterable[Key] | None = None, *, status: bool = False
+) -> list[Command]:
+    """The commands the world calls for at ``now``.
+
+    Args:
+        world: the folded state.
+        now: the decision time, timezone-aware UTC.
+        keys: only these backfills (e.g. from :func:`affected`); None = every backfill.
+        status: also emit a :class:`WriteStatus` per backfill considered.
+
+    Returns:
+        Commands in a deterministic order: backfills sorted by key; per backfill an unblock
+        first, then its action, then its status, then a :class:`WakeAt` if the verdict can
+        change by time alone.
+    """
+    out: list[Command] = []
+    reserved: set = set()
+    for key in sorted(world.backfills if keys is None else set(keys)):
+        v = evaluate(world, key, now, reserved)
+        if v is None:
+            continue
+        out.extend(v.commands)
+        if status:
+            out.append(WriteStatus(key, status_from_verdict(world, world.backfills[key], v)))
+        if v.wake_at is not None:
+            out.append(WakeAt(key, v.wake_at))
+    return out

@@ -1,0 +1,156 @@
+"""The ModelBackfill spec: parsing and the seed's contract checks.
+
+A spec that breaks a rule is never an exception at run time: :func:`parse_spec` returns a
+:class:`SpecProblem` whose ``reason`` is stable (it becomes ``status.reason`` of phase
+``Blocked``) and whose ``message`` is for humans.
+
+Rules (seed 000 "Contract", cluster-contract.md "ModelBackfill"):
+- ``modelRef`` and ``templateRef`` are required, non-empty strings.
+- ``idleFor``: Go duration; 0 or absent means 10 minutes.
+- ``maxRunDuration``: Go duration; 0 or absent means 30 minutes. Becomes the Job's
+  ``activeDeadlineSeconds``.
+- ``repeatAfter``: Go duration; 0 or absent keeps the declaration one-shot; a nonzero value must
+  be at least one minute (reason ``InvalidRepeatAfter``).
+- ``env``: at most 32 literal variables; every name a valid environment variable name
+  (Kubernetes' ``IsEnvVarName``: ``[-._a-zA-Z][-._a-zA-Z0-9]*``) and never the reserved
+  ``FLEXINFER_WORKLOAD_CLASS`` (reason ``InvalidEnvironment``).
+- ``suspend``: bool, default false.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from .durations import DurationError, parse_duration
+
+DEFAULT_IDLE_FOR = 600.0  # seconds; cluster-contract: 0/absent idleFor = 10 minutes
+DEFAULT_MAX_RUN = 1800.0  # seconds; seed: "The default is 30 minutes"
+MIN_REPEAT_AFTER = 60.0  # seconds; seed: "nonzero values must be at least one minute"
+MAX_ENV = 32  # seed: "env can override up to 32 literal environment variables"
+RESERVED_ENV = "FLEXINFER_WORKLOAD_CLASS"  # seed: reserved so declarations cannot weaken safety
+BACKGROUND_CLASS = "background"
+_ENV_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*")
+
+# Stable Blocked reasons for spec problems (cluster-contract "Blocked reasons in use upstream",
+# plus InvalidSpec for malformed required fields and durations).
+INVALID_SPEC = "InvalidSpec"
+INVALID_ENVIRONMENT = "InvalidEnvironment"
+INVALID_REPEAT_AFTER = "InvalidRepeatAfter"
+
+
+@dataclass(frozen=True, slots=True)
+class Spec:
+    """A valid ModelBackfill spec with durations in seconds.
+
+    Attributes:
+        model_ref: name of a Model in the same namespace.
+        template_ref: name of a CronJob in the same namespace.
+        idle_for: continuous foreground-idle window before admission, seconds (> 0).
+        max_run: the Job's active deadline, seconds (> 0).
+        repeat_after: successful-run cooldown, seconds; 0 = one-shot, else >= 60.
+        env: sorted tuple of (name, value) literal overrides, at most 32.
+        suspend: no attempt may run while true.
+    """
+
+    model_ref: str
+    template_ref: str
+    idle_for: float = DEFAULT_IDLE_FOR
+    max_run: float = DEFAULT_MAX_RUN
+    repeat_after: float = 0.0
+    env: tuple[tuple[str, str], ...] = ()
+    suspend: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SpecProblem:
+    """Why a spec is Blocked: ``reason`` (stable CamelCase) and ``message`` (for humans)."""
+
+    reason: str
+    message: str
+
+
+def _duration(raw: Mapping[str, Any], field: str, default: float) -> float | SpecProblem:
+    value = raw.get(field)
+    if value is None or value == "":
+        return default
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        return SpecProblem(INVALID_SPEC, f"spec.{field} must be a duration string such as '30m'")
+    if isinstance(value, (int, float)):
+        # Only a literal 0 is meaningful without a unit (Go accepts "0").
+        if value == 0:
+            return default
+        return SpecProblem(INVALID_SPEC, f"spec.{field} {value!r} needs a unit, e.g. '{value}s'")
+    try:
+        seconds = parse_duration(value)
+    except DurationError as exc:
+        return SpecProblem(INVALID_SPEC, f"spec.{field}: {exc}")
+    return default if seconds == 0 else seconds
+
+
+def parse_spec(raw: Mapping[str, Any] | None) -> Spec | SpecProblem:
+    """Check a raw ``spec`` mapping (as stored in the API object) against the seed's contract.
+
+    Args:
+        raw: the object's ``spec`` with camelCase keys; ``None`` or a non-mapping is invalid.
+
+    Returns:
+        A :class:`Spec` when every rule holds, else the first :class:`SpecProblem` found, in
+        this order: required refs, idleFor, maxRunDuration, repeatAfter, suspend, env.
+        Never raises.
+    """
+    if not isinstance(raw, Mapping):
+        return SpecProblem(INVALID_SPEC, "spec must be an object")
+    refs: dict[str, str] = {}
+    for field in ("modelRef", "templateRef"):
+        value = raw.get(field)
+        if not isinstance(value, str) or not value.strip():
+            return SpecProblem(INVALID_SPEC, f"spec.{field} is required and must be a non-empty string")
+        refs[field] = value
+    idle_for = _duration(raw, "idleFor", DEFAULT_IDLE_FOR)
+    if isinstance(idle_for, SpecProblem):
+        return idle_for
+    max_run = _duration(raw, "maxRunDuration", DEFAULT_MAX_RUN)
+    if isinstance(max_run, SpecProblem):
+        return max_run
+    repeat_after = _duration(raw, "repeatAfter", 0.0)
+    if isinstance(repeat_after, SpecProblem):
+        return SpecProblem(INVALID_REPEAT_AFTER, repeat_after.message)
+    if 0 < repeat_after < MIN_REPEAT_AFTER:
+        return SpecProblem(
+            INVALID_REPEAT_AFTER,
+            f"spec.repeatAfter {raw.get('repeatAfter')!r} must be 0 (one-shot) or at least 1m",
+        )
+    suspend = raw.get("suspend", False)
+    if suspend is None:
+        suspend = False
+    if not isinstance(suspend, bool):
+        return SpecProblem(INVALID_SPEC, "spec.suspend must be true or false")
+    env = raw.get("env") or {}
+    if not isinstance(env, Mapping):
+        return SpecProblem(INVALID_ENVIRONMENT, "spec.env must be a map of NAME: value")
+    if len(env) > MAX_ENV:
+        return SpecProblem(INVALID_ENVIRONMENT, f"spec.env has {len(env)} entries; at most {MAX_ENV} are allowed")
+    pairs: list[tuple[str, str]] = []
+    for name in sorted(env, key=str):
+        value = env[name]
+        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+            return SpecProblem(INVALID_ENVIRONMENT, f"spec.env key {name!r} is not a valid environment variable name")
+        if name == RESERVED_ENV:
+            return SpecProblem(
+                INVALID_ENVIRONMENT,
+                f"spec.env may not set {RESERVED_ENV}: the controller reserves it for background safety",
+            )
+        if not isinstance(value, str):
+            return SpecProblem(INVALID_ENVIRONMENT, f"spec.env {name} must be a literal string value")
+        pairs.append((name, value))
+    return Spec(
+        model_ref=refs["modelRef"],
+        template_ref=refs["templateRef"],
+        idle_for=idle_for,
+        max_run=max_run,
+        repeat_after=repeat_after,
+        env=tuple(pairs),
+        suspend=suspend,
+    )

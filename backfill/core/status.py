@@ -1,0 +1,65 @@
+"""The ModelBackfill ``status`` derived from the projection at a time.
+
+Fields (cluster-contract "ModelBackfill" status): ``phase``, ``observedGeneration``,
+``nodeName``, ``jobName``, ``idleSince``, ``startedAt``, ``completionTime``, ``nextRunTime``,
+``attempts``, ``reason``, ``message``, ``conditions`` (a ``Ready`` condition that is True only
+while Running or after Succeeded). Timestamps are RFC 3339 UTC strings; absent values are None
+(the actor writes them as JSON null so a merge patch clears them).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from .state import BackfillState, World
+from .timefmt import rfc3339
+
+
+def status_from_verdict(world: World, b: BackfillState, verdict: Any) -> dict[str, Any]:
+    """Build the status dict for ``b`` from a :class:`backfill.core.projector.Verdict`.
+
+    ``lastTransitionTime`` of the Ready condition is left to the writer (it needs the previous
+    condition, which the projection does not keep).
+    """
+    a = b.attempt
+    m = world.models.get((b.namespace, b.model_ref))
+    node = a.node if a is not None and a.live else (m.node if m is not None else "")
+    job = ""
+    if a is not None and (a.live or a.result in ("succeeded", "failed", "deadline_exceeded")):
+        job = a.job_name  # the Job still exists: it was not deleted
+    started = (a.started_at or a.created_at) if a is not None else None
+    completion = b.succeeded_at if verdict.phase == "Succeeded" else None
+    ready = verdict.phase in ("Running", "Succeeded")
+    return {
+        "phase": verdict.phase,
+        "observedGeneration": b.generation,
+        "nodeName": node or None,
+        "jobName": job or None,
+        "idleSince": rfc3339(verdict.idle_since),
+        "startedAt": rfc3339(started),
+        "completionTime": rfc3339(completion),
+        "nextRunTime": rfc3339(verdict.next_run),
+        "attempts": b.attempts,
+        "reason": verdict.reason,
+        "message": verdict.message,
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "True" if ready else "False",
+                "reason": verdict.reason,
+                "message": verdict.message,
+                "observedGeneration": b.generation,
+            }
+        ],
+    }
+
+
+def status_of(world: World, key: tuple[str, str], now: datetime) -> dict[str, Any] | None:
+    """The status of one backfill at ``now`` (UTC), or None if the backfill is unknown or gone."""
+    from .projector import evaluate
+
+    v = evaluate(world, key, now)
+    if v is None:
+        return None
+    return status_from_verdict(world, world.backfills[key], v)

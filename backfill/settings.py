@@ -1,0 +1,61 @@
+"""All tunables in one typed, documented settings object.
+
+Values come from (highest first) command-line flags, environment variables prefixed
+``BACKFILL_`` and the defaults below. Durations are seconds (floats) inside; the CLI accepts the
+Kubernetes/Go syntax (``90s``, ``30m``) where it says so.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Controller and CLI settings.
+
+    Environment: every field can be set as ``BACKFILL_<FIELD_NAME_UPPERCASE>``, for example
+    ``BACKFILL_DATABASE_URL=postgresql+psycopg://user:pw@host/db``.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="BACKFILL_", extra="ignore")
+
+    database_url: str | None = Field(
+        default=None,
+        description="SQLAlchemy URL of the PostgreSQL server (postgresql+psycopg://...). "
+        "Unset: an embedded PostgreSQL server is started in data_dir.",
+    )
+    data_dir: Path = Field(
+        default=Path(".backfill"),
+        description="Where the embedded PostgreSQL server keeps its data when database_url is unset.",
+    )
+
+    # Kubernetes
+    kubeconfig: Path | None = Field(default=None, description="kubeconfig file; unset: in-cluster, else ~/.kube/config.")
+    namespace: str | None = Field(default=None, description="Watch only this namespace; unset: all namespaces.")
+
+    # HTTP
+    metrics_address: str = Field(default="0.0.0.0:8080", description="host:port for /metrics, /healthz, /readyz and /v1/foreground.")
+    ingest_token_file: Path | None = Field(default=None, description="File holding the bearer token for POST /v1/foreground (mounted from a Secret). Unset: ingest disabled.")
+    tls_cert_file: Path | None = Field(default=None, description="Optional TLS certificate for the HTTP server.")
+    tls_key_file: Path | None = Field(default=None, description="Optional TLS private key for the HTTP server.")
+    ingest_max_body_bytes: int = Field(default=1_048_576, ge=1, description="Largest accepted ingest body, bytes.")
+    ingest_max_skew_seconds: float = Field(default=3600.0, gt=0, description="Reject foreground reports further than this from now, seconds.")
+    ingest_rate_per_second: float = Field(default=50.0, gt=0, description="Per-client token-bucket refill rate, requests/s.")
+    ingest_burst: int = Field(default=100, ge=1, description="Per-client token-bucket size, requests.")
+
+    # Leader election (coordination.k8s.io Lease)
+    lease_name: str = Field(default="modelbackfill-controller", description="Name of the leader-election Lease.")
+    lease_namespace: str = Field(default="flexinfer-system", description="Namespace of the leader-election Lease.")
+    lease_duration_seconds: float = Field(default=15.0, gt=0, description="Lease duration, seconds.")
+    lease_renew_seconds: float = Field(default=5.0, gt=0, description="How often the leader renews, seconds.")
+    identity: str | None = Field(default=None, description="Leader-election identity; unset: hostname + pid.")
+
+    # Timing
+    resync_seconds: float = Field(default=60.0, gt=0, description="Safety-net re-check of every ModelBackfill, seconds.")
+    watch_timeout_seconds: int = Field(default=300, gt=0, description="Server-side watch timeout, seconds; the watch is restarted after it.")
+    backoff_initial_seconds: float = Field(default=0.5, gt=0, description="First reconnect back-off of a failed watch, seconds.")
+    backoff_max_seconds: float = Field(default=30.0, gt=0, description="Largest reconnect back-off, seconds.")
+    poll_fallback_seconds: float = Field(default=1.0, gt=0, description="Event-log polling when no NOTIFY arrives, seconds.")

@@ -1,0 +1,1 @@
+"""``backfill simulate``: the real projector driven through a simulated cluster over a trace."""

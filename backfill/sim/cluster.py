@@ -1,0 +1,291 @@
+"""A simulated cluster that drives the real projector over a foreground request trace.
+
+Semantics (issue #3, so that any correct implementation gives the same numbers):
+
+- A request at t with service time d keeps its model busy over [t, t+d]; overlapping or touching
+  spans merge; idleSince is the end of the last busy span. Per model only the gaps between its
+  first and last busy span are simulated: the model becomes Ready (and its ModelBackfill is
+  applied) at its first arrival, and nothing is admitted at or after its last arrival.
+- A Job is admitted at idleSince + idleFor if that is before the next arrival (an arrival at the
+  same instant wins). It succeeds when its whole duration ends at or before the next arrival (a
+  completion at the same instant as an arrival wins); otherwise the arrival preempts it, and with
+  cancel latency Δ it keeps running Δ seconds into the busy span (foreground overlap; all its
+  running seconds are wasted).
+- After a success the next admission is at completion + repeatAfter if the model is still idle
+  then; after a preemption it takes a fresh full idle window. A run longer than maxRunDuration
+  ends as ``deadline_exceeded`` at admission + maxRunDuration (and the declaration is Failed).
+
+The simulated cluster plays the actor and the Kubernetes side: it records the projector's
+decisions as events, "creates" the Job at once (``JobCreated``), completes it after the job
+duration (``JobSucceeded``) or at its deadline (``JobFailed``/DeadlineExceeded), and deletes it Δ
+seconds after a cancel (``JobDeleted``). Every event gets the position it will have in a fresh
+log, so ``replay`` over the stored run sees exactly these decisions.
+"""
+
+from __future__ import annotations
+
+import gc
+import heapq
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any, Callable
+
+from ..core import events as ev
+from ..core.commands import Admit, Block, Cancel, ReleaseFinalizer, Unblock, WakeAt
+from ..core.projector import FOREGROUND_DEMAND, affected, decide, fold
+from ..core.runs import RunRow, row_of
+from ..core.state import World
+from ..core.durations import format_duration
+from .traces import Trace
+
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_US = timedelta(microseconds=1)
+
+# Same-instant ordering (see module docstring): Job endings, then arrivals, then wake-ups.
+_JOB_END, _ARRIVAL, _WAKE = 0, 1, 2
+
+TEMPLATE = {
+    "metadata": {"labels": {"app": "model-eval-gauntlet"}},
+    "spec": {
+        "backoffLimit": 0,
+        "template": {
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "gauntlet", "image": "example/gauntlet:1", "resources": {"requests": {"cpu": "500m"}}}],
+            }
+        },
+    },
+}
+
+
+def to_dt(us: int) -> datetime:
+    """Integer microseconds since the epoch -> aware UTC datetime (exact)."""
+    return EPOCH + us * _US
+
+
+def to_us(dt: datetime) -> int:
+    """Aware datetime -> integer microseconds since the epoch (exact)."""
+    return (dt - EPOCH) // _US
+
+
+@dataclass(frozen=True)
+class SimParams:
+    """Simulation parameters, seconds.
+
+    Attributes:
+        idle_for: the continuous idle window (spec.idleFor).
+        max_run: spec.maxRunDuration (the Job's deadline).
+        repeat_after: spec.repeatAfter (0 = one-shot).
+        job: how long the background work takes when undisturbed.
+        cancel_latency: seconds from the cancel decision to the Job being gone (Δ).
+        namespace: namespace of the simulated objects.
+    """
+
+    idle_for: float = 1800.0
+    max_run: float = 1800.0
+    repeat_after: float = 0.0
+    job: float = 900.0
+    cancel_latency: float = 0.0
+    namespace: str = "sim"
+
+    def spec(self, model: str) -> dict[str, Any]:
+        """The ModelBackfill spec the simulation applies for ``model`` (Go durations)."""
+        out = {
+            "modelRef": model,
+            "templateRef": "sim-template",
+            "idleFor": format_duration(self.idle_for),
+            "maxRunDuration": format_duration(self.max_run),
+        }
+        if self.repeat_after:
+            out["repeatAfter"] = format_duration(self.repeat_after)
+        return out
+
+
+@dataclass
+class SimResult:
+    """What a simulation produced.
+
+    Attributes:
+        events: ``(position, event, idempotency_key)`` in log order (positions 1..N).
+        runs: the final run row per attempt, in admission order.
+        overlap: foreground-overlap seconds per model (Δ per foreground preemption).
+        world: the final projected world.
+    """
+
+    events: list[tuple[int, Any, str]] = field(default_factory=list)
+    runs: list[RunRow] = field(default_factory=list)
+    overlap: dict[str, float] = field(default_factory=dict)
+    world: World = field(default_factory=World)
+
+
+def backfill_name(model: str) -> str:
+    """The simulated ModelBackfill's name for ``model`` (lower-case DNS-1123)."""
+    return "bf-" + "".join(ch if ch.isalnum() else "-" for ch in model.lower())
+
+
+_NO_BACKFILL = frozenset({ev.ForegroundRequest, ev.ModelReady, ev.BackfillApplied, ev.CronJobSeen})
+
+
+def simulate(trace: Trace, params: SimParams, progress: Callable[[int], None] | None = None) -> SimResult:
+    """Run the simulation with the cyclic garbage collector paused (see :func:`_simulate`).
+
+    The projection allocates many short-lived, acyclic tuples; pausing the collector makes the
+    run about 15-40% faster (more when the process already holds large results) and is safe
+    because nothing here forms reference cycles. Re-enabled on exit, also on error.
+    """
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        return _simulate(trace, params, progress)
+    finally:
+        if was:
+            gc.enable()
+
+
+def _simulate(trace: Trace, params: SimParams, progress: Callable[[int], None] | None = None) -> SimResult:
+    """Run the projector over ``trace`` with ``params``; see the module docstring for semantics.
+
+    Args:
+        trace: per-model requests (epoch seconds, service seconds).
+        params: the declaration and the simulated cluster's timings.
+        progress: called with the number of requests processed since the last call.
+
+    Returns:
+        A :class:`SimResult`. Deterministic for the same inputs.
+    """
+    ns = params.namespace
+    job_us = round(params.job * 1e6)
+    max_us = round(params.max_run * 1e6)
+    delta_us = round(params.cancel_latency * 1e6)
+    result = SimResult()
+    log = result.events
+    world = World()
+    heap: list[tuple[int, int, int, str, Any]] = []
+    seq = 0
+    horizon: dict[str, int] = {}
+    model_of: dict[tuple[str, str], str] = {}
+    runs: dict[tuple[str, int], RunRow] = {}
+    wakes: dict[tuple[str, str], int] = {}
+    cancelled: set[tuple[str, int]] = set()
+    overlap = result.overlap
+
+    def append(event: Any, key: str | None = None) -> None:
+        nonlocal world
+        pos = len(log) + 1
+        log.append((pos, event, key or event.natural_key()))
+        before = world
+        world = fold(world, event, pos)
+        if type(event) in _NO_BACKFILL:
+            return
+        b = world.backfills.get((ns, event.backfill))
+        if b is not None and b.attempt is not None and (before.backfills.get(b.key) is None or before.backfills[b.key].attempt is not b.attempt):
+            runs[(b.uid, b.attempt.number)] = row_of(b, b.attempt)
+
+    def push(us: int, prio: int, kind: str, payload: Any) -> None:
+        nonlocal seq
+        seq += 1
+        heapq.heappush(heap, (us, prio, seq, kind, payload))
+
+    def act(now_us: int, keys) -> None:
+        now = to_dt(now_us)
+        for cmd in decide(world, now, keys):
+            t = type(cmd)
+            if t is WakeAt:
+                at = to_us(cmd.at)
+                model = model_of[cmd.key]
+                if at >= horizon[model] or wakes.get(cmd.key) == at:
+                    continue
+                wakes[cmd.key] = at
+                push(at, _WAKE, "wake", cmd.key)
+            elif t is Admit:
+                basis = world.position
+                append(
+                    ev.AttemptAdmitted(
+                        at=now, namespace=ns, backfill=cmd.key[1], cause=cmd.cause, basis=basis, uid=cmd.uid,
+                        attempt=cmd.attempt, generation=cmd.generation, job_name=cmd.job_name, model=cmd.model, node=cmd.node,
+                    )
+                )
+                append(ev.JobCreated(at=now, namespace=ns, backfill=cmd.key[1], name=cmd.job_name, uid=f"job-{cmd.job_name}"))
+                if job_us <= max_us:
+                    push(now_us + job_us, _JOB_END, "succeed", (cmd.key, cmd.attempt, cmd.job_name))
+                else:
+                    push(now_us + max_us, _JOB_END, "deadline", (cmd.key, cmd.attempt, cmd.job_name))
+            elif t is Cancel:
+                append(
+                    ev.AttemptCancelled(
+                        at=now, namespace=ns, backfill=cmd.key[1], cause=cmd.cause, basis=world.position, uid=cmd.uid,
+                        attempt=cmd.attempt, job_name=cmd.job_name, reason=cmd.reason, message=cmd.message,
+                    )
+                )
+                cancelled.add((cmd.key[1], cmd.attempt))
+                push(now_us + delta_us, _JOB_END, "gone", (cmd.key, cmd.attempt, cmd.job_name, now_us, cmd.reason))
+            elif t is Block:
+                append(ev.BackfillBlocked(at=now, namespace=ns, backfill=cmd.key[1], cause=cmd.cause, basis=world.position, reason=cmd.reason, message=cmd.message), f"sim/block/{cmd.key[1]}/{len(log)}")
+            elif t is Unblock:
+                append(ev.BackfillUnblocked(at=now, namespace=ns, backfill=cmd.key[1], cause=cmd.cause, basis=world.position), f"sim/unblock/{cmd.key[1]}/{len(log)}")
+            elif t is ReleaseFinalizer:  # pragma: no cover - nothing is deleted in a simulation
+                pass
+
+    # Set-up: the shared CronJob template, then per model at its first arrival: Ready + backfill.
+    first = min((reqs[0][0] for reqs in trace.requests.values() if reqs), default=0.0)
+    t0 = round(first * 1e6)
+    append(ev.CronJobSeen(at=to_dt(t0), namespace=ns, name="sim-template", job_template=TEMPLATE), "sim/cronjob")
+    for model, reqs in trace.requests.items():
+        if not reqs:
+            continue
+        key = (ns, backfill_name(model))
+        model_of[key] = model
+        horizon[model] = round(reqs[-1][0] * 1e6)
+        push(round(reqs[0][0] * 1e6), _ARRIVAL, "setup", model)
+        for i, (t, d) in enumerate(reqs):
+            push(round(t * 1e6), _ARRIVAL, "arrival", (model, i, d))
+
+    done = 0
+    while heap:
+        now_us, _prio, _seq, kind, payload = heapq.heappop(heap)
+        if kind == "arrival":
+            model, i, d = payload
+            now = to_dt(now_us)
+            e = ev.ForegroundRequest(
+                at=now, namespace=ns, model=model, source="trace", busy_until=to_dt(now_us + round(d * 1e6)) if d else None
+            )
+            append(e, f"trace/{ns}/{model}/{i}")
+            act(now_us, world.backfills_of_model(ns, model))
+            done += 1
+            if progress is not None and done % 2000 == 0:
+                progress(2000)
+        elif kind == "wake":
+            if wakes.get(payload) == now_us:
+                del wakes[payload]
+                act(now_us, (payload,))
+        elif kind == "succeed" or kind == "deadline":
+            key, attempt, name = payload
+            if (key[1], attempt) in cancelled:
+                continue  # the arrival preempted it first
+            now = to_dt(now_us)
+            if kind == "succeed":
+                append(ev.JobSucceeded(at=now, namespace=ns, backfill=key[1], name=name, uid=f"job-{name}"))
+            else:
+                append(ev.JobFailed(at=now, namespace=ns, backfill=key[1], name=name, uid=f"job-{name}", reason="DeadlineExceeded"))
+            act(now_us, (key,))
+        elif kind == "gone":
+            key, attempt, name, cancel_us, reason = payload
+            append(ev.JobDeleted(at=to_dt(now_us), namespace=ns, backfill=key[1], name=name, uid=f"job-{name}"))
+            if reason == FOREGROUND_DEMAND:
+                model = model_of[key]
+                overlap[model] = overlap.get(model, 0.0) + (now_us - cancel_us) / 1e6
+            act(now_us, (key,))
+        elif kind == "setup":
+            model = payload
+            now = to_dt(now_us)
+            name = backfill_name(model)
+            append(ev.ModelReady(at=now, namespace=ns, model=model, node=""), f"sim/ready/{model}")
+            append(
+                ev.BackfillApplied(at=now, namespace=ns, name=name, uid=f"uid-{name}", generation=1, spec=params.spec(model)),
+                f"sim/applied/{name}",
+            )
+    if progress is not None:
+        progress(done % 2000)
+    result.runs = sorted(runs.values(), key=lambda r: (r.admitted_at, r.backfill, r.attempt))
+    result.world = world
+    return result
