@@ -244,17 +244,20 @@ def replay(
     _, engine = _store(database_url, schema)
     es = EventStore(engine)
     auditor = Auditor(backfill=key)  # type: ignore[arg-type]
+    from .core.perf import paused_gc
+
     t0 = time.perf_counter()
     n = 0
     try:
-        for batch in es.read_batches(0, batch_size=20000):
-            try:
-                events = decode_many([(r.type, r.version, r.data) for r in batch])
-            except EventDecodeError as exc:
-                raise CLIError(f"schema {schema}: {exc}") from None
-            for r, e in zip(batch, events):
-                auditor.feed(r.position, e)
-            n += len(batch)
+        with paused_gc():
+            for batch in es.read_batches(0, batch_size=20000):
+                try:
+                    events = decode_many([(r.type, r.version, r.data) for r in batch])
+                except EventDecodeError as exc:
+                    raise CLIError(f"schema {schema}: {exc}") from None
+                for r, e in zip(batch, events):
+                    auditor.feed(r.position, e)
+                n += len(batch)
     except Exception as exc:  # database errors: one line
         if isinstance(exc, CLIError):
             raise

@@ -24,7 +24,6 @@ log, so ``replay`` over the stored run sees exactly these decisions.
 
 from __future__ import annotations
 
-import gc
 import heapq
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -36,6 +35,7 @@ from ..core.projector import FOREGROUND_DEMAND, affected, decide, fold
 from ..core.runs import RunRow, row_of
 from ..core.state import World
 from ..core.durations import format_duration
+from ..core.perf import paused_gc
 from .traces import Trace
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -127,19 +127,10 @@ _NO_BACKFILL = frozenset({ev.ForegroundRequest, ev.ModelReady, ev.BackfillApplie
 
 
 def simulate(trace: Trace, params: SimParams, progress: Callable[[int], None] | None = None) -> SimResult:
-    """Run the simulation with the cyclic garbage collector paused (see :func:`_simulate`).
-
-    The projection allocates many short-lived, acyclic tuples; pausing the collector makes the
-    run about 15-40% faster (more when the process already holds large results) and is safe
-    because nothing here forms reference cycles. Re-enabled on exit, also on error.
-    """
-    was = gc.isenabled()
-    gc.disable()
-    try:
+    """Run the simulation (see :func:`_simulate`) with the cyclic collector paused
+    (:func:`backfill.core.perf.paused_gc`: 15-40% faster, safe since nothing here forms cycles)."""
+    with paused_gc():
         return _simulate(trace, params, progress)
-    finally:
-        if was:
-            gc.enable()
 
 
 def _simulate(trace: Trace, params: SimParams, progress: Callable[[int], None] | None = None) -> SimResult:

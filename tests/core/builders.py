@@ -1,0 +1,75 @@
+"""Small builders for projector tests: a clock in seconds and a log that folds as it grows."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from backfill.core import events as ev
+from backfill.core.projector import decide, fold
+from backfill.core.state import World
+
+T0 = datetime(2026, 1, 5, 12, 0, tzinfo=timezone.utc)
+NS = "flexinfer-system"
+TEMPLATE = {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}}}
+
+
+def t(seconds: float) -> datetime:
+    """T0 + seconds."""
+    return T0 + timedelta(seconds=seconds)
+
+
+class Log:
+    """An event log folded as it grows; ``world`` is the projection, ``events`` the (pos, event) list."""
+
+    def __init__(self) -> None:
+        self.world = World()
+        self.events: list[tuple[int, object]] = []
+
+    def add(self, event) -> "Log":
+        pos = len(self.events) + 1
+        self.events.append((pos, event))
+        self.world = fold(self.world, event, pos)
+        return self
+
+    def decide(self, at: float, keys=None):
+        return decide(self.world, t(at), keys)
+
+    # shorthands -------------------------------------------------------------------------
+    def ready(self, at=0, model="m", node="n1", shared=""):
+        return self.add(ev.ModelReady(at=t(at), namespace=NS, model=model, node=node, shared=shared))
+
+    def not_ready(self, at, model="m", node="n1"):
+        return self.add(ev.ModelNotReady(at=t(at), namespace=NS, model=model, phase="Loading", node=node))
+
+    def cronjob(self, at=0, name="cj", template=None):
+        return self.add(ev.CronJobSeen(at=t(at), namespace=NS, name=name, job_template=template or TEMPLATE))
+
+    def apply(self, at=0, name="b", model="m", gen=1, uid="u1", **spec):
+        s = {"modelRef": model, "templateRef": "cj", "idleFor": "10m", "maxRunDuration": "15m"}
+        s.update(spec)
+        return self.add(ev.BackfillApplied(at=t(at), namespace=NS, name=name, uid=uid, generation=gen, spec=s))
+
+    def request(self, at, model="m", busy=None):
+        return self.add(
+            ev.ForegroundRequest(at=t(at), namespace=NS, model=model, busy_until=t(busy) if busy is not None else None)
+        )
+
+    def admit(self, cmd, at):
+        return self.add(
+            ev.AttemptAdmitted(
+                at=t(at), namespace=cmd.key[0], backfill=cmd.key[1], cause=cmd.cause, uid=cmd.uid, attempt=cmd.attempt,
+                generation=cmd.generation, job_name=cmd.job_name, model=cmd.model, node=cmd.node,
+            )
+        )
+
+    def cancel(self, cmd, at):
+        return self.add(
+            ev.AttemptCancelled(
+                at=t(at), namespace=cmd.key[0], backfill=cmd.key[1], cause=cmd.cause, uid=cmd.uid, attempt=cmd.attempt,
+                job_name=cmd.job_name, reason=cmd.reason, message=cmd.message,
+            )
+        )
+
+    def job(self, kind, name, at, backfill="b", **kw):
+        cls = getattr(ev, kind)
+        return self.add(cls(at=t(at), namespace=NS, backfill=backfill, name=name, uid=f"uid-{name}", **kw))

@@ -1,0 +1,295 @@
+"""Scenario table for the projector: every phase and reason of the seed, values computed by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from backfill.core import events as ev
+from backfill.core.commands import Admit, Block, Cancel, CreateJob, DeleteJob, ReleaseFinalizer, Unblock, WakeAt
+from backfill.core.projector import RETRY_SECONDS
+from backfill.core.status import status_of
+from backfill.core.timefmt import rfc3339
+
+from .builders import NS, Log, t
+
+KEY = (NS, "b")
+GPU_TEMPLATE = {
+    "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}
+}
+
+
+def base(**spec) -> Log:
+    return Log().ready(0).cronjob(0).apply(0, **spec)
+
+
+def kinds(cmds):
+    return [type(c).__name__ for c in cmds]
+
+
+def phase(log: Log, at: float) -> tuple[str, str]:
+    s = status_of(log.world, KEY, t(at))
+    return s["phase"], s["reason"]
+
+
+def running(log: Log, admit_at: float = 600) -> tuple[Log, Admit]:
+    """Admit at ``admit_at`` and observe the Job: phase Running."""
+    (cmd,) = [c for c in log.decide(admit_at) if isinstance(c, Admit)]
+    log.admit(cmd, admit_at).job("JobCreated", cmd.job_name, admit_at)
+    assert phase(log, admit_at) == ("Running", "JobActive")
+    return log, cmd
+
+
+# --------------------------------------------------------------------------- WaitingForIdle
+
+
+def test_waits_for_the_full_idle_window_then_admits_at_idle_since_plus_idle_for():
+    log = base()  # Ready at 0, idleFor 10m
+    log.request(100, busy=130)  # busy until 130 -> due at 730
+    assert kinds(log.decide(729)) == ["WakeAt"]
+    assert log.decide(729)[0].at == t(730)
+    assert phase(log, 729) == ("WaitingForIdle", "IdleWindow")
+    assert status_of(log.world, KEY, t(729))["idleSince"] == rfc3339(t(130))
+    (admit,) = log.decide(730)
+    assert isinstance(admit, Admit)
+    assert (admit.attempt, admit.model, admit.node, admit.cause) == (1, "m", "n1", 4)
+    assert admit.job_name.startswith("b-") and admit.job_name.endswith("-1")
+
+
+def test_any_foreground_request_resets_idle_since():
+    log = base().request(100)
+    log.request(500)  # inside the window: restarts it
+    assert log.decide(700)[0] == WakeAt(KEY, t(1100))
+
+
+def test_model_not_ready_waits_with_reason():
+    log = Log().not_ready(0).cronjob(0).apply(0)
+    assert kinds(log.decide(5000)) == []
+    assert phase(log, 5000) == ("WaitingForIdle", "ModelNotReady")
+
+
+def test_idle_window_starts_when_the_model_becomes_ready():
+    log = Log().not_ready(0).cronjob(0).apply(0).ready(1000)
+    assert log.decide(1000)[0] == WakeAt(KEY, t(1600))
+
+
+# --------------------------------------------------------------------------- Starting / Running
+
+
+def test_starting_until_the_job_is_observed_and_create_is_retried():
+    log = base()
+    (cmd,) = log.decide(600)
+    log.admit(cmd, 600)
+    assert phase(log, 600) == ("Starting", "Admitted")
+    assert kinds(log.decide(600)) == ["WakeAt"]
+    assert log.decide(600 + RETRY_SECONDS) [0] == CreateJob(KEY, 1, cmd.job_name)
+    log.job("JobCreated", cmd.job_name, 601)
+    assert phase(log, 601) == ("Running", "JobActive")
+    assert status_of(log.world, KEY, t(601))["jobName"] == cmd.job_name
+    assert status_of(log.world, KEY, t(601))["conditions"][0]["status"] == "True"
+
+
+# --------------------------------------------------------------------------- Cancelling
+
+
+def test_foreground_demand_cancels_and_retry_needs_a_fresh_window():
+    log, admit = running(base())
+    log.request(700)
+    (cancel,) = log.decide(700)
+    assert isinstance(cancel, Cancel)
+    assert (cancel.reason, cancel.attempt, cancel.cause) == ("ForegroundDemand", 1, len(log.events))
+    log.cancel(cancel, 700)
+    assert phase(log, 700) == ("Cancelling", "ForegroundDemand")
+    log.job("JobDeleted", admit.job_name, 702)
+    a = log.world.backfills[KEY].attempt
+    assert (a.result, a.end_reason) == ("preempted", "ForegroundDemand")
+    assert phase(log, 702) == ("WaitingForIdle", "IdleWindow")
+    # a fresh full window from the request at 700
+    assert log.decide(1299)[0] == WakeAt(KEY, t(1300))
+    assert log.decide(1300)[0].attempt == 2
+
+
+def test_delete_is_retried_while_cancelling():
+    log, admit = running(base())
+    log.request(700)
+    (cancel,) = log.decide(700)
+    log.cancel(cancel, 700)
+    assert kinds(log.decide(710)) == ["WakeAt"]
+    assert log.decide(700 + RETRY_SECONDS)[0] == DeleteJob(KEY, admit.job_name)
+
+
+@pytest.mark.parametrize(
+    "make, reason",
+    [
+        (lambda log: log.add(ev.GamingIntentStarted(at=t(700), namespace=NS, session="g", node="n1")), "GamingIntent"),
+        (lambda log: log.add(ev.GPULeaseActive(at=t(700), namespace=NS, lease="l", node="n1")), "GPULeaseActive"),
+        (lambda log: log.apply(700, gen=2, suspend=True), "Suspended"),
+        (lambda log: log.apply(700, gen=2, idleFor="20m"), "SpecChanged"),
+        (lambda log: log.add(ev.BackfillDeleting(at=t(700), namespace=NS, name="b", uid="u1")), "Deleted"),
+        (lambda log: log.not_ready(700), "ModelNotReady"),
+        (lambda log: log.ready(700, node="n2"), "NodeChanged"),
+    ],
+)
+def test_each_cancel_condition_cancels_with_its_reason(make, reason):
+    log, _ = running(base())
+    make(log)
+    cancels = [c for c in log.decide(700) if isinstance(c, Cancel)]
+    assert [c.reason for c in cancels] == [reason]
+
+
+def test_gaming_session_elsewhere_or_expired_does_not_cancel():
+    log, _ = running(base())
+    log.add(ev.GamingIntentStarted(at=t(700), namespace=NS, session="g", node="other"))
+    log.add(ev.GamingIntentStarted(at=t(700), namespace=NS, session="h", node="n1", expires_at=t(650)))
+    assert not [c for c in log.decide(701) if isinstance(c, Cancel)]
+
+
+def test_lease_on_the_shared_group_cancels():
+    log = Log().ready(0, shared="grp").cronjob(0).apply(0)
+    log, _ = running(log)
+    log.add(ev.GPULeaseActive(at=t(700), namespace=NS, lease="l", node="elsewhere", group="grp"))
+    assert [c.reason for c in log.decide(700) if isinstance(c, Cancel)] == ["GPULeaseActive"]
+
+
+def test_gate_end_restarts_the_idle_window_and_expiry_wakes():
+    log = base()
+    log.add(ev.GamingIntentStarted(at=t(100), namespace=NS, session="g", node="n1", expires_at=t(2000)))
+    cmds = log.decide(1000)
+    assert cmds == [WakeAt(KEY, t(2000))]
+    assert phase(log, 1000) == ("WaitingForIdle", "GamingIntent")
+    # expired at 2000 -> a full window from then
+    assert log.decide(2000)[0] == WakeAt(KEY, t(2600))
+    log.add(ev.GamingIntentEnded(at=t(2100), namespace=NS, session="g"))
+    assert log.decide(2600)[0].attempt == 1
+
+
+def test_contender_gate_one_active_backfill_per_model():
+    log = base().apply(0, name="b2", uid="u2")
+    cmds = log.decide(600)
+    admits = [c for c in cmds if isinstance(c, Admit)]
+    assert [c.key for c in admits] == [KEY]  # sorted keys, first wins
+    log.admit(admits[0], 600)
+    assert phase(log, 600) == ("Starting", "Admitted")
+    s = status_of(log.world, (NS, "b2"), t(600))
+    assert (s["phase"], s["reason"]) == ("WaitingForIdle", "ConcurrentBackfill")
+
+
+def test_contender_gate_one_active_backfill_per_node():
+    log = Log().ready(0, model="m", node="n1").ready(0, model="m2", node="n1").cronjob(0)
+    log.apply(0, name="b", model="m").apply(0, name="b2", model="m2", uid="u2")
+    admits = [c for c in log.decide(600) if isinstance(c, Admit)]
+    assert [c.key for c in admits] == [KEY]
+
+
+# --------------------------------------------------------------------------- Succeeded / Failed
+
+
+def test_one_shot_success_is_terminal():
+    log, admit = running(base())
+    log.job("JobSucceeded", admit.job_name, 900)
+    assert phase(log, 900) == ("Succeeded", "Completed")
+    assert log.decide(100000) == []
+    st = status_of(log.world, KEY, t(900))
+    assert st["completionTime"] == rfc3339(t(900)) and st["conditions"][0]["status"] == "True"
+
+
+def test_repeat_after_sets_next_run_time_then_readmits():
+    log, admit = running(base(repeatAfter="1h"))
+    log.job("JobSucceeded", admit.job_name, 900)
+    st = status_of(log.world, KEY, t(1000))
+    assert (st["phase"], st["reason"], st["nextRunTime"]) == ("Succeeded", "RepeatScheduled", rfc3339(t(4500)))
+    assert log.decide(1000) == [WakeAt(KEY, t(4500))]
+    assert log.decide(4500)[0].attempt == 2
+
+
+def test_repeat_due_but_window_incomplete_waits_with_repeat_due():
+    log, admit = running(base(repeatAfter="1h"))
+    log.job("JobSucceeded", admit.job_name, 900)
+    log.request(4400)
+    assert phase(log, 4500) == ("WaitingForIdle", "RepeatDue")
+    assert log.decide(4500) == [WakeAt(KEY, t(5000))]
+
+
+def test_failure_is_terminal_until_the_spec_changes():
+    log, admit = running(base(repeatAfter="1h"))
+    log.job("JobFailed", admit.job_name, 800, reason="BackoffLimitExceeded")
+    assert phase(log, 800) == ("Failed", "BackoffLimitExceeded")
+    assert log.decide(100000) == []
+    log.apply(100000, gen=2, repeatAfter="1h", idleFor="11m")
+    assert log.decide(100000)[0].attempt == 2
+
+
+def test_deadline_exceeded_is_a_failure():
+    log, admit = running(base())
+    log.job("JobFailed", admit.job_name, 1500, reason="DeadlineExceeded")
+    assert log.world.backfills[KEY].attempt.result == "deadline_exceeded"
+    assert phase(log, 1500) == ("Failed", "DeadlineExceeded")
+
+
+# --------------------------------------------------------------------------- Suspended / Blocked / deletion
+
+
+def test_suspended():
+    log = base(suspend=True)
+    assert log.decide(5000) == []
+    assert phase(log, 5000) == ("Suspended", "Suspended")
+
+
+@pytest.mark.parametrize(
+    "spec, reason",
+    [
+        ({"env": {"1BAD": "x"}}, "InvalidEnvironment"),
+        ({"env": {"FLEXINFER_WORKLOAD_CLASS": "foreground"}}, "InvalidEnvironment"),
+        ({"env": {f"V{i}": "x" for i in range(33)}}, "InvalidEnvironment"),
+        ({"repeatAfter": "30s"}, "InvalidRepeatAfter"),
+        ({"idleFor": "1d"}, "InvalidSpec"),
+        ({"modelRef": ""}, "InvalidSpec"),
+    ],
+)
+def test_invalid_spec_blocks(spec, reason):
+    log = base(**spec)
+    (block,) = log.decide(5000)
+    assert isinstance(block, Block) and block.reason == reason
+    log.add(ev.BackfillBlocked(at=t(5000), namespace=NS, backfill="b", reason=block.reason, message=block.message))
+    assert log.decide(5001) == []  # recorded once
+    assert phase(log, 5001) == ("Blocked", reason)
+
+
+def test_template_not_found_then_unblocked_when_the_cronjob_appears():
+    log = Log().ready(0).apply(0)
+    (block,) = log.decide(10)
+    assert block.reason == "TemplateNotFound"
+    log.add(ev.BackfillBlocked(at=t(10), namespace=NS, backfill="b", reason=block.reason, message=block.message))
+    log.cronjob(20)
+    cmds = log.decide(600)
+    assert kinds(cmds) == ["Unblock", "Admit"]
+
+
+def test_gpu_template_and_missing_model_block():
+    log = Log().cronjob(0, template=GPU_TEMPLATE).ready(0).apply(0)
+    (block,) = log.decide(10)
+    assert block.reason == "GPURequestForbidden" and "nvidia.com/gpu=1" in block.message
+    log2 = Log().cronjob(0).apply(0)
+    assert log2.decide(10)[0].reason == "ModelNotFound"
+
+
+def test_deletion_without_a_job_releases_the_finalizer_and_deleted_object_disappears():
+    log = base().add(ev.BackfillDeleting(at=t(5), namespace=NS, name="b", uid="u1"))
+    assert log.decide(5) == [ReleaseFinalizer(KEY, "u1")]
+    log.add(ev.BackfillDeleted(at=t(6), namespace=NS, name="b", uid="u1"))
+    assert KEY not in log.world.backfills and log.decide(7) == []
+
+
+def test_job_events_of_other_jobs_are_ignored():
+    log, admit = running(base())
+    before = log.world.backfills[KEY]
+    log.job("JobSucceeded", "someone-elses-job", 700)
+    assert log.world.backfills[KEY] == before
+
+
+def test_unblock_is_emitted_once_blocking_clears():
+    log = Log().ready(0).apply(0, env={"BAD NAME": "x"})
+    (block,) = log.decide(1)
+    log.add(ev.BackfillBlocked(at=t(1), namespace=NS, backfill="b", reason=block.reason, message=block.message))
+    log.cronjob(2).apply(3, gen=2)
+    assert kinds(log.decide(4)) == ["Unblock", "WakeAt"]
+    assert isinstance(log.decide(4)[0], Unblock)

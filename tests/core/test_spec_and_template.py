@@ -1,0 +1,146 @@
+"""Spec contract, Go durations and the Job copied from a CronJob template."""
+
+from __future__ import annotations
+
+import pytest
+
+from backfill.core.durations import DurationError, format_duration, parse_duration
+from backfill.core.jobtemplate import build_job, gpu_requests, job_name
+from backfill.core.spec import Spec, SpecProblem, parse_spec
+
+
+@pytest.mark.parametrize(
+    "text, seconds",
+    [("90s", 90), ("30m", 1800), ("1h30m", 5400), ("24h", 86400), ("0", 0), ("1.5h", 5400), ("500ms", 0.5), ("2h0m0s", 7200)],
+)
+def test_go_durations(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "5", "1d", "1w", "-5m", "1h 30m", "m", "abc", "1.2.3s", " 5m"])
+def test_bad_durations(text):
+    with pytest.raises(DurationError):
+        parse_duration(text)
+
+
+def test_format_duration_round_trips():
+    for s in (0, 1, 59, 60, 90, 3600, 5400, 86400, 93784):
+        assert parse_duration(format_duration(s)) == s
+    assert format_duration(5400) == "1h30m0s"
+
+
+def test_defaults_and_valid_spec():
+    spec = parse_spec({"modelRef": "m", "templateRef": "t", "env": {"B": "2", "A": "1"}})
+    assert spec == Spec("m", "t", idle_for=600, max_run=1800, repeat_after=0, env=(("A", "1"), ("B", "2")), suspend=False)
+    zero = parse_spec({"modelRef": "m", "templateRef": "t", "idleFor": "0s", "maxRunDuration": "0", "repeatAfter": "0s"})
+    assert (zero.idle_for, zero.max_run, zero.repeat_after) == (600, 1800, 0)
+    assert parse_spec({"modelRef": "m", "templateRef": "t", "repeatAfter": "1m"}).repeat_after == 60
+
+
+@pytest.mark.parametrize(
+    "raw, reason, fragment",
+    [
+        ({"templateRef": "t"}, "InvalidSpec", "modelRef is required"),
+        ({"modelRef": "m", "templateRef": 5}, "InvalidSpec", "templateRef"),
+        ({"modelRef": "m", "templateRef": "t", "idleFor": "-1m"}, "InvalidSpec", "negative"),
+        ({"modelRef": "m", "templateRef": "t", "maxRunDuration": 30}, "InvalidSpec", "needs a unit"),
+        ({"modelRef": "m", "templateRef": "t", "repeatAfter": "59s"}, "InvalidRepeatAfter", "at least 1m"),
+        ({"modelRef": "m", "templateRef": "t", "suspend": "yes"}, "InvalidSpec", "suspend"),
+        ({"modelRef": "m", "templateRef": "t", "env": {"A=B": "x"}}, "InvalidEnvironment", "'A=B'"),
+        ({"modelRef": "m", "templateRef": "t", "env": {"X": 1}}, "InvalidEnvironment", "literal string"),
+        ({"modelRef": "m", "templateRef": "t", "env": {"FLEXINFER_WORKLOAD_CLASS": "background"}}, "InvalidEnvironment", "reserves"),
+        ({"modelRef": "m", "templateRef": "t", "env": {f"V{i}": "" for i in range(33)}}, "InvalidEnvironment", "33 entries"),
+        (None, "InvalidSpec", "object"),
+    ],
+)
+def test_spec_problems(raw, reason, fragment):
+    p = parse_spec(raw)
+    assert isinstance(p, SpecProblem) and p.reason == reason and fragment in p.message
+
+
+def test_32_env_entries_are_fine():
+    assert isinstance(parse_spec({"modelRef": "m", "templateRef": "t", "env": {f"V{i}": "" for i in range(32)}}), Spec)
+
+
+TEMPLATE = {
+    "metadata": {"labels": {"app": "gauntlet"}, "annotations": {"a": "b"}, "generateName": "x-", "uid": "u", "resourceVersion": "9"},
+    "spec": {
+        "backoffLimit": 0,
+        "template": {
+            "spec": {
+                "initContainers": [{"name": "init", "image": "i"}],
+                "containers": [
+                    {
+                        "name": "one",
+                        "image": "x",
+                        "env": [
+                            {"name": "MODELS", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}},
+                            {"name": "KEEP", "value": "k"},
+                        ],
+                    },
+                    {"name": "two", "image": "y"},
+                ],
+            }
+        },
+    },
+}
+
+
+def test_build_job_copies_the_template_and_applies_the_contract():
+    spec = parse_spec({"modelRef": "m", "templateRef": "t", "maxRunDuration": "15m", "env": {"MODELS": "gemma=vllm", "GAUNTLET_API": "chat"}})
+    job = build_job(TEMPLATE, namespace="ns", backfill="bf", backfill_uid="uid-1", attempt=3, spec=spec)
+    meta = job["metadata"]
+    assert meta["name"] == job_name("bf", "uid-1", 3) and meta["name"].endswith("-3")
+    assert meta["labels"]["app"] == "gauntlet" and meta["annotations"] == {"a": "b"}
+    assert not {"generateName", "uid", "resourceVersion"} & set(meta)
+    assert meta["ownerReferences"] == [
+        {"apiVersion": "ai.flexinfer/v1alpha2", "kind": "ModelBackfill", "name": "bf", "uid": "uid-1", "controller": True, "blockOwnerDeletion": True}
+    ]
+    assert job["spec"]["activeDeadlineSeconds"] == 900 and job["spec"]["backoffLimit"] == 0
+    one, two = job["spec"]["template"]["spec"]["containers"]
+    assert one["env"] == [
+        {"name": "MODELS", "value": "gemma=vllm"},
+        {"name": "KEEP", "value": "k"},
+        {"name": "GAUNTLET_API", "value": "chat"},
+        {"name": "FLEXINFER_WORKLOAD_CLASS", "value": "background"},
+    ]
+    assert two["env"] == [
+        {"name": "GAUNTLET_API", "value": "chat"},
+        {"name": "MODELS", "value": "gemma=vllm"},
+        {"name": "FLEXINFER_WORKLOAD_CLASS", "value": "background"},
+    ]
+    (init,) = job["spec"]["template"]["spec"]["initContainers"]
+    assert init["env"] == [{"name": "FLEXINFER_WORKLOAD_CLASS", "value": "background"}]
+    # the template itself is untouched
+    assert TEMPLATE["spec"]["template"]["spec"]["containers"][0]["env"][0] == {"name": "MODELS", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}
+
+
+def test_job_names_are_deterministic_and_bounded():
+    long = "x" * 80
+    assert job_name(long, "u", 12) == job_name(long, "u", 12)
+    assert len(job_name(long, "u", 12)) <= 63
+    assert job_name("b", "u1", 1) != job_name("b", "u2", 1)
+
+
+@pytest.mark.parametrize(
+    "resources, found",
+    [
+        ({"limits": {"nvidia.com/gpu": "1"}}, ["c: limits nvidia.com/gpu=1"]),
+        ({"requests": {"amd.com/gpu": 2}}, ["c: requests amd.com/gpu=2"]),
+        ({"requests": {"gpu.intel.com/i915": "1"}}, ["c: requests gpu.intel.com/i915=1"]),
+        ({"limits": {"nvidia.com/mig-1g.5gb": "1"}}, ["c: limits nvidia.com/mig-1g.5gb=1"]),
+        ({"limits": {"nvidia.com/gpu": "0"}}, []),
+        ({"requests": {"cpu": "2", "memory": "1Gi"}}, []),
+    ],
+)
+def test_gpu_guard(resources, found):
+    tpl = {"spec": {"template": {"spec": {"containers": [{"name": "c", "resources": resources}]}}}}
+    assert gpu_requests(tpl) == found
+    if found:
+        with pytest.raises(ValueError, match="GPU resources are forbidden"):
+            build_job(tpl, namespace="n", backfill="b", backfill_uid="u", attempt=1, spec=Spec("m", "t"))
+
+
+def test_gpu_in_an_init_container_counts():
+    tpl = {"spec": {"template": {"spec": {"initContainers": [{"name": "i", "resources": {"limits": {"nvidia.com/gpu": 1}}}], "containers": [{"name": "c"}]}}}}
+    assert gpu_requests(tpl) == ["i: limits nvidia.com/gpu=1"]

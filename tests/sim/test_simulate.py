@@ -1,0 +1,149 @@
+"""``simulate`` on the real Alibaba trace against an independent oracle, then ``replay`` over it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from backfill.cli import main
+from backfill.sim.traces import read_trace
+
+from .oracle import busy_spans, oracle
+
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "traces"
+ALIBABA = DATA / "alibaba-genai-2026" / "lora_request_trace.csv"
+AZURE = DATA / "azure-llm-2023" / "AzureLLMInferenceTrace_code.csv"
+
+
+def _rows_for(path: Path, model: str) -> list[tuple[float, float]]:
+    """Read M0002's requests with the csv module only (independent of the project's reader)."""
+    import csv
+    from datetime import datetime, timezone
+
+    out = []
+    with path.open(newline="") as fh:
+        for row in csv.DictReader(fh):
+            if row["checkpoint_model_version_id"] == model:
+                t = datetime.strptime(row["gmt_create"], "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
+                out.append((t, float(row["exec_time_seconds"] or 0)))
+    return out
+
+
+@pytest.fixture(scope="module")
+def m0002_expected():
+    reqs = _rows_for(ALIBABA, "M0002")
+    assert len(reqs) == 8234  # shared/data/README.md
+    return oracle(reqs, idle_for=1800, job=900, repeat_after=60, max_run=1800)
+
+
+def test_oracle_agrees_with_the_data_readme():
+    # README: "the busiest model (M0002, 8,234 requests) has 134 such windows" (gaps > 30 min)
+    spans = busy_spans(_rows_for(ALIBABA, "M0002"))
+    assert sum(1 for a, b in zip(spans, spans[1:]) if b[0] - a[1] > 1800) == 134
+
+
+def test_simulate_m0002_matches_the_oracle_and_replays_clean(pg_url, capsys, m0002_expected):
+    schema = "sim_m0002"
+    args = [
+        "simulate", "--trace", str(ALIBABA), "--format", "alibaba-genai", "--model", "M0002",
+        "--idle-for", "30m", "--job", "15m", "--repeat-after", "1m", "--cancel-latency", "0s", "--max-run", "30m",
+        "--database-url", pg_url, "--schema", schema, "--json",
+    ]
+    assert main(args) == 0
+    rows = {r["model"]: r for r in json.loads(capsys.readouterr().out)}
+    got = rows["M0002"]
+    exp = m0002_expected
+    assert (got["attempts"], got["succeeded"], got["preempted"], got["deadline_exceeded"]) == (
+        exp["attempts"], exp["succeeded"], exp["preempted"], exp["deadline"]
+    )
+    assert got["useful"] == pytest.approx(exp["useful"])
+    assert got["wasted"] == pytest.approx(exp["wasted"])
+    assert got["idle_windows"] == exp["windows"] == 134
+    # The stored run rows agree too.
+    assert main(["runs", "--database-url", pg_url, "--schema", schema, "-o", "json", "--result", "succeeded"]) == 0
+    stored = json.loads(capsys.readouterr().out)
+    assert len(stored) == exp["succeeded"]
+    assert sum(r["running_seconds"] for r in stored) == pytest.approx(exp["useful"])
+    # Replay re-derives every recorded decision.
+    assert main(["replay", "--database-url", pg_url, "--schema", schema, "--limit", "0"]) == 0
+    assert "no divergence" in capsys.readouterr().out
+
+
+def test_cancel_latency_becomes_overlap_and_waste(m0002_expected):
+    from backfill.sim.cluster import SimParams, simulate
+    from backfill.sim.report import summarize
+
+    trace = read_trace(ALIBABA, "alibaba-genai").filtered(["M0002"])
+    params = SimParams(idle_for=1800, job=900, repeat_after=60, cancel_latency=6)
+    (rep,) = summarize(trace, params, simulate(trace, params))
+    exp = oracle(_rows_for(ALIBABA, "M0002"), 1800, 900, 60, 1800, delta=6)
+    assert (rep.preempted, rep.overlap, rep.wasted) == (exp["preempted"], pytest.approx(exp["overlap"]), pytest.approx(exp["wasted"]))
+    assert rep.overlap == pytest.approx(6 * rep.preempted)
+
+
+def test_deadline_exceeded_when_the_job_outlasts_max_run():
+    from backfill.sim.cluster import SimParams, simulate
+    from backfill.sim.report import summarize
+
+    trace = read_trace(ALIBABA, "alibaba-genai").filtered(["M0002"])
+    params = SimParams(idle_for=1800, job=3600, max_run=1200, repeat_after=0)
+    (rep,) = summarize(trace, params, simulate(trace, params))
+    exp = oracle(_rows_for(ALIBABA, "M0002"), 1800, 3600, 0, 1200)
+    assert (rep.attempts, rep.deadline_exceeded, rep.preempted) == (exp["attempts"], exp["deadline"], exp["preempted"])
+    assert rep.deadline_exceeded == 1  # then Failed: terminal
+
+
+def test_dense_azure_trace_never_admits_with_a_long_window():
+    from backfill.sim.cluster import SimParams, simulate
+
+    trace = read_trace(AZURE, "azure-llm")
+    result = simulate(trace, SimParams(idle_for=300, job=60))  # longest gap is 217 s
+    assert trace.count == 8819 and result.runs == []
+
+
+def test_bad_trace_rows_give_one_line_errors_and_nothing_stored(tmp_path, pg_url, capsys):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("model,timestamp,duration_s\nm,2024-01-01T00:00:00Z,1\nm,not-a-time,2\n")
+    code = main(["simulate", "--trace", str(bad), "--format", "csv", "--database-url", pg_url, "--schema", "sim_bad"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert err == [f"backfill: error: {bad}:3: bad timestamp 'not-a-time'"]
+    neg = tmp_path / "neg.csv"
+    neg.write_text("model,timestamp,duration_s\nm,2024-01-01T00:00:00Z,-1\n")
+    assert main(["simulate", "--trace", str(neg), "--format", "csv", "--no-store"]) == 2
+    assert ":2: service time must be a finite number >= 0" in capsys.readouterr().err
+    # nothing was written: the schema was never created
+    import sqlalchemy as sa
+
+    from backfill.store import make_engine
+
+    with make_engine(pg_url, "public").connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM information_schema.schemata WHERE schema_name = 'sim_bad'")).scalar() == 0
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--idle-for", "10 minutes"], "--idle-for: invalid duration"),
+        (["--repeat-after", "30s"], "--repeat-after must be 0 (one-shot) or at least 1m"),
+        (["--job", "-5m"], "--job: duration '-5m' is negative"),
+        (["--format", "parquet"], "--format"),
+        (["--model", "nope"], "no requests for model(s) nope"),
+    ],
+)
+def test_bad_arguments_are_one_line_errors(args, fragment, capsys):
+    assert main(["simulate", "--no-store", *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("backfill: error:") and fragment in err[0]
+
+
+def test_synthetic_default_is_seeded_and_reproducible(capsys):
+    assert main(["simulate", "--no-store", "--json", "--days", "1"]) == 0
+    first = capsys.readouterr().out
+    assert main(["simulate", "--no-store", "--json", "--days", "1"]) == 0
+    assert capsys.readouterr().out == first
+    rows = json.loads(first)
+    assert [r["model"] for r in rows] == ["syn-0", "syn-1", "syn-2", "syn-3", "TOTAL"]
+    assert rows[-1]["requests"] > 100
