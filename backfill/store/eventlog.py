@@ -1,0 +1,409 @@
+"""The append-only event log on PostgreSQL.
+
+Ordering guarantee (what makes tailing safe)
+--------------------------------------------
+A reader that has seen every event up to position ``p`` and then asks for ``position > p`` must
+never miss an event that commits later with a smaller position. Sequences alone do not give
+that: two transactions can take positions 7 and 8 and commit as 8 then 7. Every append therefore
+takes the log's write lock before it reserves positions and holds it until commit, so appends
+are serialized and positions become visible in order. The write lock is a transaction-level
+advisory lock, ``pg_advisory_xact_lock(1650879591, hashtext(<schema>))`` (one per schema):
+unlike ``LOCK TABLE events IN EXCLUSIVE MODE`` it never conflicts with (auto)vacuum, and like it
+it never blocks readers (``read``, ``head``). A rolled-back append leaves a gap in the positions,
+which readers simply never see filled; nothing ever skips a gap on a timer. Anything else that
+inserts into ``events`` must take the same lock (:meth:`AppendTransaction.lock`).
+
+Idempotency
+-----------
+Each record carries an ``idempotency_key`` (UNIQUE). Under the lock the append looks up which keys
+of the batch are already stored, drops those and later repeats inside the batch (the first
+occurrence wins), reserves exactly as many positions as remain from the identity sequence and
+COPYs the rows in with explicit positions. Re-appending a stored key therefore neither stores it
+again nor burns a position.
+
+Speed
+-----
+Measured on the embedded server with 200k ~150-byte events (see ``bench/bench_store.py``):
+binary COPY straight into ``events`` with pre-checked keys runs at ~85% of a raw binary COPY of
+the same rows in the same batches; prototypes of a COPY into a temp staging table followed by
+``INSERT ... SELECT ... ON CONFLICT DO NOTHING RETURNING`` reached ~55% (batches of 10,000; ~25%
+with 1,000) and ``executemany`` in pipeline mode ~40%, so neither is used. Reads use keyset pagination
+on ``position`` with a binary cursor and build :class:`StoredEvent` from the fetched tuples with
+``itertools.starmap``.
+
+Wake-ups
+--------
+An append issues ``pg_notify('backfill_events_<schema>', <last position>)`` in its transaction.
+:meth:`EventStore.wait` LISTENs on that channel, but treats a notification only as a hint to look
+at :meth:`EventStore.head` again, and polls ``head()`` every ``poll`` seconds regardless.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from sqlalchemy.engine import Engine
+
+from backfill.core.records import EventRecord, StoredEvent
+from backfill.store.engine import engine_schema
+
+_COLUMNS = "position, recorded_at, type, version, stream, idempotency_key, at, data::text"
+_COPY_SQL = "COPY events (position, type, version, stream, idempotency_key, at, data) FROM STDIN (FORMAT BINARY)"
+_COPY_TYPES = ("int8", "text", "int2", "text", "text", "timestamptz", "bytea")
+_JSONB_V1 = b"\x01"  # jsonb binary wire format: version byte + JSON text
+#: The write lock: a transaction-level advisory lock in the two-key space ("bflg", schema hash).
+_LOCK_SQL = "SELECT pg_advisory_xact_lock(1650879591, hashtext(%s))"
+
+
+def channel_name(schema: str) -> str:
+    """The NOTIFY channel of the log in ``schema`` (at most 63 characters)."""
+    name = f"backfill_events_{schema}"
+    if len(name) > 63:
+        name = "backfill_events_" + hashlib.sha256(schema.encode()).hexdigest()[:32]
+    return name
+
+
+def _like_prefix(prefix: str) -> str:
+    return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def get_checkpoint(conn: psycopg.Connection[Any], name: str) -> int:
+    """The stored position of checkpoint ``name`` (0 when never set), on a psycopg connection."""
+    row = conn.execute("SELECT position FROM checkpoints WHERE name = %s", (name,)).fetchone()
+    return int(row[0]) if row else 0
+
+
+def set_checkpoint(conn: psycopg.Connection[Any], name: str, position: int) -> None:
+    """Upsert checkpoint ``name`` inside the caller's transaction, on a psycopg connection."""
+    conn.execute(
+        "INSERT INTO checkpoints (name, position, updated_at) VALUES (%s, %s, now()) "
+        "ON CONFLICT (name) DO UPDATE SET position = EXCLUDED.position, updated_at = EXCLUDED.updated_at",
+        (name, int(position)),
+    )
+
+
+class AppendTransaction:
+    """An open append transaction (from :meth:`EventStore.begin`).
+
+    Holds the log's write lock from its first :meth:`append` (or :meth:`lock`) until commit,
+    so later appends by others wait and positions stay in commit order.
+    """
+
+    def __init__(self, store: EventStore, conn: psycopg.Connection[Any]) -> None:
+        self._store = store
+        self._conn = conn
+        self._locked = False
+
+    @property
+    def connection(self) -> psycopg.Connection[Any]:
+        """The underlying psycopg connection (to write more in the same transaction)."""
+        return self._conn
+
+    def lock(self) -> None:
+        """Take the log's write lock now (held until the transaction ends; idempotent).
+
+        Needed only to write into ``events`` by other means than :meth:`append`."""
+        if not self._locked:
+            self._conn.execute(_LOCK_SQL, (self._store.schema,))
+            self._locked = True
+
+    def append(self, records: Sequence[EventRecord]) -> list[int | None]:
+        """Like :meth:`EventStore.append`, inside this transaction (not committed yet)."""
+        if not records:
+            return []
+        self.lock()
+        with self._conn.cursor(binary=True) as cur:
+            return self._store._append_locked(cur, records)
+
+    def set_checkpoint(self, name: str, position: int) -> None:
+        """Set checkpoint ``name`` in this transaction."""
+        set_checkpoint(self._conn, name, position)
+
+
+class EventStore:
+    """The event log in the schema an engine from :func:`backfill.store.make_engine` is bound to.
+
+    Thread-safe: every call checks a connection out of the engine's pool.
+
+    Args:
+        engine: from :func:`backfill.store.make_engine`.
+        poll: default polling period of :meth:`wait`, seconds.
+    """
+
+    def __init__(self, engine: Engine, *, poll: float = 1.0) -> None:
+        self._engine = engine
+        self.schema = engine_schema(engine)
+        self.channel = channel_name(self.schema)
+        self.poll = poll
+        self._sequence: str | None = None
+        self._listener: psycopg.Connection[Any] | None = None
+        self._listener_lock = threading.Lock()
+
+    @property
+    def engine(self) -> Engine:
+        return self._engine
+
+    # -- connections --------------------------------------------------------------------------
+
+    @contextmanager
+    def _raw(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled psycopg connection; rolled back (by the pool) unless committed."""
+        fairy = self._engine.raw_connection()
+        try:
+            yield fairy.driver_connection  # type: ignore[misc]
+        finally:
+            fairy.close()
+
+    # -- writing ------------------------------------------------------------------------------
+
+    @contextmanager
+    def begin(self) -> Iterator[AppendTransaction]:
+        """An append transaction: commits when the block ends, rolls back if it raises.
+
+        Use it to append several batches (and set checkpoints) atomically::
+
+            with store.begin() as tx:
+                tx.append(records)
+                tx.set_checkpoint("actor", position)
+        """
+        with self._raw() as conn:
+            tx = AppendTransaction(self, conn)
+            try:
+                yield tx
+            except BaseException:
+                try:
+                    conn.rollback()
+                except Exception:  # noqa: BLE001 - keep the original error; the pool discards a broken connection
+                    pass
+                raise
+            conn.commit()
+
+    def append(self, records: Sequence[EventRecord]) -> list[int | None]:
+        """Append ``records`` in one transaction.
+
+        Returns, for each input record, its new position, or None when its idempotency key was
+        already stored (or repeated earlier in ``records``: the first occurrence wins). New
+        positions increase in input order. Raises on invalid data (e.g. ``data`` that is not
+        JSON, a naive ``at``), in which case nothing is stored.
+        """
+        if not records:
+            return []
+        with self.begin() as tx:
+            return tx.append(records)
+
+    def _sequence_name(self, cur: psycopg.Cursor[Any]) -> str:
+        if self._sequence is None:
+            cur.execute("SELECT pg_get_serial_sequence('events', 'position')")
+            self._sequence = cur.fetchone()[0]  # type: ignore[index]
+        return self._sequence  # type: ignore[return-value]
+
+    def _append_locked(self, cur: psycopg.Cursor[Any], records: Sequence[EventRecord]) -> list[int | None]:
+        """Append under the write lock (already held by the caller's transaction)."""
+        first_index: dict[str, int] = {}
+        for i, r in enumerate(records):
+            if r.idempotency_key not in first_index:
+                first_index[r.idempotency_key] = i
+        cur.execute(
+            "SELECT idempotency_key FROM events WHERE idempotency_key = ANY(%s)",
+            (list(first_index),),
+        )
+        stored = {row[0] for row in cur.fetchall()}
+        fresh = [i for key, i in first_index.items() if key not in stored] if stored else list(first_index.values())
+        result: list[int | None] = [None] * len(records)
+        n = len(fresh)
+        if n == 0:
+            return result
+        for i in fresh:
+            if records[i].at.tzinfo is None:
+                raise ValueError(f"event {records[i].idempotency_key!r}: 'at' must be timezone-aware")
+        seq = self._sequence_name(cur)
+        # Reserve n consecutive positions. Safe because the write lock serializes appends.
+        cur.execute("SELECT setval(%s::regclass, nextval(%s::regclass) + %s - 1)", (seq, seq, n))
+        last = int(cur.fetchone()[0])  # type: ignore[index]
+        position = last - n + 1
+        with cur.copy(_COPY_SQL) as copy:
+            copy.set_types(_COPY_TYPES)
+            write = copy.write_row
+            for i in fresh:
+                r = records[i]
+                write((position, r.type, r.version, r.stream, r.idempotency_key, r.at, _JSONB_V1 + r.data.encode()))
+                result[i] = position
+                position += 1
+        cur.execute("SELECT pg_notify(%s, %s)", (self.channel, str(last)))
+        return result
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def read(
+        self,
+        after: int = 0,
+        *,
+        upto: int | None = None,
+        batch_size: int = 10000,
+        stream_prefix: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> Iterator[StoredEvent]:
+        """Events with ``after < position [<= upto]``, in position order.
+
+        Streams in batches of ``batch_size`` (keyset pagination, each batch its own short read
+        transaction) and stops at the first short batch, so a reader tailing a live log sees
+        what was committed when it got there. ``data`` is the event's JSON text as PostgreSQL
+        renders ``jsonb`` (keys may be reordered, whitespace normalized).
+
+        Filters: ``stream_prefix`` (``stream`` starts with it), ``since`` (``at >= since``),
+        ``until`` (``at < until``).
+        """
+        if batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        where = ["position > %s"]
+        params: list[Any] = []
+        if upto is not None:
+            where.append("position <= %s")
+            params.append(int(upto))
+        if stream_prefix:
+            where.append("stream LIKE %s")
+            params.append(_like_prefix(stream_prefix))
+        if since is not None:
+            where.append("at >= %s")
+            params.append(since)
+        if until is not None:
+            where.append("at < %s")
+            params.append(until)
+        sql = f"SELECT {_COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY position LIMIT %s"
+        return self._read(sql, int(after), params, batch_size)
+
+    def _read(self, sql: str, after: int, params: list[Any], batch_size: int) -> Iterator[StoredEvent]:
+        make = StoredEvent
+        starmap = itertools.starmap
+        while True:
+            with self._raw() as conn:
+                with conn.cursor(binary=True) as cur:
+                    cur.execute(sql, (after, *params, batch_size))
+                    rows = cur.fetchall()
+            if not rows:
+                return
+            after = rows[-1][0]
+            yield from starmap(make, rows)
+            if len(rows) < batch_size:
+                return
+
+    def read_batches(self, after: int = 0, **kwargs: Any) -> Iterator[list[StoredEvent]]:
+        """Like :meth:`read`, but yields lists of up to ``batch_size`` events."""
+        batch_size = kwargs.get("batch_size", 10000)
+        it = self.read(after, **kwargs)
+        while batch := list(itertools.islice(it, batch_size)):
+            yield batch
+
+    def head(self) -> int:
+        """The greatest committed position (0 when the log is empty)."""
+        with self._raw() as conn:
+            row = conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()
+        return int(row[0])  # type: ignore[index]
+
+    def count(self) -> int:
+        """Number of stored events."""
+        with self._raw() as conn:
+            row = conn.execute("SELECT count(*) FROM events").fetchone()
+        return int(row[0])  # type: ignore[index]
+
+    # -- waiting ------------------------------------------------------------------------------
+
+    def _connect_listener(self) -> psycopg.Connection[Any]:
+        cargs, cparams = self._engine.dialect.create_connect_args(self._engine.url)
+        conn = psycopg.connect(*cargs, **cparams, autocommit=True)
+        conn.execute(f'LISTEN "{self.channel}"')
+        return conn
+
+    def wait(self, after: int, timeout: float, *, poll: float | None = None) -> bool:
+        """Block until an event with position > ``after`` is committed, or ``timeout`` seconds.
+
+        Returns True as soon as :meth:`head` exceeds ``after`` (immediately if it already does),
+        False on timeout. NOTIFY wakes it early; without NOTIFY (lost, or an append that did not
+        send it) it still notices within ``poll`` seconds (default: the store's ``poll``).
+        """
+        poll = self.poll if poll is None else poll
+        deadline = time.monotonic() + max(0.0, timeout)
+        if self.head() > after:
+            return True
+        if not self._listener_lock.acquire(blocking=False):
+            return self._poll_until(after, deadline, poll)  # another thread owns the listener
+        try:
+            while True:
+                try:
+                    if self._listener is None:
+                        self._listener = self._connect_listener()
+                    # Listening now: anything committed from here on either notifies or is
+                    # seen by this head().
+                    if self.head() > after:
+                        return True
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return False
+                    woke = False
+                    for _ in self._listener.notifies(timeout=min(poll, remaining), stop_after=1):
+                        woke = True
+                        break
+                    if woke:  # drop queued duplicates: one head() check covers them all
+                        for _ in self._listener.notifies(timeout=0):
+                            pass
+                except psycopg.OperationalError:
+                    self._close_listener()
+                    return self._poll_until(after, deadline, poll)
+        finally:
+            self._listener_lock.release()
+
+    def _poll_until(self, after: int, deadline: float, poll: float) -> bool:
+        while True:
+            if self.head() > after:
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            time.sleep(min(poll, remaining))
+
+    # -- checkpoints --------------------------------------------------------------------------
+
+    def get_checkpoint(self, name: str) -> int:
+        """The position checkpoint ``name`` was last set to (0 when never set)."""
+        with self._raw() as conn:
+            return get_checkpoint(conn, name)
+
+    def set_checkpoint(self, name: str, position: int) -> None:
+        """Set checkpoint ``name`` on its own (projections with rows use their store's
+        ``apply``, which sets it in the same transaction as the rows)."""
+        with self._raw() as conn:
+            set_checkpoint(conn, name, position)
+            conn.commit()
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def _close_listener(self) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            try:
+                listener.close()
+            except Exception:  # noqa: BLE001 - closing a broken connection
+                pass
+
+    def close(self) -> None:
+        """Close the LISTEN connection (the engine stays usable)."""
+        with self._listener_lock:
+            self._close_listener()
+
+    def __enter__(self) -> EventStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+__all__ = ["EventStore", "AppendTransaction", "channel_name", "get_checkpoint", "set_checkpoint"]

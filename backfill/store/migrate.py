@@ -1,0 +1,119 @@
+"""Apply the Alembic migrations programmatically (no alembic.ini needed).
+
+The Alembic environment (``env.py``, ``script.py.mako``) lives in the repository's top-level
+``alembic/`` directory and the revision files in ``migrations/``. In a built wheel the same two
+directories ship as ``backfill/_alembic`` and ``backfill/_migrations`` (see ``[tool.setuptools]``
+in pyproject.toml). :func:`locations` finds them either way.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import sqlalchemy as sa
+from sqlalchemy.pool import NullPool
+
+from alembic import command
+from alembic.config import Config
+from alembic.migration import MigrationContext
+from backfill.store.engine import DEFAULT_SCHEMA, make_engine, normalize_url, validate_schema
+
+
+def _package_dir(name: str) -> Path | None:
+    try:
+        spec = importlib.util.find_spec(name)
+    except ModuleNotFoundError:
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        path = Path(location)
+        if path.is_dir():
+            return path
+    return None
+
+
+def locations() -> tuple[Path, Path]:
+    """``(script_location, version_location)``: the Alembic environment directory and the
+    revision files directory.
+
+    The repository layout (``<root>/alembic``, ``<root>/migrations``) wins; otherwise the copies
+    shipped inside the installed package (``backfill._alembic``, ``backfill._migrations``).
+    """
+    root = Path(__file__).resolve().parents[2]
+    script, versions = root / "alembic", root / "migrations"
+    if (script / "env.py").is_file() and versions.is_dir():
+        return script, versions
+    script_pkg, versions_pkg = _package_dir("backfill._alembic"), _package_dir("backfill._migrations")
+    if script_pkg is not None and versions_pkg is not None and (script_pkg / "env.py").is_file():
+        return script_pkg, versions_pkg
+    raise RuntimeError(
+        "cannot find the Alembic environment: neither the repository's alembic/ and migrations/ "
+        "directories nor the packaged backfill._alembic / backfill._migrations"
+    )
+
+
+def alembic_config(url: str, schema: str = DEFAULT_SCHEMA) -> Config:
+    """An Alembic :class:`Config` for ``url`` and ``schema``, built in code."""
+    validate_schema(schema)
+    script, versions = locations()
+    cfg = Config()
+    cfg.set_main_option("script_location", str(script))
+    cfg.set_main_option("path_separator", "os")
+    cfg.set_main_option("version_locations", str(versions))
+    # Passed as attributes, not options: configparser would interpolate '%' in passwords.
+    cfg.attributes["url"] = normalize_url(url)
+    cfg.attributes["schema"] = schema
+    return cfg
+
+
+def upgrade(url: str, schema: str = DEFAULT_SCHEMA, revision: str = "head") -> None:
+    """Create ``schema`` if missing and migrate it to ``revision`` (default: the newest)."""
+    command.upgrade(alembic_config(url, schema), revision)
+
+
+def downgrade(url: str, schema: str = DEFAULT_SCHEMA, revision: str = "base") -> None:
+    """Migrate ``schema`` down to ``revision`` (default: ``base``, i.e. no tables)."""
+    command.downgrade(alembic_config(url, schema), revision)
+
+
+def current(url: str, schema: str = DEFAULT_SCHEMA) -> str | None:
+    """The revision ``schema`` is at, or None when it was never migrated (or does not exist)."""
+    engine = make_engine(url, schema, poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            ctx = MigrationContext.configure(conn, opts={"version_table_schema": schema})
+            return ctx.get_current_revision()
+    finally:
+        engine.dispose()
+
+
+def head_revision() -> str | None:
+    """The newest revision among the revision files."""
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(alembic_config("postgresql://localhost/x")).get_current_head()
+
+
+def drop_schema(url: str, schema: str) -> None:
+    """Drop ``schema`` and everything in it (no error when it does not exist)."""
+    validate_schema(schema)
+    engine = make_engine(url, schema, poolclass=NullPool)
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+    finally:
+        engine.dispose()
+
+
+def reset(url: str, schema: str) -> None:
+    """Drop ``schema`` (with all its data) and recreate it at the newest revision.
+
+    ``backfill simulate`` uses this to write each run into a clean schema of its own.
+    """
+    drop_schema(url, schema)
+    upgrade(url, schema)
+
+
+__all__ = ["locations", "alembic_config", "upgrade", "downgrade", "current", "head_revision", "drop_schema", "reset"]

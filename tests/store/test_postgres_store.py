@@ -1,0 +1,143 @@
+"""The store contract on PostgreSQL, plus PostgreSQL-specific behaviour."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from backfill.core.records import EventRecord
+from backfill.settings import Settings
+from backfill.store.engine import make_engine, normalize_url, resolve_database_url, validate_schema
+from backfill.store.eventlog import EventStore, channel_name
+from tests.store.contract import StoreContract, Stores, record
+
+pytestmark = pytest.mark.db
+
+
+class TestPostgresStore(StoreContract):
+    appends_are_serialized = True  # the write lock (a transaction-level advisory lock)
+
+    @pytest.fixture
+    def stores(self, event_store: EventStore, run_store) -> Stores:
+        def append_silently(records: Sequence[EventRecord]) -> None:
+            # A writer that honours the write lock but sends no NOTIFY.
+            with event_store.begin() as tx:
+                tx.lock()
+                for r in records:
+                    tx.connection.execute(
+                        "INSERT INTO events (type, version, stream, idempotency_key, at, data) "
+                        "VALUES (%s, %s, %s, %s, %s, %s::jsonb)",
+                        (r.type, r.version, r.stream, r.idempotency_key, r.at, r.data),
+                    )
+
+        def wake_without_event() -> None:
+            with event_store.engine.begin() as conn:
+                conn.execute(sa.text("SELECT pg_notify(:channel, '999999')"), {"channel": event_store.channel})
+
+        return Stores(events=event_store, runs=run_store, append_silently=append_silently, wake_without_event=wake_without_event)
+
+
+def test_schemas_are_isolated(pg_schema: tuple[str, str], pg_url: str) -> None:
+    from backfill.store.migrate import drop_schema, upgrade
+
+    url, schema = pg_schema
+    other = schema + "_b"
+    upgrade(url, other)
+    a, b = make_engine(url, schema), make_engine(url, other)
+    try:
+        store_a, store_b = EventStore(a), EventStore(b)
+        store_a.append([record("only-in-a")])
+        assert [e.idempotency_key for e in store_a.read()] == ["only-in-a"]
+        assert list(store_b.read()) == [] and store_b.head() == 0
+        assert store_b.append([record("only-in-a")]) == [1]  # keys are per schema
+        assert store_a.channel != store_b.channel
+    finally:
+        a.dispose()
+        b.dispose()
+        drop_schema(url, other)
+
+
+def test_data_is_stored_as_jsonb(event_store: EventStore) -> None:
+    event_store.append([record("j", nested={"a": [1, 2]})])
+    with event_store.engine.connect() as conn:
+        kind, model = conn.execute(sa.text("SELECT jsonb_typeof(data), data->>'model' FROM events")).one()
+    assert (kind, model) == ("object", "M0001")
+    [ev] = list(event_store.read())
+    assert json.loads(ev.data)["nested"] == {"a": [1, 2]}
+
+
+def test_reappend_burns_no_positions(event_store: EventStore) -> None:
+    assert event_store.append([record("a"), record("b")]) == [1, 2]
+    assert event_store.append([record("a"), record("b")]) == [None, None]
+    assert event_store.append([record("c")]) == [3]
+
+
+def test_naive_timestamp_is_rejected(event_store: EventStore) -> None:
+    naive = EventRecord("X", 1, "s", "naive", record("x").at.replace(tzinfo=None), "{}")
+    with pytest.raises(ValueError, match="timezone-aware"):
+        event_store.append([naive])
+    assert event_store.head() == 0
+
+
+def test_url_normalization_and_schema_validation() -> None:
+    assert normalize_url("postgres://u:p@h:5/db") == "postgresql+psycopg://u:p@h:5/db"
+    assert normalize_url("postgresql://u@h/db?sslmode=require") == "postgresql+psycopg://u@h/db?sslmode=require"
+    assert normalize_url("postgresql+psycopg2://h/db") == "postgresql+psycopg://h/db"
+    assert normalize_url("postgresql+psycopg://h/db") == "postgresql+psycopg://h/db"
+    for bad in ("mysql://h/db", "sqlite:///x.db", "nonsense", ""):
+        with pytest.raises(ValueError):
+            normalize_url(bad)
+    assert validate_schema("backfill") == "backfill"
+    assert validate_schema("t_0123abc") == "t_0123abc"
+    for bad in ("", "1abc", "Back", "a-b", 'x"; drop table events; --', "a b", "pg_temp", "x" * 64):
+        with pytest.raises(ValueError):
+            validate_schema(bad)
+    with pytest.raises(ValueError):
+        make_engine("postgresql://h/db", "bad-schema")
+    assert len(channel_name("x" * 63)) <= 63
+
+
+def test_engine_sets_search_path_and_utc(pg_engine) -> None:
+    with pg_engine.connect() as conn:
+        path = conn.exec_driver_sql("SHOW search_path").scalar()
+        tz = conn.exec_driver_sql("SHOW TimeZone").scalar()
+        schema = conn.exec_driver_sql("SELECT current_schema()").scalar()
+    assert path == schema == pg_engine.info_schema
+    assert tz == "UTC"
+
+
+def test_configured_url_wins_over_the_embedded_server(tmp_path: Path) -> None:
+    settings = Settings(database_url="postgres://user@db.example/backfill", data_dir=tmp_path)
+    assert resolve_database_url(settings) == ("postgresql+psycopg://user@db.example/backfill", None)
+    assert not (tmp_path / "pg").exists()
+
+
+def test_embedded_server_starts_in_data_dir_and_is_reused() -> None:
+    from backfill.store.engine import stop_embedded
+
+    # Not in tmp_path: see the note on the embedded server in tests/conftest.py.
+    root = Path(tempfile.mkdtemp(prefix="backfill-test-embedded-"))
+    settings = Settings(database_url=None, data_dir=root / "data")
+    try:
+        url, note = resolve_database_url(settings)
+        try:
+            assert url.startswith("postgresql+psycopg://")
+            assert note is not None and str((root / "data" / "pg").resolve()) in note
+            assert (root / "data" / "pg" / "PG_VERSION").is_file()
+            assert resolve_database_url(settings)[0] == url  # same server, same process
+            engine = make_engine(url, "public")
+            try:
+                with engine.connect() as conn:
+                    assert conn.exec_driver_sql("SELECT 1").scalar() == 1
+            finally:
+                engine.dispose()
+        finally:
+            stop_embedded(root / "data" / "pg")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
