@@ -64,7 +64,7 @@ def _time(text: str | None, what: str) -> datetime | None:
 
 
 def _store(database_url: str | None, schema: str, *, quiet: bool = False):
-    """(url, engine) for ``schema``, migrated to head. The embedded server when no URL is set."""
+    """(url, engine) bound to ``schema`` (not migrated). The embedded server when no URL is set."""
     from .store import make_engine, resolve_database_url, upgrade, validate_schema
 
     try:
@@ -387,13 +387,55 @@ def db_upgrade(
     out.print(f"schema {schema} at revision {current(url, schema)}")
 
 
+# ----------------------------------------------------------------------------- controller
+
+
+@app.command()
+def controller(
+    kubeconfig: Optional[Path] = typer.Option(None, "--kubeconfig", help="kubeconfig file; unset: in-cluster, else ~/.kube/config."),
+    namespace: Optional[str] = typer.Option(None, "--namespace", help="Watch only this namespace; unset: all."),
+    database_url: Optional[str] = DatabaseOpt,
+    metrics_address: Optional[str] = typer.Option(None, "--metrics-address", help="host:port for /metrics, /healthz, /readyz."),
+    lease_name: Optional[str] = typer.Option(None, "--lease-name", help="Leader-election Lease name."),
+    lease_namespace: Optional[str] = typer.Option(None, "--lease-namespace", help="Leader-election Lease namespace."),
+    schema: str = typer.Option("backfill", "--schema", envvar="BACKFILL_SCHEMA", help="PostgreSQL schema."),
+) -> None:
+    """Run the Kubernetes controller (settings from BACKFILL_* and these flags)."""
+    from pydantic import ValidationError
+
+    flags = dict(kubeconfig=kubeconfig, namespace=namespace, database_url=database_url, metrics_address=metrics_address,
+                 lease_name=lease_name, lease_namespace=lease_namespace)
+    try:
+        settings = Settings(**{k: v for k, v in flags.items() if v is not None})
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        raise CLIError(f"settings: {'.'.join(str(x) for x in e['loc'])}: {e['msg']}") from None
+    host, sep, port = settings.metrics_address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise CLIError(f"--metrics-address {settings.metrics_address!r} is not host:port")
+    from .controller import run
+    from .controller.kube import KubeConfigError, api_client
+    from .store import upgrade
+
+    try:
+        api_client(settings).close()
+    except KubeConfigError as exc:
+        raise CLIError(str(exc)) from None
+    url, _ = _store(settings.database_url, schema)
+    try:
+        upgrade(url, schema)
+    except Exception as exc:
+        raise CLIError(f"db upgrade: {str(exc).splitlines()[0]}") from None
+    run(settings.model_copy(update={"database_url": url}), schema=schema)
+
+
 # ----------------------------------------------------------------------------- entry point
 
 
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point. Returns the exit code (0 ok, 1 divergence/failure, 2 usage)."""
     try:
-        app(args=argv, prog_name="backfill", standalone_mode=False)
+        rv = app(args=argv, prog_name="backfill", standalone_mode=False)
     except CLIError as exc:
         err.print(f"backfill: error: {exc}", highlight=False, soft_wrap=True)
         return 2
@@ -408,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
     except typer.Abort:
         err.print("backfill: aborted", highlight=False)
         return 130
-    return 0
+    return rv if isinstance(rv, int) else 0  # non-standalone click returns an Exit's code
 
 
 if __name__ == "__main__":  # pragma: no cover
