@@ -250,13 +250,13 @@ def replay(
     n = 0
     try:
         with paused_gc():
-            for batch in es.read_batches(0, batch_size=20000):
+            for batch in es.read_payloads(0, batch_size=20000):
                 try:
-                    events = decode_many([(r.type, r.version, r.data) for r in batch])
+                    events = decode_many([(t, v, d) for _, t, v, d in batch])
                 except EventDecodeError as exc:
                     raise CLIError(f"schema {schema}: {exc}") from None
-                for r, e in zip(batch, events):
-                    auditor.feed(r.position, e)
+                for row, e in zip(batch, events):
+                    auditor.feed(row[0], e)
                 n += len(batch)
     except Exception as exc:  # database errors: one line
         if isinstance(exc, CLIError):

@@ -303,6 +303,27 @@ class EventStore:
         while batch := list(itertools.islice(it, batch_size)):
             yield batch
 
+    def read_payloads(self, after: int = 0, *, batch_size: int = 20000) -> Iterator[list[tuple[int, str, int, str]]]:
+        """The replay fast path: batches of ``(position, type, version, data)`` tuples, in order.
+
+        No ``StoredEvent`` objects and only the four columns a fold needs (about 3x the rows/s of
+        :meth:`read`). Same consistency as :meth:`read`: stops at the first short batch.
+        """
+        if batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        sql = "SELECT position, type, version, data::text FROM events WHERE position > %s ORDER BY position LIMIT %s"
+        while True:
+            with self._raw() as conn:
+                with conn.cursor(binary=True) as cur:
+                    cur.execute(sql, (after, batch_size))
+                    rows = cur.fetchall()
+            if not rows:
+                return
+            after = rows[-1][0]
+            yield rows
+            if len(rows) < batch_size:
+                return
+
     def head(self) -> int:
         """The greatest committed position (0 when the log is empty)."""
         with self._raw() as conn:
