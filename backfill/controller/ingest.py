@@ -1,0 +1,402 @@
+"""Direct foreground ingest: ``POST /v1/foreground``.
+
+A router reports foreground requests per model, faster and finer than
+``Model.status.lastActiveTime`` (which the platform's proxy writes about once a minute). Each
+report becomes a :class:`~backfill.core.events.ForegroundRequest` event (``source="ingest"``);
+the whole batch is appended in one transaction and the controller loop is woken so a running
+backfill Job on that model is cancelled without waiting for a poll.
+
+This module knows nothing about HTTP servers or Kubernetes: :class:`IngestEndpoint.handle` takes
+the method, headers, body and client address and returns ``(status, json_body)``. The HTTP server
+routes ``POST /v1/foreground`` to it and adds the headers :func:`response_headers` names
+(``WWW-Authenticate`` on 401, ``Retry-After`` on 429). :meth:`IngestEndpoint.handle` never
+raises: every failure is a JSON ``{"error": ..., "detail": ...}`` with a 4xx (client's fault,
+nothing appended) or 503 (store or model lookup unavailable, nothing appended).
+
+Request::
+
+    POST /v1/foreground
+    Authorization: Bearer <token>
+    Content-Type: application/json
+
+    {"reports": [{"namespace": "flexinfer-system", "model": "gemma4-26b-a4b-gptq-5930k",
+                  "time": "2026-11-30T10:00:00Z", "count": 3, "id": "router-a/123"}]}
+
+Response ``202 {"accepted": 1, "duplicates": 0}``. ``id`` is optional: without it the
+idempotency key is the report's (UTC) time and count, so re-sending the same batch is harmless.
+
+Order of checks: method (405), rate limit per client (429), token (401), content type (415),
+body size (413), JSON and schema (400 / 422), time skew (422), unknown model (422).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import math
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
+
+from backfill.core.events import ForegroundRequest, encode
+from backfill.core.records import EventRecord
+from backfill.settings import Settings
+
+__all__ = [
+    "PATH",
+    "MAX_REPORTS",
+    "ForegroundReport",
+    "ForegroundBatch",
+    "IngestEndpoint",
+    "TokenBuckets",
+    "IngestClientError",
+    "load_token",
+    "idempotency_key",
+    "response_headers",
+    "report_foreground",
+]
+
+#: The route the HTTP server maps to :meth:`IngestEndpoint.handle`.
+PATH = "/v1/foreground"
+#: Most reports accepted in one call.
+MAX_REPORTS = 1000
+#: Largest ``count`` of one report (a sanity bound, not a rate).
+MAX_COUNT = 1_000_000
+
+
+# --------------------------------------------------------------------------- schema
+
+
+class ForegroundReport(BaseModel):
+    """One report: ``count`` foreground requests on ``namespace/model`` at ``time``."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    namespace: str = Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    model: str = Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    #: RFC 3339 with a zone (``Z`` or ``+hh:mm``); naive times and numbers are rejected.
+    time: AwareDatetime
+    count: int = Field(default=1, ge=1, le=MAX_COUNT)
+    #: Optional client-chosen id: re-sending a report with the same id is a duplicate.
+    id: str | None = Field(default=None, min_length=1, max_length=200)
+
+
+class ForegroundBatch(BaseModel):
+    """The request body."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    reports: list[ForegroundReport] = Field(min_length=1, max_length=MAX_REPORTS)
+
+
+def idempotency_key(report: ForegroundReport) -> str:
+    """``ingest/{namespace}/{model}/{id}``, or ``.../{UTC time isoformat}/{count}`` without an id."""
+    if report.id is not None:
+        tail = report.id
+    else:
+        tail = f"{report.time.astimezone(timezone.utc).isoformat()}/{report.count}"
+    return f"ingest/{report.namespace}/{report.model}/{tail}"
+
+
+# --------------------------------------------------------------------------- rate limit
+
+
+class TokenBuckets:
+    """A token bucket per client, with bounded memory.
+
+    Each call to :meth:`take` costs one token; a bucket holds at most ``burst`` tokens and refills
+    at ``rate`` tokens/s. A client idle long enough for its bucket to be full again is
+    indistinguishable from a new one, so it is forgotten; beyond ``max_clients`` the least recently
+    seen client is forgotten as well (it then starts with a full bucket: memory wins over
+    precision under a flood of distinct addresses). Thread-safe.
+    """
+
+    def __init__(
+        self,
+        rate: float,
+        burst: int,
+        *,
+        max_clients: int = 10_000,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if rate <= 0 or burst < 1 or max_clients < 1:
+            raise ValueError("rate must be > 0, burst and max_clients >= 1")
+        self.rate = float(rate)
+        self.burst = float(burst)
+        self.max_clients = max_clients
+        self._now = monotonic
+        self._lock = threading.Lock()
+        # client -> (tokens, last refill time); ordered by last use (oldest first).
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._buckets)
+
+    def take(self, client: str) -> float:
+        """Take one token for ``client``: 0.0 if allowed, else the seconds until one is available."""
+        with self._lock:
+            now = self._now()
+            self._evict_idle(now)
+            tokens, last = self._buckets.pop(client, (self.burst, now))
+            tokens = min(self.burst, tokens + max(0.0, now - last) * self.rate)
+            if tokens >= 1.0:
+                self._buckets[client] = (tokens - 1.0, now)
+                wait = 0.0
+            else:
+                self._buckets[client] = (tokens, now)
+                wait = (1.0 - tokens) / self.rate
+            while len(self._buckets) > self.max_clients:
+                self._buckets.popitem(last=False)
+            return wait
+
+    def _evict_idle(self, now: float) -> None:
+        full_after = self.burst / self.rate
+        while self._buckets:
+            client, (_tokens, last) = next(iter(self._buckets.items()))
+            if now - last < full_after:
+                return  # ordered by last use: every later one is more recent
+            del self._buckets[client]
+
+
+# --------------------------------------------------------------------------- endpoint
+
+
+def load_token(path: str | Path) -> str:
+    """The bearer token in ``path`` (a mounted Secret key), surrounding whitespace stripped.
+
+    Raises:
+        ValueError: the file is empty.
+    """
+    token = Path(path).read_text(encoding="utf-8").strip()
+    if not token:
+        raise ValueError(f"ingest token file {path} is empty")
+    return token
+
+
+def _error(status: int, error: str, detail: Any = None, **extra: Any) -> tuple[int, dict[str, Any]]:
+    return status, {"error": error, "detail": detail, **extra}
+
+
+def response_headers(status: int, body: Mapping[str, Any]) -> dict[str, str]:
+    """Extra HTTP headers the server should send with ``(status, body)`` from :meth:`IngestEndpoint.handle`."""
+    headers: dict[str, str] = {}
+    if status == 401:
+        headers["WWW-Authenticate"] = str(body.get("www_authenticate", 'Bearer realm="modelbackfill"'))
+    if status == 429 and "retry_after_seconds" in body:
+        headers["Retry-After"] = str(body["retry_after_seconds"])
+    if status == 405:
+        headers["Allow"] = "POST"
+    return headers
+
+
+def _validation_detail(exc: ValidationError) -> list[dict[str, Any]]:
+    return [
+        {"field": ".".join(str(p) for p in e["loc"]), "message": e["msg"], "type": e["type"]}
+        for e in exc.errors(include_url=False, include_input=False, include_context=False)
+    ]
+
+
+class IngestEndpoint:
+    """``POST /v1/foreground`` as a plain callable (see the module docstring for the contract).
+
+    Args:
+        token: the bearer token clients must send (compared in constant time).
+        append: appends records in one transaction, returning a position or None (duplicate) per
+            record, e.g. ``EventStore.append``.
+        known_model: ``(namespace, model) -> bool``: does the Model exist (e.g. from the
+            controller's cache)?
+        on_appended: called after an append that stored at least one new event (wakes the
+            controller loop).
+        settings: size, skew and rate limits (``ingest_*``).
+        clock: now, timezone-aware.
+        monotonic: the clock of the rate limiter (tests inject one).
+    """
+
+    def __init__(
+        self,
+        token: str,
+        append: Callable[[list[EventRecord]], list[int | None]],
+        known_model: Callable[[str, str], bool],
+        on_appended: Callable[[], None],
+        settings: Settings,
+        clock: Callable[[], datetime],
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+        max_clients: int = 10_000,
+    ) -> None:
+        if not token:
+            raise ValueError("the ingest token must not be empty")
+        self._expected = f"Bearer {token}".encode()
+        self._append = append
+        self._known_model = known_model
+        self._on_appended = on_appended
+        self._clock = clock
+        self.max_body_bytes = settings.ingest_max_body_bytes
+        self.max_skew = timedelta(seconds=settings.ingest_max_skew_seconds)
+        self.buckets = TokenBuckets(
+            settings.ingest_rate_per_second, settings.ingest_burst, max_clients=max_clients, monotonic=monotonic
+        )
+
+    # -- the one entry point --------------------------------------------------------------------
+
+    def handle(self, method: str, headers: Mapping[str, str], body: bytes, client: str) -> tuple[int, dict[str, Any]]:
+        """Handle one request; never raises. Returns ``(status, JSON-able body)``."""
+        try:
+            return self._handle(method, headers, body, client)
+        except Exception as exc:  # noqa: BLE001 - the controller must keep running
+            return _error(500, "internal_error", f"{type(exc).__name__}: {exc}")
+
+    def _handle(
+        self, method: str, headers: Mapping[str, str], body: bytes, client: str
+    ) -> tuple[int, dict[str, Any]]:
+        if method.upper() != "POST":
+            return _error(405, "method_not_allowed", f"{method} is not allowed; use POST", allow=["POST"])
+
+        wait = self.buckets.take(client)
+        if wait > 0:
+            retry = max(1, math.ceil(wait))
+            return _error(
+                429, "rate_limited", f"too many requests from {client}; retry after {retry} s", retry_after_seconds=retry
+            )
+
+        h = {k.lower(): v for k, v in headers.items()}
+        presented = h.get("authorization", "").strip().encode()
+        if not hmac.compare_digest(presented, self._expected):
+            reason = "missing bearer token" if not presented else "invalid bearer token"
+            return _error(401, "unauthorized", reason, www_authenticate='Bearer realm="modelbackfill"')
+
+        media_type, _, params = h.get("content-type", "").partition(";")
+        if media_type.strip().lower() != "application/json":
+            return _error(415, "unsupported_media_type", f"content type must be application/json, got {media_type.strip()!r}")
+        charset = next(
+            (p.split("=", 1)[1].strip().strip('"').lower() for p in params.split(";") if p.strip().lower().startswith("charset=")),
+            "utf-8",
+        )
+        if charset not in ("utf-8", "utf8"):
+            return _error(415, "unsupported_media_type", f"charset must be utf-8, got {charset!r}")
+
+        declared = h.get("content-length")
+        if len(body) > self.max_body_bytes or (
+            declared is not None and declared.strip().isdigit() and int(declared) > self.max_body_bytes
+        ):
+            return _error(413, "payload_too_large", f"body over {self.max_body_bytes} bytes", limit=self.max_body_bytes)
+
+        try:
+            batch = ForegroundBatch.model_validate_json(body)
+        except ValidationError as exc:
+            detail = _validation_detail(exc)
+            if any(d["type"] == "json_invalid" for d in detail):
+                return _error(400, "malformed_json", detail)
+            return _error(422, "invalid_report", detail)
+
+        now = self._clock()
+        skewed = [
+            {"field": f"reports.{i}.time", "time": r.time.isoformat(), "message": "further than "
+             f"{self.max_skew.total_seconds():g} s from the controller's clock ({now.isoformat()})"}
+            for i, r in enumerate(batch.reports)
+            if abs(r.time - now) > self.max_skew
+        ]
+        if skewed:
+            return _error(422, "time_out_of_range", skewed)
+
+        pairs = list(dict.fromkeys((r.namespace, r.model) for r in batch.reports))
+        try:
+            unknown = [f"{ns}/{m}" for ns, m in pairs if not self._known_model(ns, m)]
+        except Exception as exc:  # noqa: BLE001
+            return _error(503, "model_lookup_unavailable", f"{type(exc).__name__}: {exc}")
+        if unknown:
+            return _error(422, "unknown_model", {"models": unknown, "message": "no such Model: " + ", ".join(unknown)})
+
+        records = [
+            encode(
+                ForegroundRequest(
+                    at=r.time.astimezone(timezone.utc),
+                    namespace=r.namespace,
+                    model=r.model,
+                    source="ingest",
+                    count=r.count,
+                ),
+                idempotency_key(r),
+            )
+            for r in batch.reports
+        ]
+        try:
+            positions = self._append(records)
+        except Exception as exc:  # noqa: BLE001
+            return _error(503, "store_unavailable", f"{type(exc).__name__}: {exc}")
+        accepted = sum(1 for p in positions if p is not None)
+        if accepted:
+            try:
+                self._on_appended()
+            except Exception:  # noqa: BLE001 - the events are stored; the loop's poll catches up
+                pass
+        return 202, {"accepted": accepted, "duplicates": len(records) - accepted}
+
+
+# --------------------------------------------------------------------------- example client
+
+
+class IngestClientError(RuntimeError):
+    """The endpoint answered with an error status (``status``, parsed JSON ``body``)."""
+
+    def __init__(self, status: int, body: Any, retry_after: str | None = None) -> None:
+        super().__init__(f"ingest failed with HTTP {status}: {body}")
+        self.status = status
+        self.body = body
+        self.retry_after = retry_after
+
+
+def _report_json(report: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(report)
+    t = out.get("time")
+    if isinstance(t, datetime):
+        if t.tzinfo is None:
+            raise ValueError("report time must be timezone-aware")
+        out["time"] = t.isoformat()
+    return out
+
+
+def report_foreground(
+    url: str, token: str, reports: Sequence[Mapping[str, Any]], timeout: float = 2.0
+) -> dict[str, Any]:
+    """Send foreground reports to a controller's ingest endpoint (standard library only).
+
+    Args:
+        url: the endpoint, e.g. ``http://modelbackfill.flexinfer-system:8080/v1/foreground``.
+        token: the bearer token.
+        reports: dicts with ``namespace``, ``model``, ``time`` (aware datetime or RFC 3339 text),
+            optional ``count`` (default 1) and ``id``.
+        timeout: seconds for the whole call.
+
+    Returns:
+        The response body, ``{"accepted": n, "duplicates": m}``.
+
+    Raises:
+        IngestClientError: the endpoint answered 4xx/5xx (``status``, ``body``, ``retry_after``).
+        urllib.error.URLError: the endpoint could not be reached.
+    """
+    data = json.dumps({"reports": [_report_json(r) for r in reports]}).encode()
+    request = urllib.request.Request(
+        url,
+        data=data,
+        method="POST",
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - caller's URL
+            return json.loads(response.read() or b"{}")
+    except urllib.error.HTTPError as exc:
+        raw = exc.read()
+        try:
+            body: Any = json.loads(raw)
+        except ValueError:
+            body = raw.decode("utf-8", "replace")
+        raise IngestClientError(exc.code, body, exc.headers.get("Retry-After")) from None
