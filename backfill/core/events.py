@@ -289,33 +289,33 @@ class _Decision(_Event):
         return f"backfill/{self.namespace}/{self.backfill}"
 
 
-class AttemptAdmitted(_Decision):
+class _AttemptDecision(_Decision):
+    uid: str  # the ModelBackfill's uid
+    attempt: int
+    job_name: str
+    _verb: ClassVar[str] = ""
+
+    def natural_key(self) -> str | None:
+        return f"decision/{self.namespace}/{self.backfill}/{self.uid}/{self._verb}/{self.attempt}"
+
+
+class AttemptAdmitted(_AttemptDecision):
     """The controller admitted attempt ``attempt`` and will create Job ``job_name`` (-> Starting)."""
 
     type: Literal["AttemptAdmitted"] = "AttemptAdmitted"
-    uid: str
-    attempt: int
+    _verb: ClassVar[str] = "admit"
     generation: int
-    job_name: str
     model: str
     node: str = ""
 
-    def natural_key(self) -> str | None:
-        return f"decision/{self.namespace}/{self.backfill}/{self.uid}/admit/{self.attempt}"
 
-
-class AttemptCancelled(_Decision):
+class AttemptCancelled(_AttemptDecision):
     """The controller cancels attempt ``attempt`` for ``reason`` and deletes its Job (-> Cancelling)."""
 
     type: Literal["AttemptCancelled"] = "AttemptCancelled"
-    uid: str
-    attempt: int
-    job_name: str
+    _verb: ClassVar[str] = "cancel"
     reason: str
     message: str = ""
-
-    def natural_key(self) -> str | None:
-        return f"decision/{self.namespace}/{self.backfill}/{self.uid}/cancel/{self.attempt}"
 
 
 class BackfillBlocked(_Decision):
