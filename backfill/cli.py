@@ -426,7 +426,12 @@ def controller(
         upgrade(url, schema)
     except Exception as exc:
         raise CLIError(f"db upgrade: {str(exc).splitlines()[0]}") from None
-    run(settings.model_copy(update={"database_url": url}), schema=schema)
+    from .controller import ControllerConfigError
+
+    try:
+        run(settings.model_copy(update={"database_url": url}), schema=schema)
+    except (ControllerConfigError, KubeConfigError) as exc:
+        raise CLIError(str(exc)) from None
 
 
 # ----------------------------------------------------------------------------- entry point

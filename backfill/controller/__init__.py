@@ -1,0 +1,145 @@
+"""The Kubernetes controller: the only layer that imports ``kubernetes``.
+
+``run(settings)`` wires the event store, the watchers, the reconcile loop, the actor, leader
+election and the HTTP server, logs one JSON object per line, and stops cleanly on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import threading
+from datetime import datetime, timezone
+from typing import Any
+
+from backfill.settings import Settings
+
+_EXTRA = ("backfill", "position", "decision", "resource")
+
+
+class ControllerConfigError(Exception):
+    """A setting the controller cannot start with (one-line message)."""
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, msg, logger and (when set) backfill/position/decision."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            "level": record.levelname.lower(),
+            "msg": record.getMessage(),
+            "logger": record.name,
+        }
+        for k in _EXTRA:
+            if hasattr(record, k):
+                out[k] = getattr(record, k)
+        if record.exc_info:
+            out["error"] = self.formatException(record.exc_info).splitlines()[-1]
+        return json.dumps(out, default=str)
+
+
+def setup_logging(level: int = logging.INFO) -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    for noisy in ("urllib3", "kubernetes"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def run(
+    settings: Settings,
+    schema: str = "backfill",
+    ingest: Any = None,
+    *,
+    stop: threading.Event | None = None,
+    configure_logging: bool = True,
+) -> None:
+    """Run the controller until SIGTERM/SIGINT (main thread) or until ``stop`` is set.
+
+    Args:
+        settings: every tunable; ``database_url`` unset starts the embedded server.
+        schema: the PostgreSQL schema (already migrated).
+        ingest: optional handler of POST /v1/foreground (see :mod:`backfill.controller.http`).
+        stop: set it to stop the controller (tests, embedding).
+        configure_logging: install the JSON log formatter on the root logger.
+    """
+    from backfill.store import EventStore, RunStore, make_engine, resolve_database_url
+
+    from .http import make_server, serve_in_thread
+    from .kube import api_client
+    from .leader import LeaderElector
+    from .loop import Controller
+    from .metrics import Metrics
+
+    if configure_logging:
+        setup_logging()
+    log = logging.getLogger("backfill.controller")
+    url, note = resolve_database_url(settings)
+    if note:
+        log.info(note)
+    engine = make_engine(url, schema)
+    events = EventStore(engine, poll=settings.poll_fallback_seconds)
+    runs = RunStore(engine)
+    api = api_client(settings)
+    identity = settings.identity or f"{socket.gethostname()}-{os.getpid()}"
+    leader = LeaderElector(
+        api,
+        name=settings.lease_name,
+        namespace=settings.lease_namespace,
+        identity=identity,
+        duration=settings.lease_duration_seconds,
+        renew=settings.lease_renew_seconds,
+    )
+    metrics = Metrics()
+    controller = Controller(settings, api, events, runs, metrics, leader=leader, identity=identity)
+    if ingest is None and settings.ingest_token_file is not None:
+        from .ingest import IngestEndpoint, load_token
+
+        try:
+            token = load_token(settings.ingest_token_file)
+        except (OSError, ValueError) as exc:
+            raise ControllerConfigError(f"ingest token file {settings.ingest_token_file}: {exc}") from None
+
+        def known_model(namespace: str, model: str) -> bool:
+            m = controller.world.models.get((namespace, model))
+            return m is not None and m.exists
+
+        ingest = IngestEndpoint(
+            token, events.append, known_model, controller.signal.set, settings, lambda: datetime.now(timezone.utc)
+        )
+    server = make_server(
+        settings.metrics_address,
+        metrics.registry,
+        ready=lambda: controller.synced and (leader.is_leader() or leader.healthy),
+        ingest=ingest,
+    )
+    stop = stop if stop is not None else threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        log.info(f"signal {signum}: stopping")
+        stop.set()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+    serve_in_thread(server)
+    try:
+        leader.start()
+        controller.start()
+        log.info(f"controller started as {identity}; HTTP on {settings.metrics_address}")
+        while not stop.wait(1.0):
+            pass
+    finally:
+        controller.stop()
+        leader.stop()
+        server.shutdown()
+        server.server_close()
+        events.close()
+        engine.dispose()
+        log.info("controller stopped")

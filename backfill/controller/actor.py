@@ -1,0 +1,406 @@
+"""The actor: turns the projector's commands into decision events and Kubernetes calls.
+
+Rules: a decision event is appended *before* the call it announces (so the log explains every
+mutation); a decision whose idempotency key is already stored (another instance decided the
+same thing) is not acted on again, except deletes, which are always safe. Before every mutation
+``can_act()`` (leader election) is checked. It never writes Model, GamingSession, GPULease or
+CronJob objects.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+from datetime import datetime
+from typing import Any, Callable, Iterable, Mapping
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from backfill.core import events as ev
+from backfill.core.commands import (
+    Admit,
+    Block,
+    Cancel,
+    CreateJob,
+    DeleteJob,
+    ReleaseFinalizer,
+    Unblock,
+    WakeAt,
+    WriteStatus,
+)
+from backfill.core.events import encode
+from backfill.core.jobtemplate import API_GROUP, API_VERSION, build_job
+from backfill.core.state import World
+from backfill.core.timefmt import rfc3339
+
+log = logging.getLogger("backfill.controller.actor")
+
+FINALIZER = "modelbackfill.ai.flexinfer/finalizer"
+PLURAL = "modelbackfills"
+COMPONENT = "modelbackfill-controller"
+CONFLICT_RETRIES = 5
+
+
+class NotLeader(Exception):
+    """The leader lease was lost before a mutation."""
+
+
+class Actor:
+    """Executes commands against the API server and the event log.
+
+    Args:
+        api: a kubernetes ApiClient.
+        append: ``(records) -> positions`` (EventStore.append).
+        clock: aware UTC now.
+        can_act: leader check (always True without leader election).
+        identity: reported as the Events' reporting instance.
+    """
+
+    def __init__(
+        self,
+        api: Any,
+        append: Callable[[list], list],
+        clock: Callable[[], datetime],
+        can_act: Callable[[], bool] = lambda: True,
+        identity: str = COMPONENT,
+    ) -> None:
+        self.api = api
+        self.batch = client.BatchV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self.core = client.CoreV1Api(api)
+        self.append_records = append
+        self.clock = clock
+        self.can_act = can_act
+        self.identity = identity
+        self._written: dict[tuple[str, str], Mapping[str, Any]] = {}
+        self._lock = threading.Lock()
+        self.appended = 0
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _guard(self) -> None:
+        if not self.can_act():
+            raise NotLeader("leader lease not held")
+
+    def _append(self, event: Any, key: str | None = None) -> int | None:
+        self._guard()
+        pos = self.append_records([encode(event, key)])[0]
+        if pos is not None:
+            self.appended += 1
+        return pos
+
+    def _event(self, ns: str, name: str, uid: str, reason: str, message: str, type_: str = "Normal") -> None:
+        """A core/v1 Event on the ModelBackfill (best effort)."""
+        now = rfc3339(self.clock().replace(microsecond=0))
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{name}.", "namespace": ns},
+            "involvedObject": {
+                "apiVersion": f"{API_GROUP}/{API_VERSION}",
+                "kind": "ModelBackfill",
+                "name": name,
+                "namespace": ns,
+                "uid": uid,
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": type_,
+            "count": 1,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "source": {"component": COMPONENT},
+            "reportingComponent": COMPONENT,
+            "reportingInstance": self.identity[:128],
+        }
+        try:
+            self._guard()
+            self.core.create_namespaced_event(ns, body)
+        except Exception as exc:  # noqa: BLE001 - an Event is informative only
+            log.warning(f"event {reason} on {ns}/{name} not recorded: {exc}".splitlines()[0])
+
+    # -- dispatch -----------------------------------------------------------------------------
+
+    def execute(self, commands: Iterable[Any], world: World) -> None:
+        """Run ``commands`` in order; one failing command is logged and does not stop the rest."""
+        for cmd in commands:
+            if isinstance(cmd, WakeAt):
+                continue
+            try:
+                self._guard()
+                self._dispatch(cmd, world)
+            except NotLeader:
+                log.info("not the leader any more: commands skipped")
+                return
+            except Exception as exc:  # noqa: BLE001 - retried by the projector's retry timers
+                log.error(
+                    f"{type(cmd).__name__} failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+                    extra={"backfill": f"{cmd.key[0]}/{cmd.key[1]}"},
+                )
+
+    def _dispatch(self, cmd: Any, world: World) -> None:
+        t = type(cmd)
+        if t is WriteStatus:
+            self.write_status(cmd.key, cmd.status)
+        elif t is Admit:
+            self.admit(cmd, world)
+        elif t is CreateJob:
+            b = world.backfills[cmd.key]
+            self.create_job(cmd.key, b.uid, cmd.attempt, cmd.job_name, world)
+        elif t is Cancel:
+            self.cancel(cmd)
+        elif t is DeleteJob:
+            b = world.backfills[cmd.key]
+            self.delete_job(cmd.key, cmd.job_name, b.uid)
+        elif t is Block:
+            self.block(cmd, world)
+        elif t is Unblock:
+            self.unblock(cmd, world)
+        elif t is ReleaseFinalizer:
+            self.release_finalizer(cmd)
+        else:  # pragma: no cover
+            raise TypeError(f"unknown command {cmd!r}")
+
+    # -- admit / create -----------------------------------------------------------------------
+
+    def admit(self, cmd: Admit, world: World) -> None:
+        ns, name = cmd.key
+        now = self.clock()
+        decision = ev.AttemptAdmitted(
+            at=now,
+            namespace=ns,
+            backfill=name,
+            cause=cmd.cause,
+            basis=world.position,
+            uid=cmd.uid,
+            attempt=cmd.attempt,
+            generation=cmd.generation,
+            job_name=cmd.job_name,
+            model=cmd.model,
+            node=cmd.node,
+        )
+        if self._append(decision) is None:
+            log.info(f"attempt {cmd.attempt} already admitted elsewhere", extra={"backfill": f"{ns}/{name}"})
+            return
+        log.info(
+            f"admitted attempt {cmd.attempt}: Job {cmd.job_name}",
+            extra={"backfill": f"{ns}/{name}", "position": world.position, "decision": "AttemptAdmitted"},
+        )
+        self._event(ns, name, cmd.uid, "Admitted", f"idle window complete; creating Job {cmd.job_name} (attempt {cmd.attempt})")
+        self.create_job(cmd.key, cmd.uid, cmd.attempt, cmd.job_name, world)
+
+    def create_job(self, key: tuple[str, str], uid: str, attempt: int, job_name: str, world: World) -> None:
+        ns, name = key
+        b = world.backfills.get(key)
+        spec = b.spec if b is not None else None
+        template = world.templates.get((ns, spec.template_ref)) if spec is not None else None
+        common = dict(namespace=ns, backfill=name, name=job_name)
+        if spec is None or template is None or template.job_template is None:
+            self._append(ev.JobFailed(at=self.clock(), reason="CreateFailed", **common))
+            return
+        try:
+            body = build_job(template.job_template, namespace=ns, backfill=name, backfill_uid=uid, attempt=attempt, spec=spec)
+        except ValueError as exc:
+            log.error(f"cannot build Job {job_name}: {exc}", extra={"backfill": f"{ns}/{name}"})
+            self._append(ev.JobFailed(at=self.clock(), reason="CreateFailed", **common))
+            return
+        self._guard()
+        try:
+            created = self.batch.create_namespaced_job(ns, body)
+            job_uid = created.metadata.uid
+        except ApiException as exc:
+            if exc.status == 409:
+                existing = self.batch.read_namespaced_job(job_name, ns)
+                owners = existing.metadata.owner_references or []
+                if any(o.uid == uid and o.controller for o in owners):
+                    job_uid = existing.metadata.uid
+                else:
+                    log.error(f"Job {job_name} exists and is not ours", extra={"backfill": f"{ns}/{name}"})
+                    self._append(ev.JobFailed(at=self.clock(), reason="CreateFailed", **common))
+                    return
+            elif exc.status in (400, 403, 404, 422):
+                log.error(f"Job {job_name} rejected: HTTP {exc.status} {exc.reason}", extra={"backfill": f"{ns}/{name}"})
+                self._append(ev.JobFailed(at=self.clock(), reason="CreateFailed", **common))
+                return
+            else:
+                raise
+        self._append(ev.JobCreated(at=self.clock(), uid=job_uid, **common))
+
+    # -- cancel / delete ----------------------------------------------------------------------
+
+    def cancel(self, cmd: Cancel) -> None:
+        ns, name = cmd.key
+        decision = ev.AttemptCancelled(
+            at=self.clock(),
+            namespace=ns,
+            backfill=name,
+            cause=cmd.cause,
+            uid=cmd.uid,
+            attempt=cmd.attempt,
+            job_name=cmd.job_name,
+            reason=cmd.reason,
+            message=cmd.message,
+        )
+        fresh = self._append(decision) is not None
+        if fresh:
+            log.info(
+                f"cancelling attempt {cmd.attempt} ({cmd.reason}): {cmd.message}",
+                extra={"backfill": f"{ns}/{name}", "position": cmd.cause, "decision": "AttemptCancelled"},
+            )
+            self._event(ns, name, cmd.uid, cmd.reason, f"cancelling Job {cmd.job_name}: {cmd.message}", "Warning")
+        self.delete_job(cmd.key, cmd.job_name, cmd.uid)
+
+    def delete_job(self, key: tuple[str, str], job_name: str, uid: str) -> None:
+        ns, name = key
+        self._guard()
+        try:
+            self.batch.delete_namespaced_job(job_name, ns, propagation_policy="Background")
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            self._append(ev.JobDeleted(at=self.clock(), namespace=ns, backfill=name, name=job_name))
+
+    # -- block / unblock ----------------------------------------------------------------------
+
+    def block(self, cmd: Block, world: World) -> None:
+        ns, name = cmd.key
+        b = world.backfills.get(cmd.key)
+        uid = b.uid if b is not None else ""
+        decision = ev.BackfillBlocked(at=self.clock(), namespace=ns, backfill=name, cause=cmd.cause, basis=world.position, reason=cmd.reason, message=cmd.message)
+        key = f"decision/{ns}/{name}/{uid}/block/{cmd.reason}/{cmd.cause}/{b.generation if b else 0}"
+        if self._append(decision, key) is not None:
+            log.info(f"blocked: {cmd.reason}: {cmd.message}", extra={"backfill": f"{ns}/{name}", "decision": "BackfillBlocked"})
+            self._event(ns, name, uid, cmd.reason, cmd.message, "Warning")
+
+    def unblock(self, cmd: Unblock, world: World) -> None:
+        ns, name = cmd.key
+        b = world.backfills.get(cmd.key)
+        uid = b.uid if b is not None else ""
+        decision = ev.BackfillUnblocked(at=self.clock(), namespace=ns, backfill=name, cause=cmd.cause, basis=world.position)
+        if self._append(decision, f"decision/{ns}/{name}/{uid}/unblock/{cmd.cause}") is not None:
+            self._event(ns, name, uid, "Unblocked", "the blocking condition is gone")
+
+    # -- finalizer ----------------------------------------------------------------------------
+
+    def _update_finalizers(self, ns: str, name: str, uid: str, add: bool) -> bool:
+        """Add or remove our finalizer with optimistic concurrency; False if the object is gone."""
+        for _ in range(CONFLICT_RETRIES):
+            try:
+                obj = self.custom.get_namespaced_custom_object(API_GROUP, API_VERSION, ns, PLURAL, name)
+            except ApiException as exc:
+                if exc.status == 404:
+                    return False
+                raise
+            meta = obj.get("metadata") or {}
+            if uid and meta.get("uid") != uid:
+                return False
+            finalizers = list(meta.get("finalizers") or [])
+            if add == (FINALIZER in finalizers):
+                return True
+            if add and meta.get("deletionTimestamp"):
+                return True  # never add to an object being deleted
+            finalizers = finalizers + [FINALIZER] if add else [f for f in finalizers if f != FINALIZER]
+            obj["metadata"]["finalizers"] = finalizers
+            self._guard()
+            try:
+                self.custom.replace_namespaced_custom_object(API_GROUP, API_VERSION, ns, PLURAL, name, obj)
+                return True
+            except ApiException as exc:
+                if exc.status == 404:
+                    return False
+                if exc.status != 409:
+                    raise
+        raise RuntimeError(f"finalizer update of {ns}/{name}: too many conflicts")
+
+    def ensure_finalizer(self, ns: str, name: str, uid: str) -> None:
+        """Add our finalizer to a live ModelBackfill that lacks it."""
+        self._update_finalizers(ns, name, uid, add=True)
+
+    def release_finalizer(self, cmd: ReleaseFinalizer) -> None:
+        ns, name = cmd.key
+        self._update_finalizers(ns, name, cmd.uid, add=False)
+        self._append(ev.FinalizerReleased(at=self.clock(), namespace=ns, backfill=name, uid=cmd.uid))
+        log.info("finalizer released", extra={"backfill": f"{ns}/{name}", "decision": "FinalizerReleased"})
+
+    # -- status -------------------------------------------------------------------------------
+
+    def write_status(self, key: tuple[str, str], status: Mapping[str, Any]) -> None:
+        """Write ``status`` through the status subresource.
+
+        Skips a status identical to the last one written for ``key``. Fields of the current
+        status that the projector does not manage are kept, foreign conditions are kept, and
+        the Ready condition keeps its ``lastTransitionTime`` while its status is unchanged.
+        A 409 Conflict is retried on a fresh read.
+        """
+        with self._lock:
+            if self._written.get(key) == status:
+                return
+        ns, name = key
+        for _ in range(CONFLICT_RETRIES):
+            try:
+                obj = self.custom.get_namespaced_custom_object(API_GROUP, API_VERSION, ns, PLURAL, name)
+            except ApiException as exc:
+                if exc.status == 404:
+                    return
+                raise
+            current = obj.get("status") or {}
+            merged = merge_status(current, status, self.clock())
+            if merged == current:
+                break
+            obj["status"] = merged
+            self._guard()
+            try:
+                self.custom.replace_namespaced_custom_object_status(API_GROUP, API_VERSION, ns, PLURAL, name, obj)
+                break
+            except ApiException as exc:
+                if exc.status == 404:
+                    return
+                if exc.status != 409:
+                    raise
+                log.info("status conflict; retrying on a fresh read", extra={"backfill": f"{ns}/{name}"})
+        else:
+            raise RuntimeError(f"status of {ns}/{name}: too many conflicts")
+        with self._lock:
+            self._written[key] = copy.deepcopy(dict(status))
+
+    def forget(self, key: tuple[str, str] | None = None) -> None:
+        """Forget what was written for ``key`` (None: for every key), so the next write compares
+        with the object itself (after a full resync, or when leadership changed hands)."""
+        with self._lock:
+            if key is None:
+                self._written.clear()
+            else:
+                self._written.pop(key, None)
+
+
+def merge_status(current: Mapping[str, Any], desired: Mapping[str, Any], now: datetime) -> dict[str, Any]:
+    """The status to write: ``current`` with ``desired`` applied (None removes a field).
+
+    Conditions are merged by type: ours replace theirs of the same type, others stay. A
+    condition's ``lastTransitionTime`` is kept when its status did not change, else set to now.
+    """
+    out = dict(current)
+    for k, v in desired.items():
+        if k == "conditions":
+            continue
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = v
+    if "conditions" in desired:
+        old = {c.get("type"): c for c in current.get("conditions") or [] if isinstance(c, Mapping)}
+        mine = {c["type"] for c in desired["conditions"]}
+        conds = [c for c in current.get("conditions") or [] if c.get("type") not in mine]
+        stamp = rfc3339(now.replace(microsecond=0))
+        for c in desired["conditions"]:
+            c = dict(c)
+            prev = old.get(c["type"])
+            if prev is not None and prev.get("status") == c.get("status") and prev.get("lastTransitionTime"):
+                c["lastTransitionTime"] = prev["lastTransitionTime"]
+            else:
+                c["lastTransitionTime"] = stamp
+            conds.append(c)
+        out["conditions"] = conds
+    return out

@@ -1,0 +1,100 @@
+"""The controller's HTTP server: /metrics, /healthz, /readyz and POST /v1/foreground."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+log = logging.getLogger("backfill.controller.http")
+
+
+def _ingest_headers(status: int, body: dict) -> dict:
+    """Extra headers for an ingest answer (``WWW-Authenticate``, ``Retry-After``...)."""
+    try:
+        from .ingest import response_headers
+    except ImportError:  # pragma: no cover - the ingest module is optional
+        return {}
+    return response_headers(status, body)
+
+
+def make_server(
+    address: str,
+    registry: CollectorRegistry,
+    ready: Callable[[], bool],
+    ingest: Any = None,
+) -> ThreadingHTTPServer:
+    """A ThreadingHTTPServer bound to ``host:port`` (port 0: any free port); not started.
+
+    ``ready()`` answers /readyz; ``ingest`` (optional) handles POST /v1/foreground through
+    ``handle(method, headers, body, client) -> (status, dict)``; without it the path is 404.
+    """
+    host, _, port = address.rpartition(":")
+
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "modelbackfill"
+
+        def log_message(self, fmt: str, *args: Any) -> None:  # quiet access log
+            log.debug(fmt % args)
+
+        def _send(self, code: int, body: bytes, ctype: str) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _json(self, code: int, payload: dict, headers: dict | None = None) -> None:
+            body = json.dumps(payload).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:  # noqa: N802
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                self._send(200, generate_latest(registry), CONTENT_TYPE_LATEST)
+            elif path == "/healthz":
+                self._send(200, b"ok\n", "text/plain")
+            elif path == "/readyz":
+                ok = ready()
+                self._send(200 if ok else 503, b"ok\n" if ok else b"not ready\n", "text/plain")
+            else:
+                self._json(404, {"error": "not found"})
+
+        def do_POST(self) -> None:  # noqa: N802
+            path = self.path.split("?", 1)[0]
+            if path != "/v1/foreground" or ingest is None:
+                self._json(404, {"error": "not found"})
+                return
+            try:
+                length = int(self.headers.get("Content-Length") or 0)
+            except ValueError:
+                self._json(400, {"error": "bad Content-Length"})
+                return
+            body = self.rfile.read(length) if length > 0 else b""
+            try:
+                code, payload = ingest.handle("POST", dict(self.headers.items()), body, self.client_address[0])
+            except Exception as exc:  # noqa: BLE001
+                log.exception(f"ingest failed: {exc}")
+                code, payload = 500, {"error": "internal error"}
+            headers = getattr(ingest, "response_headers", None) or _ingest_headers
+            self._json(code, payload, headers(code, payload))
+
+    server = ThreadingHTTPServer((host or "0.0.0.0", int(port)), Handler)
+    server.daemon_threads = True
+    return server
+
+
+def serve_in_thread(server: ThreadingHTTPServer) -> threading.Thread:
+    t = threading.Thread(target=server.serve_forever, name="http", daemon=True)
+    t.start()
+    return t

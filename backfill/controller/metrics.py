@@ -1,0 +1,52 @@
+"""The controller's Prometheus metrics: exactly the seed's four families, on a given registry."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter
+
+from backfill.core.runs import RunRow
+
+
+class Metrics:
+    """The four counters of seed 000 "Monitor", registered on ``registry`` (not the global one)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        labels = ("backfill", "namespace", "model")
+        self.starts = Counter(
+            "flexinfer_model_backfill_starts",
+            "Admitted Job attempts, including retries after preemption.",
+            labels,
+            registry=self.registry,
+        )
+        self.completions = Counter(
+            "flexinfer_model_backfill_completions",
+            "Terminal attempts by bounded result.",
+            labels + ("result",),
+            registry=self.registry,
+        )
+        self.preemptions = Counter(
+            "flexinfer_model_backfill_preemptions",
+            "Attempts cancelled for foreground or gaming priority.",
+            labels + ("reason",),
+            registry=self.registry,
+        )
+        self.useful_seconds = Counter(
+            "flexinfer_model_backfill_useful_running_seconds",
+            "Cumulative time spent running background work; waiting time is excluded.",
+            labels,
+            registry=self.registry,
+        )
+
+    def started(self, row: RunRow) -> None:
+        """An attempt was admitted."""
+        self.starts.labels(row.backfill, row.namespace, row.model).inc()
+
+    def ended(self, row: RunRow) -> None:
+        """An attempt ended (``row.result`` set)."""
+        base = (row.backfill, row.namespace, row.model)
+        self.completions.labels(*base, row.result).inc()
+        if row.result == "preempted":
+            self.preemptions.labels(*base, row.reason).inc()
+        if row.running_seconds > 0:
+            self.useful_seconds.labels(*base).inc(row.running_seconds)

@@ -1,0 +1,231 @@
+"""API objects -> observation events (pure: no kubernetes import, no I/O, no clock).
+
+Input objects are API JSON dicts (camelCase: raw watch JSON or
+``ApiClient.sanitize_for_serialization`` output). Every function returns a list of
+``(event, idempotency_key)`` pairs ready for :func:`backfill.core.events.encode`.
+
+Keys make re-deliveries harmless: a watch event delivered twice, or the same object seen again
+by a relist, maps to the same key and is stored once. State observations are keyed by
+``uid`` + ``resourceVersion``; foreground demand by the ``lastActiveTime`` value; deletions by
+``uid``; Job facts by their natural keys.
+
+:class:`Translator` keeps the little memory a translation needs (the last ``lastActiveTime`` per
+Model, so only a time moving forward is foreground demand).
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime
+from typing import Any, Mapping
+
+from backfill.core import events as ev
+from backfill.core.jobtemplate import BACKFILL_LABEL
+from backfill.core.timefmt import parse_rfc3339
+
+Pair = tuple[Any, str]
+
+ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return obj.get("metadata") or {}
+
+
+def _time(value: Any) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return parse_rfc3339(value)
+    except ValueError:
+        return None
+
+
+def _ident(obj: Mapping[str, Any]) -> tuple[str, str, str, str]:
+    m = _meta(obj)
+    return m.get("namespace", "") or "", m.get("name", "") or "", m.get("uid", "") or "", str(m.get("resourceVersion", ""))
+
+
+def model_node(obj: Mapping[str, Any]) -> str:
+    """The Model's node: ``status.gpu.node``, else ``spec.nodeSelector["kubernetes.io/hostname"]``."""
+    status = obj.get("status") or {}
+    node = (status.get("gpu") or {}).get("node") if isinstance(status.get("gpu"), Mapping) else None
+    if node:
+        return str(node)
+    spec = obj.get("spec") or {}
+    return str((spec.get("nodeSelector") or {}).get(HOSTNAME_LABEL) or "")
+
+
+def model_shared(obj: Mapping[str, Any]) -> str:
+    gpu = (obj.get("spec") or {}).get("gpu") or {}
+    return str(gpu.get("shared") or "") if isinstance(gpu, Mapping) else ""
+
+
+class Translator:
+    """Turns watch events into log events. Thread-safe (one lock around its small memory)."""
+
+    def __init__(self) -> None:
+        self._last_active: dict[str, datetime] = {}
+        self._lock = threading.Lock()
+
+    # -- ModelBackfill ------------------------------------------------------------------------
+
+    def backfill(self, kind: str, obj: Mapping[str, Any], now: datetime) -> list[Pair]:
+        ns, name, uid, rv = _ident(obj)
+        if kind == DELETED:
+            return [(ev.BackfillDeleted(at=now, namespace=ns, name=name, uid=uid), f"mbf/{uid}/deleted")]
+        m = _meta(obj)
+        out: list[Pair] = [
+            (
+                ev.BackfillApplied(
+                    at=now,
+                    namespace=ns,
+                    name=name,
+                    uid=uid,
+                    generation=int(m.get("generation") or 0),
+                    spec=dict(obj.get("spec") or {}),
+                ),
+                f"mbf/{uid}/gen/{int(m.get('generation') or 0)}",
+            )
+        ]
+        if m.get("deletionTimestamp"):
+            out.append((ev.BackfillDeleting(at=now, namespace=ns, name=name, uid=uid), f"mbf/{uid}/deleting"))
+        return out
+
+    # -- Model --------------------------------------------------------------------------------
+
+    def model(self, kind: str, obj: Mapping[str, Any], now: datetime) -> list[Pair]:
+        ns, name, uid, rv = _ident(obj)
+        if kind == DELETED:
+            with self._lock:
+                self._last_active.pop(uid, None)
+            return [(ev.ModelDeleted(at=now, namespace=ns, model=name), f"model/{uid}/deleted")]
+        status = obj.get("status") or {}
+        out: list[Pair] = []
+        node, shared = model_node(obj), model_shared(obj)
+        if status.get("phase") == "Ready":
+            out.append((ev.ModelReady(at=now, namespace=ns, model=name, node=node, shared=shared), f"model/{uid}/{rv}/ready"))
+        else:
+            phase = str(status.get("phase") or "")
+            out.append(
+                (
+                    ev.ModelNotReady(at=now, namespace=ns, model=name, phase=phase, node=node, shared=shared),
+                    f"model/{uid}/{rv}/notready",
+                )
+            )
+        raw = status.get("lastActiveTime")
+        active = _time(raw)
+        if active is not None:
+            with self._lock:
+                prev = self._last_active.get(uid)
+                moved = prev is None or active > prev
+                if moved:
+                    self._last_active[uid] = active
+            if moved:
+                out.append(
+                    (
+                        ev.ForegroundRequest(at=active, namespace=ns, model=name, source="lastActiveTime"),
+                        f"fg/{uid}/{raw}",
+                    )
+                )
+        return out
+
+    # -- GamingSession ------------------------------------------------------------------------
+
+    def gaming_session(self, kind: str, obj: Mapping[str, Any], now: datetime) -> list[Pair]:
+        ns, name, uid, rv = _ident(obj)
+        spec = obj.get("spec") or {}
+        expires = _time(spec.get("expiresAt"))
+        mode = spec.get("mode") or "gaming"
+        node = str(spec.get("nodeName") or "")
+        # A session being deleted (deletionTimestamp, finalizer held) is still intent until gone.
+        if kind != DELETED and mode == "gaming" and node and (expires is None or expires > now):
+            return [
+                (
+                    ev.GamingIntentStarted(at=now, namespace=ns, session=name, node=node, expires_at=expires),
+                    f"gaming/{uid}/{rv}/started",
+                )
+            ]
+        key = f"gaming/{uid}/deleted" if kind == DELETED else f"gaming/{uid}/{rv}/ended"
+        return [(ev.GamingIntentEnded(at=now, namespace=ns, session=name), key)]
+
+    # -- GPULease -----------------------------------------------------------------------------
+
+    def gpu_lease(self, kind: str, obj: Mapping[str, Any], now: datetime) -> list[Pair]:
+        ns, name, uid, rv = _ident(obj)
+        if kind == DELETED:
+            return [(ev.GPULeaseEnded(at=now, namespace=ns, lease=name), f"gpulease/{uid}/deleted")]
+        spec = obj.get("spec") or {}
+        return [
+            (
+                ev.GPULeaseActive(
+                    at=now,
+                    namespace=ns,
+                    lease=name,
+                    node=str(spec.get("node") or ""),
+                    group=str(spec.get("group") or ""),
+                    expires_at=_time(spec.get("expiresAt")),
+                ),
+                f"gpulease/{uid}/{rv}/active",
+            )
+        ]
+
+    # -- CronJob ------------------------------------------------------------------------------
+
+    def cronjob(self, kind: str, obj: Mapping[str, Any], now: datetime) -> list[Pair]:
+        ns, name, uid, rv = _ident(obj)
+        if kind == DELETED:
+            return [(ev.CronJobMissing(at=now, namespace=ns, name=name), f"cronjob/{uid}/deleted")]
+        template = (obj.get("spec") or {}).get("jobTemplate") or {}
+        return [(ev.CronJobSeen(at=now, namespace=ns, name=name, job_template=dict(template)), f"cronjob/{uid}/{rv}")]
+
+    # -- owned Jobs ---------------------------------------------------------------------------
+
+    def job(self, kind: str, obj: Mapping[str, Any], now: datetime) -> list[Pair]:
+        ns, name, uid, _ = _ident(obj)
+        m = _meta(obj)
+        backfill = (m.get("labels") or {}).get(BACKFILL_LABEL)
+        if not backfill:
+            return []
+        common = dict(namespace=ns, backfill=backfill, name=name, uid=uid)
+        if kind == DELETED:
+            return _natural([ev.JobDeleted(at=now, **common)])
+        out: list[Any] = [ev.JobCreated(at=_time(m.get("creationTimestamp")) or now, **common)]
+        status = obj.get("status") or {}
+        start = _time(status.get("startTime"))
+        if start is not None:
+            out.append(ev.JobRunning(at=start, **common))
+        for c in status.get("conditions") or []:
+            if c.get("status") != "True":
+                continue
+            when = _time(c.get("lastTransitionTime")) or now
+            if c.get("type") == "Complete":
+                out.append(ev.JobSucceeded(at=_time(status.get("completionTime")) or when, **common))
+            elif c.get("type") == "Failed":
+                out.append(ev.JobFailed(at=when, reason=str(c.get("reason") or "JobFailed"), **common))
+        return _natural(out)
+
+
+def _natural(events: list[Any]) -> list[Pair]:
+    return [(e, e.natural_key()) for e in events]
+
+
+def vanished(kind: str, namespace: str, name: str, uid: str, now: datetime, list_rv: str) -> Pair:
+    """The "gone" event for an object the log believes exists but a (re)list did not return.
+
+    ``kind`` is one of ``backfill``, ``model``, ``gaming``, ``lease``, ``cronjob``; the key
+    names the list's resourceVersion so a repeated relist of the same state is stored once.
+    """
+    key = f"relist/{kind}/{namespace}/{name}/{list_rv}"
+    if kind == "backfill":
+        return ev.BackfillDeleted(at=now, namespace=namespace, name=name, uid=uid), f"mbf/{uid}/deleted"
+    if kind == "model":
+        return ev.ModelDeleted(at=now, namespace=namespace, model=name), key
+    if kind == "gaming":
+        return ev.GamingIntentEnded(at=now, namespace=namespace, session=name), key
+    if kind == "lease":
+        return ev.GPULeaseEnded(at=now, namespace=namespace, lease=name), key
+    if kind == "cronjob":
+        return ev.CronJobMissing(at=now, namespace=namespace, name=name), key
+    raise ValueError(f"unknown kind {kind!r}")

@@ -1,0 +1,267 @@
+"""One thread per watched resource: list, then watch from the list's resourceVersion.
+
+The loop of a :class:`Watcher` never ends on its own: a failed call is logged and retried after
+a capped exponential back-off (``settings.backoff_initial_seconds`` doubling up to
+``settings.backoff_max_seconds``); a 410 Gone (expired resourceVersion) lists again. Every list
+also reconciles the log's belief: an object the log thinks exists but the list does not return
+(deleted while nobody watched) gets its "gone" event. Each batch of events is appended to the
+event log, then ``signal`` is set so the reconcile loop wakes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Callable, Iterable
+
+from kubernetes import client, watch
+from kubernetes.client.exceptions import ApiException
+
+from backfill.core import events as ev
+from backfill.core.events import encode
+from backfill.core.jobtemplate import BACKFILL_LABEL
+from backfill.settings import Settings
+
+from .translate import Pair, Translator, vanished
+
+log = logging.getLogger("backfill.controller.watchers")
+
+GROUP, VERSION = "ai.flexinfer", "v1alpha2"
+
+
+@dataclass(frozen=True)
+class Resource:
+    """What to watch: a name, list functions (namespaced / cluster-wide) and extra arguments."""
+
+    name: str
+    namespaced: Callable[..., Any]
+    cluster: Callable[..., Any]
+    args: tuple = ()
+    kwargs: tuple = ()
+
+
+def resources(api: Any) -> dict[str, Resource]:
+    """The six watched resources for an ApiClient."""
+    co = client.CustomObjectsApi(api)
+    batch = client.BatchV1Api(api)
+
+    def custom(plural: str) -> Resource:
+        return Resource(
+            plural,
+            co.list_namespaced_custom_object,
+            co.list_cluster_custom_object,
+            (GROUP, VERSION),
+            (("plural", plural),),
+        )
+
+    return {
+        "backfill": custom("modelbackfills"),
+        "model": custom("models"),
+        "gaming": custom("gamingsessions"),
+        "lease": custom("gpuleases"),
+        "cronjob": Resource("cronjobs", batch.list_namespaced_cron_job, batch.list_cron_job_for_all_namespaces),
+        "job": Resource(
+            "jobs",
+            batch.list_namespaced_job,
+            batch.list_job_for_all_namespaces,
+            kwargs=(("label_selector", BACKFILL_LABEL),),
+        ),
+    }
+
+
+class Watcher(threading.Thread):
+    """List + watch one resource forever (until ``stop`` is set), appending translated events.
+
+    Args:
+        kind: ``backfill``, ``model``, ``gaming``, ``lease``, ``cronjob`` or ``job``.
+        resource: from :func:`resources`.
+        namespace: watch only this namespace (None: all).
+        translate: ``(type, obj, now) -> [(event, key)]``.
+        known: ``() -> [(namespace, name, uid)]`` of objects the log believes exist (for the
+            relist reconciliation); for ``job``, live attempts whose Job was observed.
+        append: ``(records) -> positions`` (the event store).
+        signal: set after every appended batch.
+        on_object: optional ``(type, obj)`` hook (the finalizer check of ModelBackfills).
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        resource: Resource,
+        *,
+        namespace: str | None,
+        translate: Callable[[str, dict, datetime], list[Pair]],
+        known: Callable[[], Iterable[tuple[str, str, str]]],
+        append: Callable[[list], list],
+        signal: threading.Event,
+        clock: Callable[[], datetime],
+        settings: Settings,
+        stop: threading.Event,
+        on_object: Callable[[str, dict], None] | None = None,
+    ) -> None:
+        super().__init__(name=f"watch-{kind}", daemon=True)
+        self.kind = kind
+        self.resource = resource
+        self.namespace = namespace
+        self.translate = translate
+        self.known = known
+        self.append = append
+        self.signal = signal
+        self.clock = clock
+        self.settings = settings
+        self.stop_event = stop
+        self.on_object = on_object
+        self.synced = threading.Event()
+        self.lists = 0
+        self._watch: watch.Watch | None = None
+
+    # -- calls --------------------------------------------------------------------------------
+
+    def _call(self, **kw: Any) -> Any:
+        r = self.resource
+        args = r.args + ((self.namespace,) if self.namespace else ())
+        func = r.namespaced if self.namespace else r.cluster
+        kwargs = dict(r.kwargs)
+        kwargs.update(kw)
+        if r.args:  # custom objects: (group, version, [namespace,] plural)
+            plural = kwargs.pop("plural")
+            return func, args + (plural,), kwargs
+        return func, ((self.namespace,) if self.namespace else ()), kwargs
+
+    def _list(self) -> tuple[list[dict], str]:
+        func, args, kwargs = self._call()
+        resp = func(*args, _preload_content=False, **kwargs)
+        body = json.loads(resp.data)
+        return body.get("items") or [], body["metadata"]["resourceVersion"]
+
+    def _emit(self, pairs: list[Pair]) -> None:
+        if not pairs:
+            return
+        self.append([encode(e, k) for e, k in pairs])
+        self.signal.set()
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def run(self) -> None:
+        backoff = self.settings.backoff_initial_seconds
+        while not self.stop_event.is_set():
+            try:
+                rv = self._relist()
+                backoff = self.settings.backoff_initial_seconds
+                while not self.stop_event.is_set():
+                    rv = self._watch_once(rv)
+            except ApiException as exc:
+                if exc.status == 410:
+                    log.info("watch expired (410 Gone); relisting", extra={"resource": self.kind})
+                    continue
+                log.warning(f"{self.kind} watch failed: HTTP {exc.status} {exc.reason}; retrying in {backoff:.1f}s")
+            except Exception as exc:  # noqa: BLE001 - the loop must never die silently
+                if self.stop_event.is_set():
+                    break
+                log.warning(f"{self.kind} watch failed: {type(exc).__name__}: {exc}; retrying in {backoff:.1f}s")
+            if self.stop_event.wait(backoff):
+                break
+            backoff = min(backoff * 2, self.settings.backoff_max_seconds)
+
+    def _relist(self) -> str:
+        items, rv = self._list()
+        now = self.clock()
+        pairs: list[Pair] = []
+        present: set[tuple[str, str]] = set()
+        for obj in items:
+            m = obj.get("metadata") or {}
+            present.add((m.get("namespace", ""), m.get("name", "")))
+            if self.on_object is not None:
+                self.on_object("ADDED", obj)
+            pairs.extend(self.translate("ADDED", obj, now))
+        for ns, name, uid in self.known():
+            if self.namespace and ns != self.namespace:
+                continue
+            if self.kind == "job":
+                backfill, job = name.split("/", 1)
+                if (ns, job) not in present:
+                    e = ev.JobDeleted(at=now, namespace=ns, backfill=backfill, name=job, uid=uid)
+                    pairs.append((e, e.natural_key()))
+            elif (ns, name) not in present:
+                pairs.append(vanished(self.kind, ns, name, uid, now, rv))
+        self._emit(pairs)
+        self.lists += 1
+        self.synced.set()
+        self.signal.set()
+        return rv
+
+    def _watch_once(self, rv: str) -> str:
+        func, args, kwargs = self._call()
+        w = watch.Watch()
+        self._watch = w
+        try:
+            for event in w.stream(
+                func,
+                *args,
+                resource_version=rv,
+                allow_watch_bookmarks=True,
+                timeout_seconds=int(self.settings.watch_timeout_seconds),
+                deserialize=False,
+                **kwargs,
+            ):
+                if self.stop_event.is_set():
+                    break
+                kind = event["type"]
+                obj = event["object"]
+                new_rv = (obj.get("metadata") or {}).get("resourceVersion")
+                if new_rv:
+                    rv = new_rv
+                if kind == "BOOKMARK":
+                    continue
+                if self.on_object is not None:
+                    self.on_object(kind, obj)
+                self._emit(self.translate(kind, obj, self.clock()))
+        finally:
+            self._watch = None
+        return rv
+
+    def halt(self) -> None:
+        """Ask the thread to stop and close its open watch connection (best effort)."""
+        self.stop_event.set()
+        w = self._watch
+        resp = getattr(w, "_resp", None) if w is not None else None
+        if resp is not None:
+            try:  # shutdown() unblocks a read in progress in the watcher thread (urllib3 >= 2.3)
+                getattr(resp, "shutdown", resp.close)()
+            except Exception:  # noqa: BLE001
+                pass
+
+
+def known_objects(world: Any, kind: str) -> list[tuple[str, str, str]]:
+    """What the folded log believes exists, per watched kind, as (namespace, name, uid)."""
+    if kind == "backfill":
+        return [(b.namespace, b.name, b.uid) for b in world.backfills.values() if not b.gone]
+    if kind == "model":
+        return [(ns, name, "") for (ns, name), m in world.models.items() if m.exists]
+    if kind == "gaming":
+        return [(ns, name, "") for (ns, name) in world.gaming]
+    if kind == "lease":
+        return [(ns, name, "") for (ns, name) in world.leases]
+    if kind == "cronjob":
+        return [(ns, name, "") for (ns, name), t in world.templates.items() if t.job_template is not None]
+    if kind == "job":
+        out = []
+        for (ns, name), a in world.live.items():
+            if a.created_at is not None or a.started_at is not None:
+                out.append((ns, f"{name}/{a.job_name}", a.job_uid))
+        return out
+    return []
+
+
+def translator_for(t: Translator, kind: str) -> Callable[[str, dict, datetime], list[Pair]]:
+    return {
+        "backfill": t.backfill,
+        "model": t.model,
+        "gaming": t.gaming_session,
+        "lease": t.gpu_lease,
+        "cronjob": t.cronjob,
+        "job": t.job,
+    }[kind]

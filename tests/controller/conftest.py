@@ -1,0 +1,197 @@
+"""Fixtures and helpers for the controller tests on the real API server (tests/envtest)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+import pytest
+from kubernetes import client, watch
+from kubernetes.client.exceptions import ApiException
+
+GROUP, VERSION = "ai.flexinfer", "v1alpha2"
+
+
+def wait_for(predicate: Callable[[], Any], *, timeout: float = 10.0, interval: float = 0.05, what: str) -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail naming ``what`` on timeout."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for: {what} (last: {last!r})")
+
+
+def now_s() -> datetime:
+    """Now, whole seconds (as the API's timestamps)."""
+    return datetime.now(timezone.utc).replace(microsecond=0)
+
+
+def ts(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Kube:
+    """Small helpers over one namespace: create the objects the tests need, read them back."""
+
+    def __init__(self, api: client.ApiClient, ns: str) -> None:
+        self.api, self.ns = api, ns
+        self.custom = client.CustomObjectsApi(api)
+        self.batch = client.BatchV1Api(api)
+        self.core = client.CoreV1Api(api)
+
+    # custom objects
+    def create(self, plural: str, kind: str, name: str, spec: dict) -> dict:
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": kind, "metadata": {"name": name}, "spec": spec}
+        return self.custom.create_namespaced_custom_object(GROUP, VERSION, self.ns, plural, body)
+
+    def get(self, plural: str, name: str) -> dict | None:
+        try:
+            return self.custom.get_namespaced_custom_object(GROUP, VERSION, self.ns, plural, name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def patch(self, plural: str, name: str, body: dict) -> dict:
+        return self.custom.patch_namespaced_custom_object(GROUP, VERSION, self.ns, plural, name, body)
+
+    def set_status(self, plural: str, name: str, status: dict) -> dict:
+        obj = self.get(plural, name)
+        assert obj is not None
+        obj["status"] = {**(obj.get("status") or {}), **status}
+        return self.custom.replace_namespaced_custom_object_status(GROUP, VERSION, self.ns, plural, name, obj)
+
+    def model(self, name: str, node: str = "node-a", phase: str = "Ready", **status: Any) -> dict:
+        self.create("models", "Model", name, {"nodeSelector": {"kubernetes.io/hostname": node}})
+        return self.set_status("models", name, {"phase": phase, **status})
+
+    def backfill(self, name: str, model: str = "gemma", template: str = "model-eval-gauntlet", **spec: Any) -> dict:
+        body = {"modelRef": model, "templateRef": template, "idleFor": "2s", "maxRunDuration": "15m", **spec}
+        return self.create("modelbackfills", "ModelBackfill", name, body)
+
+    def status(self, name: str) -> dict:
+        obj = self.get("modelbackfills", name)
+        return (obj or {}).get("status") or {}
+
+    def cronjob(self, name: str, *, env: list | None = None, resources: dict | None = None, init: bool = False) -> None:
+        container: dict = {"name": "main", "image": "busybox", "command": ["true"]}
+        if env is not None:
+            container["env"] = env
+        if resources is not None:
+            container["resources"] = resources
+        pod: dict = {"restartPolicy": "Never", "containers": [container, {"name": "side", "image": "busybox"}]}
+        if init:
+            pod["initContainers"] = [{"name": "prep", "image": "busybox", "env": [{"name": "A", "value": "1"}]}]
+        body = {
+            "apiVersion": "batch/v1",
+            "kind": "CronJob",
+            "metadata": {"name": name},
+            "spec": {
+                "schedule": "0 0 1 1 *",
+                "suspend": True,
+                "jobTemplate": {"metadata": {"labels": {"app": "gauntlet"}}, "spec": {"backoffLimit": 0, "template": {"spec": pod}}},
+            },
+        }
+        self.batch.create_namespaced_cron_job(self.ns, body)
+
+    # jobs
+    def jobs(self) -> list:
+        return self.batch.list_namespaced_job(self.ns, label_selector="modelbackfill.ai.flexinfer/name").items
+
+    def job(self, name: str):
+        try:
+            return self.batch.read_namespaced_job(name, self.ns)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def job_status(self, name: str, status: dict) -> None:
+        """Play the Job controller: write ``status`` on the Job."""
+        job = self.batch.read_namespaced_job(name, self.ns)
+        body = self.api.sanitize_for_serialization(job)
+        body["status"] = {**(body.get("status") or {}), **status}
+        self.batch.replace_namespaced_job_status(name, self.ns, body)
+
+    def run_job(self, name: str) -> None:
+        self.job_status(name, {"startTime": ts(now_s()), "active": 1})
+
+
+class PhaseRecorder:
+    """Watches one ModelBackfill and records every status.phase it goes through."""
+
+    def __init__(self, api: client.ApiClient, ns: str, name: str) -> None:
+        self.phases: list[str] = []
+        self._stop = threading.Event()
+        self._api, self._ns, self._name = api, ns, name
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        co = client.CustomObjectsApi(self._api)
+        while not self._stop.is_set():
+            w = watch.Watch()
+            try:
+                for e in w.stream(
+                    co.list_namespaced_custom_object, GROUP, VERSION, self._ns, "modelbackfills",
+                    field_selector=f"metadata.name={self._name}", timeout_seconds=2, deserialize=False,
+                ):
+                    phase = ((e["object"].get("status") or {}).get("phase"))
+                    if phase and (not self.phases or self.phases[-1] != phase):
+                        self.phases.append(phase)
+                    if self._stop.is_set():
+                        break
+            except Exception:  # noqa: BLE001
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+@pytest.fixture
+def kube(kube_api, kube_namespace) -> Kube:
+    return Kube(kube_api, kube_namespace)
+
+
+@pytest.fixture
+def start_controller(kube_cluster, kube_namespace, pg_schema):
+    """``start_controller(**settings) -> Controller`` on the test namespace and a fresh schema."""
+    from backfill.controller.loop import Controller
+    from backfill.controller.metrics import Metrics
+    from backfill.settings import Settings
+    from backfill.store import EventStore, RunStore, make_engine
+
+    url, schema = pg_schema
+    started: list = []
+
+    def start(leader: Any = None, **overrides: Any) -> Controller:
+        settings = Settings(
+            namespace=kube_namespace,
+            watch_timeout_seconds=5,
+            backoff_initial_seconds=0.2,
+            backoff_max_seconds=2,
+            resync_seconds=30,
+            **overrides,
+        )
+        engine = make_engine(url, schema)
+        events = EventStore(engine, poll=0.2)
+        api = kube_cluster.api_client()
+        c = Controller(settings, api, events, RunStore(engine), Metrics(), leader=leader, identity=f"test-{len(started)}")
+        c.start()
+        started.append((c, events, engine, api))
+        wait_for(lambda: c.synced, timeout=10, what="watchers synced")
+        return c
+
+    yield start
+    for c, events, engine, api in started:
+        c.stop()
+        assert not [t.name for t in c.watchers if t.is_alive()], "watcher threads did not stop"
+        events.close()
+        engine.dispose()
+        api.close()

@@ -1,0 +1,79 @@
+"""``backfill.controller.run`` wired end to end (leader election on), and ``backfill controller`` errors."""
+
+from __future__ import annotations
+
+import threading
+import urllib.error
+import urllib.request
+
+import pytest
+
+from backfill.cli import main
+from backfill.settings import Settings
+
+from .conftest import Kube, wait_for
+
+pytestmark = pytest.mark.kube
+
+
+def _get(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return resp.status
+    except Exception as exc:  # noqa: BLE001
+        return getattr(exc, "code", 0)
+
+
+def _post(url: str, headers: dict) -> tuple[int, dict]:
+    req = urllib.request.Request(url, data=b"{}", headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=2) as resp:
+            return resp.status, dict(resp.headers)
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers)
+
+
+def test_run_wires_leader_http_and_loop(kube_cluster, kube_api, kube_namespace, pg_schema, tmp_path):
+    from backfill.controller import run
+    from tests.envtest.cluster import free_port
+
+    url, schema = pg_schema
+    port = free_port()
+    token_file = tmp_path / "token"
+    token_file.write_text("s3cret\n")
+    settings = Settings(
+        kubeconfig=kube_cluster.kubeconfig_path,
+        namespace=kube_namespace,
+        database_url=url,
+        metrics_address=f"127.0.0.1:{port}",
+        lease_name="mbf-run",
+        lease_namespace=kube_namespace,
+        watch_timeout_seconds=5,
+        ingest_token_file=token_file,
+    )
+    stop = threading.Event()
+    t = threading.Thread(target=run, args=(settings, schema), kwargs={"stop": stop, "configure_logging": False}, daemon=True)
+    t.start()
+    kube = Kube(kube_api, kube_namespace)
+    try:
+        wait_for(lambda: _get(f"http://127.0.0.1:{port}/readyz") == 200, timeout=15, what="/readyz 200")
+        assert _get(f"http://127.0.0.1:{port}/healthz") == 200
+        code, headers = _post(f"http://127.0.0.1:{port}/v1/foreground", {"Content-Type": "application/json"})
+        assert code == 401 and headers.get("WWW-Authenticate", "").startswith("Bearer")
+        kube.model("gemma")
+        kube.backfill("wired", template="absent")
+        st = wait_for(lambda: kube.status("wired").get("phase") == "Blocked" and kube.status("wired"), what="Blocked")
+        assert st["reason"] == "TemplateNotFound"
+        lease = kube_cluster.get_json(f"/apis/coordination.k8s.io/v1/namespaces/{kube_namespace}/leases/mbf-run")
+        assert lease["spec"]["holderIdentity"]
+    finally:
+        stop.set()
+        t.join(timeout=15)
+    assert not t.is_alive()
+
+
+def test_controller_command_bad_settings(capsys, tmp_path):
+    assert main(["controller", "--kubeconfig", str(tmp_path / "missing")]) == 2
+    assert capsys.readouterr().err.strip() == f"backfill: error: kubeconfig {tmp_path / 'missing'} does not exist"
+    assert main(["controller", "--metrics-address", "nowhere"]) == 2
+    assert "is not host:port" in capsys.readouterr().err

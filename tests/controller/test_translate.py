@@ -1,0 +1,172 @@
+"""Unit tests of backfill.controller.translate (pure: API JSON -> events with idempotency keys)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from backfill.controller.translate import Translator, model_node, vanished
+from backfill.core import events as ev
+
+NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+
+
+def _meta(name: str, uid: str = "u1", rv: str = "10", **extra) -> dict:
+    return {"name": name, "namespace": "ns", "uid": uid, "resourceVersion": rv, **extra}
+
+
+def _model(phase="Ready", rv="10", last_active=None, gpu_node=None, shared=None) -> dict:
+    status: dict = {"phase": phase}
+    if last_active:
+        status["lastActiveTime"] = last_active
+    if gpu_node:
+        status["gpu"] = {"node": gpu_node}
+    spec: dict = {"nodeSelector": {"kubernetes.io/hostname": "sel-node"}}
+    if shared:
+        spec["gpu"] = {"shared": shared}
+    return {"metadata": _meta("gemma", rv=rv), "spec": spec, "status": status}
+
+
+def test_model_ready_node_from_status_then_selector():
+    t = Translator()
+    [(e, key)] = t.model("ADDED", _model(gpu_node="gpu-node", shared="grp"), NOW)
+    assert e == ev.ModelReady(at=NOW, namespace="ns", model="gemma", node="gpu-node", shared="grp")
+    assert key == "model/u1/10/ready"
+    assert model_node(_model()) == "sel-node"
+
+
+def test_model_not_ready_and_deleted():
+    t = Translator()
+    [(e, key)] = t.model("MODIFIED", _model(phase="Loading", rv="11"), NOW)
+    assert isinstance(e, ev.ModelNotReady) and e.phase == "Loading" and e.node == "sel-node"
+    assert key == "model/u1/11/notready"
+    [(d, dkey)] = t.model("DELETED", _model(), NOW)
+    assert d == ev.ModelDeleted(at=NOW, namespace="ns", model="gemma") and dkey == "model/u1/deleted"
+
+
+def test_last_active_time_only_moving_forward_is_foreground_demand():
+    t = Translator()
+    out = t.model("ADDED", _model(last_active="2026-01-02T03:00:00Z"), NOW)
+    fg = [(e, k) for e, k in out if isinstance(e, ev.ForegroundRequest)]
+    assert fg == [
+        (
+            ev.ForegroundRequest(at=datetime(2026, 1, 2, 3, tzinfo=timezone.utc), namespace="ns", model="gemma"),
+            "fg/u1/2026-01-02T03:00:00Z",
+        )
+    ]
+    # Same value again (status rewrite, relist): no new demand.
+    assert not [e for e, _ in t.model("MODIFIED", _model(rv="12", last_active="2026-01-02T03:00:00Z"), NOW) if isinstance(e, ev.ForegroundRequest)]
+    # Older value: not demand.
+    assert not [e for e, _ in t.model("MODIFIED", _model(rv="13", last_active="2026-01-02T02:00:00Z"), NOW) if isinstance(e, ev.ForegroundRequest)]
+    later = t.model("MODIFIED", _model(rv="14", last_active="2026-01-02T03:01:00Z"), NOW)
+    assert [k for e, k in later if isinstance(e, ev.ForegroundRequest)] == ["fg/u1/2026-01-02T03:01:00Z"]
+
+
+def test_relist_gives_the_same_keys():
+    obj = _model(last_active="2026-01-02T03:00:00Z")
+    a = [k for _, k in Translator().model("ADDED", obj, NOW)]
+    b = [k for _, k in Translator().model("ADDED", obj, NOW + timedelta(minutes=5))]
+    assert a == b
+
+
+def test_backfill_applied_deleting_deleted():
+    t = Translator()
+    obj = {"metadata": _meta("mbf", generation=3), "spec": {"modelRef": "gemma", "templateRef": "t"}}
+    [(e, key)] = t.backfill("ADDED", obj, NOW)
+    assert e == ev.BackfillApplied(at=NOW, namespace="ns", name="mbf", uid="u1", generation=3, spec=obj["spec"])
+    assert key == "mbf/u1/gen/3"
+    obj["metadata"]["deletionTimestamp"] = "2026-01-02T03:04:05Z"
+    out = t.backfill("MODIFIED", obj, NOW)
+    assert [type(e) for e, _ in out] == [ev.BackfillApplied, ev.BackfillDeleting]
+    assert out[1][1] == "mbf/u1/deleting"
+    [(d, dkey)] = t.backfill("DELETED", obj, NOW)
+    assert d == ev.BackfillDeleted(at=NOW, namespace="ns", name="mbf", uid="u1") and dkey == "mbf/u1/deleted"
+
+
+def _session(mode=None, expires=None, deleting=False) -> dict:
+    spec: dict = {"nodeName": "node-a"}
+    if mode:
+        spec["mode"] = mode
+    if expires:
+        spec["expiresAt"] = expires
+    meta = _meta("play")
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-02T03:04:00Z"
+        meta["finalizers"] = ["x"]
+    return {"metadata": meta, "spec": spec}
+
+
+def test_gaming_session_intent():
+    t = Translator()
+    [(e, _)] = t.gaming_session("ADDED", _session(), NOW)
+    assert e == ev.GamingIntentStarted(at=NOW, namespace="ns", session="play", node="node-a")
+    [(e, _)] = t.gaming_session("ADDED", _session(expires="2026-01-02T04:00:00Z"), NOW)
+    assert isinstance(e, ev.GamingIntentStarted) and e.expires_at == datetime(2026, 1, 2, 4, tzinfo=timezone.utc)
+    # Being deleted (finalizer held): still intent.
+    [(e, _)] = t.gaming_session("MODIFIED", _session(deleting=True), NOW)
+    assert isinstance(e, ev.GamingIntentStarted)
+    for obj in (_session(mode="inference"), _session(expires="2026-01-02T03:00:00Z")):
+        [(e, _)] = t.gaming_session("MODIFIED", obj, NOW)
+        assert e == ev.GamingIntentEnded(at=NOW, namespace="ns", session="play")
+    [(e, key)] = t.gaming_session("DELETED", _session(), NOW)
+    assert isinstance(e, ev.GamingIntentEnded) and key == "gaming/u1/deleted"
+
+
+def test_gpu_lease_and_cronjob():
+    t = Translator()
+    lease = {"metadata": _meta("l"), "spec": {"node": "n", "group": "g", "expiresAt": "2026-01-02T05:00:00Z"}}
+    [(e, _)] = t.gpu_lease("ADDED", lease, NOW)
+    assert e == ev.GPULeaseActive(
+        at=NOW, namespace="ns", lease="l", node="n", group="g", expires_at=datetime(2026, 1, 2, 5, tzinfo=timezone.utc)
+    )
+    [(e, _)] = t.gpu_lease("DELETED", lease, NOW)
+    assert e == ev.GPULeaseEnded(at=NOW, namespace="ns", lease="l")
+    cj = {"metadata": _meta("tpl"), "spec": {"jobTemplate": {"spec": {"template": {}}}}}
+    [(e, key)] = t.cronjob("ADDED", cj, NOW)
+    assert e == ev.CronJobSeen(at=NOW, namespace="ns", name="tpl", job_template={"spec": {"template": {}}})
+    assert key == "cronjob/u1/10"
+    [(e, _)] = t.cronjob("DELETED", cj, NOW)
+    assert e == ev.CronJobMissing(at=NOW, namespace="ns", name="tpl")
+
+
+def _job(status=None, labelled=True) -> dict:
+    meta = _meta("mbf-abcdef-1", uid="j1", creationTimestamp="2026-01-02T03:00:00Z")
+    if labelled:
+        meta["labels"] = {"modelbackfill.ai.flexinfer/name": "mbf"}
+    return {"metadata": meta, "status": status or {}}
+
+
+def test_jobs():
+    t = Translator()
+    assert t.job("ADDED", _job(labelled=False), NOW) == []
+    common = dict(namespace="ns", backfill="mbf", name="mbf-abcdef-1", uid="j1")
+    created = datetime(2026, 1, 2, 3, tzinfo=timezone.utc)
+    assert t.job("ADDED", _job(), NOW) == [(ev.JobCreated(at=created, **common), "job/ns/mbf-abcdef-1/JobCreated")]
+    running = t.job("MODIFIED", _job({"startTime": "2026-01-02T03:00:01Z", "active": 1}), NOW)
+    assert running[1] == (
+        ev.JobRunning(at=created + timedelta(seconds=1), **common),
+        "job/ns/mbf-abcdef-1/JobRunning",
+    )
+    done = t.job(
+        "MODIFIED",
+        _job({"startTime": "2026-01-02T03:00:01Z", "completionTime": "2026-01-02T03:00:09Z",
+              "conditions": [{"type": "Complete", "status": "True", "lastTransitionTime": "2026-01-02T03:00:09Z"}]}),
+        NOW,
+    )
+    assert done[-1][0] == ev.JobSucceeded(at=created + timedelta(seconds=9), **common)
+    failed = t.job(
+        "MODIFIED",
+        _job({"conditions": [{"type": "Failed", "status": "True", "reason": "DeadlineExceeded", "lastTransitionTime": "2026-01-02T03:00:09Z"}]}),
+        NOW,
+    )
+    assert failed[-1][0] == ev.JobFailed(at=created + timedelta(seconds=9), reason="DeadlineExceeded", **common)
+    assert t.job("DELETED", _job(), NOW) == [(ev.JobDeleted(at=NOW, **common), "job/ns/mbf-abcdef-1/JobDeleted")]
+
+
+def test_vanished_objects_map_to_gone_events():
+    e, key = vanished("cronjob", "ns", "tpl", "", NOW, "99")
+    assert e == ev.CronJobMissing(at=NOW, namespace="ns", name="tpl") and key == "relist/cronjob/ns/tpl/99"
+    e, key = vanished("backfill", "ns", "mbf", "u1", NOW, "99")
+    assert e == ev.BackfillDeleted(at=NOW, namespace="ns", name="mbf", uid="u1") and key == "mbf/u1/deleted"
+    assert isinstance(vanished("model", "ns", "m", "", NOW, "1")[0], ev.ModelDeleted)
+    assert isinstance(vanished("gaming", "ns", "s", "", NOW, "1")[0], ev.GamingIntentEnded)
+    assert isinstance(vanished("lease", "ns", "l", "", NOW, "1")[0], ev.GPULeaseEnded)
