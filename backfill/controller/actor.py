@@ -77,6 +77,10 @@ class Actor:
         self._written: dict[tuple[str, str], Mapping[str, Any]] = {}
         self._lock = threading.Lock()
         self.appended = 0
+        self._decided_at: datetime | None = None
+
+    def _decision_time(self) -> datetime:
+        return self._decided_at or self.clock()
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -123,8 +127,13 @@ class Actor:
 
     # -- dispatch -----------------------------------------------------------------------------
 
-    def execute(self, commands: Iterable[Any], world: World) -> None:
-        """Run ``commands`` in order; one failing command is logged and does not stop the rest."""
+    def execute(self, commands: Iterable[Any], world: World, now: datetime | None = None) -> None:
+        """Run ``commands`` in order; one failing command is logged and does not stop the rest.
+
+        ``now`` is the time ``decide`` was called with: decision events carry it as ``at`` so
+        ``backfill replay`` re-derives them at exactly that time (default: the clock).
+        """
+        self._decided_at = now
         for cmd in commands:
             if isinstance(cmd, WakeAt):
                 continue
@@ -150,7 +159,7 @@ class Actor:
             b = world.backfills[cmd.key]
             self.create_job(cmd.key, b.uid, cmd.attempt, cmd.job_name, world)
         elif t is Cancel:
-            self.cancel(cmd)
+            self.cancel(cmd, world)
         elif t is DeleteJob:
             b = world.backfills[cmd.key]
             self.delete_job(cmd.key, cmd.job_name, b.uid)
@@ -159,7 +168,7 @@ class Actor:
         elif t is Unblock:
             self.unblock(cmd, world)
         elif t is ReleaseFinalizer:
-            self.release_finalizer(cmd)
+            self.release_finalizer(cmd, world)
         else:  # pragma: no cover
             raise TypeError(f"unknown command {cmd!r}")
 
@@ -167,7 +176,7 @@ class Actor:
 
     def admit(self, cmd: Admit, world: World) -> None:
         ns, name = cmd.key
-        now = self.clock()
+        now = self._decision_time()
         decision = ev.AttemptAdmitted(
             at=now,
             namespace=ns,
@@ -230,13 +239,18 @@ class Actor:
 
     # -- cancel / delete ----------------------------------------------------------------------
 
-    def cancel(self, cmd: Cancel) -> None:
+    def cancel(self, cmd: Cancel, world: World) -> None:
+        """Record the cancel decision, delete the Job (Background), then emit the Event.
+
+        The Kubernetes Event comes after the delete so it adds nothing to the cancel latency.
+        """
         ns, name = cmd.key
         decision = ev.AttemptCancelled(
-            at=self.clock(),
+            at=self._decision_time(),
             namespace=ns,
             backfill=name,
             cause=cmd.cause,
+            basis=world.position,
             uid=cmd.uid,
             attempt=cmd.attempt,
             job_name=cmd.job_name,
@@ -244,13 +258,13 @@ class Actor:
             message=cmd.message,
         )
         fresh = self._append(decision) is not None
+        self.delete_job(cmd.key, cmd.job_name, cmd.uid)
         if fresh:
             log.info(
-                f"cancelling attempt {cmd.attempt} ({cmd.reason}): {cmd.message}",
+                f"cancelled attempt {cmd.attempt} ({cmd.reason}): {cmd.message}",
                 extra={"backfill": f"{ns}/{name}", "position": cmd.cause, "decision": "AttemptCancelled"},
             )
-            self._event(ns, name, cmd.uid, cmd.reason, f"cancelling Job {cmd.job_name}: {cmd.message}", "Warning")
-        self.delete_job(cmd.key, cmd.job_name, cmd.uid)
+            self._event(ns, name, cmd.uid, cmd.reason, f"cancelled Job {cmd.job_name}: {cmd.message}", "Warning")
 
     def delete_job(self, key: tuple[str, str], job_name: str, uid: str) -> None:
         ns, name = key
@@ -268,7 +282,7 @@ class Actor:
         ns, name = cmd.key
         b = world.backfills.get(cmd.key)
         uid = b.uid if b is not None else ""
-        decision = ev.BackfillBlocked(at=self.clock(), namespace=ns, backfill=name, cause=cmd.cause, basis=world.position, reason=cmd.reason, message=cmd.message)
+        decision = ev.BackfillBlocked(at=self._decision_time(), namespace=ns, backfill=name, cause=cmd.cause, basis=world.position, reason=cmd.reason, message=cmd.message)
         key = f"decision/{ns}/{name}/{uid}/block/{cmd.reason}/{cmd.cause}/{b.generation if b else 0}"
         if self._append(decision, key) is not None:
             log.info(f"blocked: {cmd.reason}: {cmd.message}", extra={"backfill": f"{ns}/{name}", "decision": "BackfillBlocked"})
@@ -278,7 +292,7 @@ class Actor:
         ns, name = cmd.key
         b = world.backfills.get(cmd.key)
         uid = b.uid if b is not None else ""
-        decision = ev.BackfillUnblocked(at=self.clock(), namespace=ns, backfill=name, cause=cmd.cause, basis=world.position)
+        decision = ev.BackfillUnblocked(at=self._decision_time(), namespace=ns, backfill=name, cause=cmd.cause, basis=world.position)
         if self._append(decision, f"decision/{ns}/{name}/{uid}/unblock/{cmd.cause}") is not None:
             self._event(ns, name, uid, "Unblocked", "the blocking condition is gone")
 
@@ -318,10 +332,12 @@ class Actor:
         """Add our finalizer to a live ModelBackfill that lacks it."""
         self._update_finalizers(ns, name, uid, add=True)
 
-    def release_finalizer(self, cmd: ReleaseFinalizer) -> None:
+    def release_finalizer(self, cmd: ReleaseFinalizer, world: World) -> None:
         ns, name = cmd.key
         self._update_finalizers(ns, name, cmd.uid, add=False)
-        self._append(ev.FinalizerReleased(at=self.clock(), namespace=ns, backfill=name, uid=cmd.uid))
+        self._append(
+            ev.FinalizerReleased(at=self._decision_time(), namespace=ns, backfill=name, uid=cmd.uid, cause=world.position, basis=world.position)
+        )
         log.info("finalizer released", extra={"backfill": f"{ns}/{name}", "decision": "FinalizerReleased"})
 
     # -- status -------------------------------------------------------------------------------

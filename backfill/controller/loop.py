@@ -22,6 +22,7 @@ from typing import Any, Callable
 from backfill.core import events as ev
 from backfill.core.commands import WakeAt
 from backfill.core.events import decode_many
+from backfill.core.perf import paused_gc
 from backfill.core.projector import affected, decide, fold
 from backfill.core.runs import run_rows
 from backfill.core.state import World
@@ -113,21 +114,21 @@ class Controller:
     def catch_up(self) -> set[tuple[str, str]]:
         """Fold every event after :attr:`position`; returns the affected backfill keys."""
         keys: set[tuple[str, str]] = set()
-        for batch in self.events.read_batches(self.position, batch_size=5000):
-            decoded = decode_many([(r.type, r.version, r.data) for r in batch])
+        for batch in self.events.read_payloads(self.position, batch_size=5000):
+            decoded = decode_many([(t, v, d) for _, t, v, d in batch])
             world = self.world
             rows = []
-            for rec, e in zip(batch, decoded):
+            for (position, *_), e in zip(batch, decoded):
                 before = world
-                world = fold(world, e, rec.position)
+                world = fold(world, e, position)
                 keys.update(affected(world, e))
                 for row in run_rows(before, world, e):
                     rows.append(row)
                     if self._live:
                         self._count(before, row, e)
-            self.runs.apply(rows, RUNS_CHECKPOINT, batch[-1].position)
+            self.runs.apply(rows, RUNS_CHECKPOINT, batch[-1][0])
             self.world = world
-            self.position = batch[-1].position
+            self.position = batch[-1][0]
         return keys
 
     def _count(self, before: World, row: Any, event: Any) -> None:
@@ -146,7 +147,8 @@ class Controller:
     def start(self) -> None:
         """Refold the log, start the watchers, the log notifier and the loop thread."""
         t0 = time.monotonic()
-        self.catch_up()
+        with paused_gc():
+            self.catch_up()
         self._live = True
         log.info(f"refolded the log up to position {self.position} in {time.monotonic() - t0:.2f}s", extra={"position": self.position})
         res = resources(self.api)
@@ -250,7 +252,7 @@ class Controller:
             if isinstance(c, WakeAt) and self._wake_of.get(c.key) != c.at:
                 self._wake_of[c.key] = c.at
                 heapq.heappush(self._wakes, (c.at, c.key))
-        self.actor.execute(commands, self.world)
+        self.actor.execute(commands, self.world, now)
         return commands
 
     def _finalizers(self) -> bool:

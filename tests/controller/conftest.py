@@ -195,3 +195,25 @@ def start_controller(kube_cluster, kube_namespace, pg_schema):
         events.close()
         engine.dispose()
         api.close()
+    if started:
+        assert_replays_clean(url, schema)
+
+
+def assert_replays_clean(url: str, schema: str) -> None:
+    """Every decision the controller recorded is what the projector derives on replay."""
+    from backfill.core.audit import Auditor
+    from backfill.core.events import decode_many
+    from backfill.store import EventStore, make_engine
+
+    engine = make_engine(url, schema)
+    store = EventStore(engine)
+    auditor = Auditor()
+    try:
+        for batch in store.read_payloads(0):
+            for (position, *_), event in zip(batch, decode_many([(t, v, d) for _, t, v, d in batch])):
+                auditor.feed(position, event)
+    finally:
+        store.close()
+        engine.dispose()
+    assert auditor.divergences == [], f"replay diverges: {auditor.divergences[:3]}"
+    assert auditor.unverifiable == []
