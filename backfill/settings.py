@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -59,3 +59,9 @@ class Settings(BaseSettings):
     backoff_initial_seconds: float = Field(default=0.5, gt=0, description="First reconnect back-off of a failed watch, seconds.")
     backoff_max_seconds: float = Field(default=30.0, gt=0, description="Largest reconnect back-off, seconds.")
     poll_fallback_seconds: float = Field(default=1.0, gt=0, description="Event-log polling when no NOTIFY arrives, seconds.")
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> "Settings":
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("tls_cert_file and tls_key_file must be set together")
+        return self

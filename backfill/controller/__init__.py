@@ -113,12 +113,17 @@ def run(
         ingest = IngestEndpoint(
             token, events.append, known_model, controller.signal.set, settings, lambda: datetime.now(timezone.utc)
         )
-    server = make_server(
-        settings.metrics_address,
-        metrics.registry,
-        ready=lambda: controller.synced and (leader.is_leader() or leader.healthy),
-        ingest=ingest,
-    )
+    try:
+        server = make_server(
+            settings.metrics_address,
+            metrics.registry,
+            ready=lambda: controller.synced and (leader.is_leader() or leader.healthy),
+            ingest=ingest,
+            tls_cert=settings.tls_cert_file,
+            tls_key=settings.tls_key_file,
+        )
+    except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+        raise ControllerConfigError(f"HTTP server on {settings.metrics_address}: {exc}") from None
     stop = stop if stop is not None else threading.Event()
 
     def on_signal(signum: int, _frame: Any) -> None:

@@ -4,22 +4,20 @@ from __future__ import annotations
 
 import json
 import logging
+import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from .ingest import response_headers
+
 log = logging.getLogger("backfill.controller.http")
 
-
-def _ingest_headers(status: int, body: dict) -> dict:
-    """Extra headers for an ingest answer (``WWW-Authenticate``, ``Retry-After``...)."""
-    try:
-        from .ingest import response_headers
-    except ImportError:  # pragma: no cover - the ingest module is optional
-        return {}
-    return response_headers(status, body)
+#: Seconds a client may take to send its request (slow clients cannot pin a thread for ever).
+REQUEST_TIMEOUT_SECONDS = 10.0
 
 
 def make_server(
@@ -27,16 +25,24 @@ def make_server(
     registry: CollectorRegistry,
     ready: Callable[[], bool],
     ingest: Any = None,
+    *,
+    tls_cert: Path | None = None,
+    tls_key: Path | None = None,
 ) -> ThreadingHTTPServer:
     """A ThreadingHTTPServer bound to ``host:port`` (port 0: any free port); not started.
 
     ``ready()`` answers /readyz; ``ingest`` (optional) handles POST /v1/foreground through
-    ``handle(method, headers, body, client) -> (status, dict)``; without it the path is 404.
+    ``handle(method, headers, body, client) -> (status, dict)`` and has ``max_body_bytes``;
+    without it the path is 404. With ``tls_cert`` and ``tls_key`` (PEM files) it serves HTTPS.
+
+    Raises:
+        OSError: the address cannot be bound; ssl.SSLError / OSError: unusable TLS files.
     """
     host, _, port = address.rpartition(":")
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "modelbackfill"
+        timeout = REQUEST_TIMEOUT_SECONDS
 
         def log_message(self, fmt: str, *args: Any) -> None:  # quiet access log
             log.debug(fmt % args)
@@ -80,17 +86,28 @@ def make_server(
             except ValueError:
                 self._json(400, {"error": "bad Content-Length"})
                 return
-            body = self.rfile.read(length) if length > 0 else b""
+            limit = getattr(ingest, "max_body_bytes", 1 << 20)
+            # Never read more than the limit: an oversized declared length is refused unread
+            # (the ingest endpoint answers 413 from the header) and the connection closed.
+            if length > limit:
+                body = b""  # unread; the endpoint sees the declared length and answers 413
+                self.close_connection = True
+            else:
+                body = self.rfile.read(length) if length > 0 else b""
             try:
                 code, payload = ingest.handle("POST", dict(self.headers.items()), body, self.client_address[0])
             except Exception as exc:  # noqa: BLE001
                 log.exception(f"ingest failed: {exc}")
                 code, payload = 500, {"error": "internal error"}
-            headers = getattr(ingest, "response_headers", None) or _ingest_headers
-            self._json(code, payload, headers(code, payload))
+            self._json(code, payload, response_headers(code, payload))
 
     server = ThreadingHTTPServer((host or "0.0.0.0", int(port)), Handler)
     server.daemon_threads = True
+    if tls_cert is not None and tls_key is not None:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(str(tls_cert), str(tls_key))
+        server.socket = context.wrap_socket(server.socket, server_side=True)
     return server
 
 
