@@ -18,6 +18,7 @@ CronJob", which is what ``kubectl create job --from=cronjob/NAME`` does, plus th
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import re
 from typing import Any, Mapping
@@ -32,6 +33,11 @@ _MAX_NAME = 63
 _ZERO = re.compile(r"^[+]?0*(\.0*)?([a-zA-Z]{0,2}i?)?$")
 
 
+@functools.lru_cache(maxsize=4096)
+def _uid_hash(uid: str) -> str:
+    return hashlib.sha256(uid.encode()).hexdigest()[:6]
+
+
 def job_name(backfill: str, uid: str, attempt: int) -> str:
     """Deterministic Job name of an attempt: ``<backfill>-<6 hex of sha256(uid)>-<attempt>``.
 
@@ -40,7 +46,7 @@ def job_name(backfill: str, uid: str, attempt: int) -> str:
     old Job. The backfill name is cut so the whole stays within 63 characters (Job names become
     a label value).
     """
-    suffix = f"-{hashlib.sha256(uid.encode()).hexdigest()[:6]}-{attempt}"
+    suffix = f"-{_uid_hash(uid)}-{attempt}"
     return backfill[: _MAX_NAME - len(suffix)].rstrip("-.") + suffix
 
 

@@ -84,6 +84,8 @@ GPU_REQUEST_FORBIDDEN = "GPURequestForbidden"
 MODEL_NOT_FOUND = "ModelNotFound"
 INVALID_TEMPLATE = "InvalidTemplate"
 
+IDLE_WINDOW_MESSAGE = "waiting for a continuous idle window"
+
 #: Cancel reasons that count as a preemption (seed: "cancelled for foreground or gaming
 #: priority"); other cancels end the attempt as ``cancelled``.
 PREEMPTION_REASONS = frozenset({FOREGROUND_DEMAND, GAMING_INTENT, GPU_LEASE_ACTIVE, CONCURRENT_BACKFILL})
@@ -132,17 +134,42 @@ def _drop(mapping: Mapping, key) -> dict:
     return out
 
 
+def _index_add(index: Mapping, name: Any, key: Key) -> dict:
+    return _set(index, name, tuple(sorted(set(index.get(name, ())) | {key})))
+
+
+def _index_remove(index: Mapping, name: Any, key: Key) -> Mapping:
+    keys = tuple(k for k in index.get(name, ()) if k != key)
+    if keys == index.get(name, ()):
+        return index
+    return _set(index, name, keys) if keys else _drop(index, name)
+
+
+def _live_changes(world: World, key: Key, a: Attempt | None) -> dict[str, Any]:
+    """The ``live``, ``live_models`` and ``live_nodes`` updates for ``key``'s attempt becoming
+    ``a`` (None or an ended attempt: no longer live). Empty when nothing changes."""
+    old = world.live.get(key)
+    new = a if a is not None and a.lifecycle in LIVE else None
+    if old is new:
+        return {}
+    out: dict[str, Any] = {"live": _set(world.live, key, new) if new is not None else _drop(world.live, key)}
+    if old is not None and (new is None or (old.model, old.node) != (new.model, new.node)):
+        out["live_models"] = _index_remove(world.live_models, (key[0], old.model), key)
+        if old.node:
+            out["live_nodes"] = _index_remove(world.live_nodes, old.node, key)
+    if new is not None and (old is None or (old.model, old.node) != (new.model, new.node)):
+        out["live_models"] = _index_add(out.get("live_models", world.live_models), (key[0], new.model), key)
+        if new.node:
+            out["live_nodes"] = _index_add(out.get("live_nodes", world.live_nodes), new.node, key)
+    return out
+
+
 def _put_backfill(world: World, b: BackfillState, position: int, **extra: Any) -> World:
-    """Store ``b`` and keep the live-attempt index in step."""
-    live = world.live
+    """Store ``b`` and keep the live-attempt indexes in step."""
     key = (b.namespace, b.name)
-    a = b.attempt
-    if a is not None and a.lifecycle in LIVE:
-        if live.get(key) is not a:
-            live = _set(live, key, a)
-    elif key in live:
-        live = _drop(live, key)
-    return world._replace(position=position, backfills=_set(world.backfills, key, b), live=live, **extra)
+    return world._replace(
+        position=position, backfills=_set(world.backfills, key, b), **_live_changes(world, key, b.attempt), **extra
+    )
 
 
 def _fold_foreground(w: World, e: ev.ForegroundRequest, pos: int) -> World:
@@ -274,8 +301,7 @@ def _fold_applied(w: World, e: ev.BackfillApplied, pos: int) -> World:
     if old is None or old.uid != e.uid:
         b = BackfillState(namespace=e.namespace, name=e.name, uid=e.uid)
         old_index_model = _model_key(old)
-        live = _drop(w.live, key) if key in w.live else w.live
-        w = w._replace(live=live)
+        w = w._replace(**_live_changes(w, key, None))
     else:
         b = old
         old_index_model = _model_key(old)
@@ -299,7 +325,7 @@ def _fold_deleted(w: World, e: ev.BackfillDeleted, pos: int) -> World:
     if b is None or b.uid != e.uid:
         return w._replace(position=pos)
     index = _reindex(w.model_index, key, _model_key(b), None)
-    return w._replace(position=pos, backfills=_drop(w.backfills, key), live=_drop(w.live, key), model_index=index)
+    return w._replace(position=pos, backfills=_drop(w.backfills, key), model_index=index, **_live_changes(w, key, None))
 
 
 def _template_check(name: str, job_template: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -591,11 +617,14 @@ def _idle_since(world: World, m: ModelState, now: datetime) -> tuple[datetime, i
 
 
 def _contender(world: World, key: Key, namespace: str, model: str, node: str) -> Key | None:
-    for k, a in world.live.items():
-        if k == key:
-            continue
-        if (k[0] == namespace and a.model == model) or (node and a.node == node):
+    """Another backfill with a live attempt on the same model or node, if any."""
+    for k in world.live_models.get((namespace, model), ()):
+        if k != key:
             return k
+    if node:
+        for k in world.live_nodes.get(node, ()):
+            if k != key:
+                return k
     return None
 
 
@@ -618,10 +647,12 @@ def _cancel_condition(world: World, b: BackfillState, a: Attempt, now: datetime)
         return (reason, f"{what} on node {g.node or '?'}{' / group ' + g.group if g.group else ''}", g.pos)
     if m.request_pos > a.admitted_pos:
         return (FOREGROUND_DEMAND, f"foreground request for Model {a.model}", m.request_pos)
-    for k, other in world.live.items():
-        if k != b.key and other.admitted_pos < a.admitted_pos and (
-            (k[0] == b.namespace and other.model == a.model) or (a.node and other.node == a.node)
-        ):
+    rivals = world.live_models.get((b.namespace, a.model), ())
+    if a.node:
+        rivals = rivals + world.live_nodes.get(a.node, ())
+    for k in rivals:
+        other = world.live[k]
+        if k != b.key and other.admitted_pos < a.admitted_pos:
             return (CONCURRENT_BACKFILL, f"ModelBackfill {k[1]} runs on the same model or node", other.admitted_pos)
     return None
 
@@ -712,7 +743,7 @@ def evaluate(world: World, key: Key, now: datetime, reserved: set | None = None)
         return Verdict(
             WAITING,
             reason,
-            f"waiting for a continuous idle window; admission at {due.isoformat()}",
+            IDLE_WINDOW_MESSAGE,  # status adds the admission time (wake_at): no formatting on the hot path
             unblock,
             due,
             since,
@@ -725,9 +756,7 @@ def evaluate(world: World, key: Key, now: datetime, reserved: set | None = None)
         if m.node:
             reserved.add(m.node)
     admit = Admit(key, b.uid, attempt, b.generation, name, spec.model_ref, m.node, cause)
-    return Verdict(
-        STARTING, "Admitted", f"idle since {since.isoformat()}; admitting attempt {attempt}", unblock + (admit,), None, since
-    )
+    return Verdict(STARTING, "Admitted", f"admitting attempt {attempt}", unblock + (admit,), None, since)
 
 
 WAITING = "WaitingForIdle"

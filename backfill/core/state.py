@@ -182,6 +182,7 @@ class World(NamedTuple):
         model_index: (namespace, modelRef) -> keys of backfills referring to it.
         live: backfill key -> its live attempt (Starting/Running/Cancelling), for the
             contender gate (one active backfill Job per model and per node).
+        live_models / live_nodes: (namespace, model) / node -> keys with a live attempt there.
     """
 
     position: int = 0
@@ -194,6 +195,8 @@ class World(NamedTuple):
     group_gate_ends: Mapping[str, GateEnd] = _EMPTY
     model_index: Mapping[Key, tuple[Key, ...]] = _EMPTY
     live: Mapping[Key, Attempt] = _EMPTY
+    live_models: Mapping[Key, tuple[Key, ...]] = _EMPTY
+    live_nodes: Mapping[str, tuple[Key, ...]] = _EMPTY
 
     def backfills_of_model(self, namespace: str, model: str) -> tuple[Key, ...]:
         """Keys of the backfills whose modelRef is ``model`` in ``namespace`` (sorted)."""

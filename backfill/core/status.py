@@ -31,6 +31,9 @@ def status_from_verdict(world: World, b: BackfillState, verdict: Any) -> dict[st
     started = (a.started_at or a.created_at) if a is not None else None
     completion = b.succeeded_at if verdict.phase == "Succeeded" else None
     ready = verdict.phase in ("Running", "Succeeded")
+    message = verdict.message
+    if verdict.phase == "WaitingForIdle" and verdict.reason in ("IdleWindow", "RepeatDue") and verdict.wake_at is not None:
+        message = f"{message}; admission at {rfc3339(verdict.wake_at)} if the model stays idle"
     return {
         "phase": verdict.phase,
         "observedGeneration": b.generation,
@@ -42,13 +45,13 @@ def status_from_verdict(world: World, b: BackfillState, verdict: Any) -> dict[st
         "nextRunTime": rfc3339(verdict.next_run),
         "attempts": b.attempts,
         "reason": verdict.reason,
-        "message": verdict.message,
+        "message": message,
         "conditions": [
             {
                 "type": "Ready",
                 "status": "True" if ready else "False",
                 "reason": verdict.reason,
-                "message": verdict.message,
+                "message": message,
                 "observedGeneration": b.generation,
             }
         ],

@@ -155,7 +155,7 @@ def _simulate(trace: Trace, params: SimParams, progress: Callable[[int], None] |
     seq = 0
     horizon: dict[str, int] = {}
     model_of: dict[tuple[str, str], str] = {}
-    runs: dict[tuple[str, int], RunRow] = {}
+    runs: dict[tuple[str, int], tuple[Any, Any]] = {}
     wakes: dict[tuple[str, str], int] = {}
     cancelled: set[tuple[str, int]] = set()
     overlap = result.overlap
@@ -164,13 +164,12 @@ def _simulate(trace: Trace, params: SimParams, progress: Callable[[int], None] |
         nonlocal world
         pos = len(log) + 1
         log.append((pos, event, key or event.natural_key()))
-        before = world
         world = fold(world, event, pos)
         if type(event) in _NO_BACKFILL:
             return
         b = world.backfills.get((ns, event.backfill))
-        if b is not None and b.attempt is not None and (before.backfills.get(b.key) is None or before.backfills[b.key].attempt is not b.attempt):
-            runs[(b.uid, b.attempt.number)] = row_of(b, b.attempt)
+        if b is not None and b.attempt is not None:
+            runs[(b.uid, b.attempt.number)] = (b, b.attempt)  # rows are built once, at the end
 
     def push(us: int, prio: int, kind: str, payload: Any) -> None:
         nonlocal seq
@@ -277,6 +276,6 @@ def _simulate(trace: Trace, params: SimParams, progress: Callable[[int], None] |
             )
     if progress is not None:
         progress(done % 2000)
-    result.runs = sorted(runs.values(), key=lambda r: (r.admitted_at, r.backfill, r.attempt))
+    result.runs = sorted((row_of(b, a) for b, a in runs.values()), key=lambda r: (r.admitted_at, r.backfill, r.attempt))
     result.world = world
     return result

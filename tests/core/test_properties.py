@@ -99,6 +99,16 @@ def test_replaying_twice_gives_identical_states_and_decisions(script):
     assert again == replayed
     for now, _c, w in decisions[-5:]:
         assert decide(w, t(now)) == decide(w, t(now))
+    # the contender indexes are exactly what the live attempts say
+    by_model: dict = {}
+    by_node: dict = {}
+    for key, a in world.live.items():
+        by_model.setdefault((key[0], a.model), set()).add(key)
+        if a.node:
+            by_node.setdefault(a.node, set()).add(key)
+    assert {k: set(v) for k, v in world.live_models.items()} == by_model
+    assert {k: set(v) for k, v in world.live_nodes.items()} == by_node
+    assert world.live == {k: b.attempt for k, b in world.backfills.items() if b.attempt is not None and b.attempt.live}
 
 
 @settings(max_examples=150, deadline=None)
