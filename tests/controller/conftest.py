@@ -171,14 +171,14 @@ def start_controller(kube_cluster, kube_namespace, pg_schema):
     started: list = []
 
     def start(leader: Any = None, **overrides: Any) -> Controller:
-        settings = Settings(
+        values: dict[str, Any] = dict(
             namespace=kube_namespace,
             watch_timeout_seconds=5,
             backoff_initial_seconds=0.2,
             backoff_max_seconds=2,
             resync_seconds=30,
-            **overrides,
         )
+        settings = Settings(**{**values, **overrides})  # any setting may be overridden
         engine = make_engine(url, schema)
         events = EventStore(engine, poll=0.2)
         api = kube_cluster.api_client()

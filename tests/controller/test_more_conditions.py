@@ -1,0 +1,457 @@
+"""More cancel and gate conditions on the real kube-apiserver (tests/envtest).
+
+Each test runs the controller on a fresh namespace and event-log schema and asserts concrete
+objects: the Job gone (or present), the ModelBackfill's phase and status.reason, the run row's
+result and reason (through the run store), the AttemptCancelled/AttemptAdmitted decisions in the
+log and the Kubernetes Event on the ModelBackfill.
+
+No controller-manager runs: the tests play the Job controller (they write Job status), and a Job
+deleted with propagationPolicy Background disappears at once.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from backfill.core import events as ev
+from backfill.core.events import decode_many
+from backfill.core.timefmt import parse_rfc3339
+
+from .conftest import PhaseRecorder, now_s, ts, wait_for
+
+pytestmark = pytest.mark.kube
+
+
+# ============================================================================ helpers
+
+
+def _decisions(controller, cls) -> list:
+    rows = list(controller.events.read(0))
+    return [e for e in decode_many([(r.type, r.version, r.data) for r in rows]) if isinstance(e, cls)]
+
+
+def _cancels(controller, name: str) -> list[tuple[int, str]]:
+    return [(x.attempt, x.reason) for x in _decisions(controller, ev.AttemptCancelled) if x.backfill == name]
+
+
+def _admits(controller, name: str) -> list:
+    return [x for x in _decisions(controller, ev.AttemptAdmitted) if x.backfill == name]
+
+
+def _ended_runs(controller, ns: str, name: str) -> list[tuple[int, str, str]]:
+    return [(r.attempt, r.result, r.reason) for r in controller.runs.query(namespace=ns, backfill=name) if r.result]
+
+
+def _event_reasons(kube, name: str) -> list[str]:
+    return [
+        e.reason
+        for e in kube.core.list_namespaced_event(kube.ns).items
+        if e.involved_object.kind == "ModelBackfill" and e.involved_object.name == name
+    ]
+
+
+def _event_types(kube, name: str, reason: str) -> list[str]:
+    return [
+        e.type
+        for e in kube.core.list_namespaced_event(kube.ns).items
+        if e.involved_object.kind == "ModelBackfill" and e.involved_object.name == name and e.reason == reason
+    ]
+
+
+def _jobs_of(kube, name: str) -> list:
+    return [j for j in kube.jobs() if j.metadata.labels.get("modelbackfill.ai.flexinfer/name") == name]
+
+
+def _running(kube, name: str):
+    """Wait for ``name``'s Job, play the Job controller (startTime, active) and wait for Running."""
+    job = wait_for(lambda: _jobs_of(kube, name), timeout=10, what=f"{name}: Job created")[0]
+    kube.run_job(job.metadata.name)
+    wait_for(lambda: kube.status(name).get("phase") == "Running", what=f"{name}: phase Running")
+    return job
+
+
+def _waiting(kube, name: str, reason: str) -> dict:
+    return wait_for(
+        lambda: (st := kube.status(name)).get("phase") == "WaitingForIdle" and st.get("reason") == reason and st,
+        what=f"{name}: WaitingForIdle/{reason}",
+    )
+
+
+def _folded(c) -> bool:
+    """The controller folded everything the log holds (so it has decided on it)."""
+    return c.position == c.events.head()
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _lease(kube, name: str, **spec: Any) -> dict:
+    return kube.create("gpuleases", "GPULease", name, {"owner": "someone", "priority": 10, **spec})
+
+
+def _model(kube, name: str, *, node: str, shared: str | None = None, phase: str = "Ready", **status: Any) -> dict:
+    spec: dict = {"nodeSelector": {"kubernetes.io/hostname": node}}
+    if shared is not None:
+        spec["gpu"] = {"shared": shared}
+    kube.create("models", "Model", name, spec)
+    return kube.set_status("models", name, {"phase": phase, **status})
+
+
+def _cronjob(kube, name: str, pod: dict) -> None:
+    kube.batch.create_namespaced_cron_job(
+        kube.ns,
+        {
+            "apiVersion": "batch/v1",
+            "kind": "CronJob",
+            "metadata": {"name": name},
+            "spec": {
+                "schedule": "0 0 1 1 *",
+                "suspend": True,
+                "jobTemplate": {"metadata": {"labels": {"app": "gauntlet"}}, "spec": {"backoffLimit": 0, "template": {"spec": pod}}},
+            },
+        },
+    )
+
+
+def _no_job_for(kube, name: str, seconds: float) -> None:
+    with pytest.raises(AssertionError):
+        wait_for(lambda: _jobs_of(kube, name), timeout=seconds, what=f"{name}: no Job")
+
+
+# ============================================================================ 1. GPU leases
+
+
+def test_gpu_lease_on_node_or_shared_group_cancels_expired_lease_does_not(kube, start_controller):
+    kube.cronjob("model-eval-gauntlet")
+    kube.model("gemma", node="node-a")
+    _model(kube, "llama", node="node-b", shared="pool-1")
+    c = start_controller()
+    kube.backfill("on-node", model="gemma")
+    kube.backfill("on-group", model="llama")
+    node_job = _running(kube, "on-node")
+    group_job = _running(kube, "on-group")
+
+    # Leases whose expiresAt is in the past hold nothing: neither Job is touched.
+    past = ts(now_s() - timedelta(hours=1))
+    _lease(kube, "old-node", node="node-a", expiresAt=past)
+    _lease(kube, "old-group", group="pool-1", node="node-z", expiresAt=past)
+    wait_for(lambda: {(kube.ns, "old-node"), (kube.ns, "old-group")} <= set(c.world.leases), what="expired leases folded")
+    wait_for(lambda: _folded(c), what="log folded")
+    time.sleep(0.5)
+    assert kube.job(node_job.metadata.name) is not None and kube.job(group_job.metadata.name) is not None
+    assert kube.status("on-node")["phase"] == kube.status("on-group")["phase"] == "Running"
+    assert _decisions(c, ev.AttemptCancelled) == []
+
+    # An unexpired lease on the model's node cancels that backfill only.
+    _lease(kube, "live-node", node="node-a", expiresAt=ts(now_s() + timedelta(hours=1)))
+    wait_for(lambda: kube.job(node_job.metadata.name) is None, timeout=5, what="on-node Job deleted")
+    st = _waiting(kube, "on-node", "GPULeaseActive")
+    assert st["attempts"] == 1 and st.get("jobName") is None
+    assert kube.job(group_job.metadata.name) is not None and kube.status("on-group")["phase"] == "Running"
+
+    # A lease on the model's shared group (another node, no expiresAt) cancels too.
+    _lease(kube, "live-group", group="pool-1", node="node-z")
+    wait_for(lambda: kube.job(group_job.metadata.name) is None, timeout=5, what="on-group Job deleted")
+    st = _waiting(kube, "on-group", "GPULeaseActive")
+    assert st["attempts"] == 1
+
+    assert _cancels(c, "on-node") == [(1, "GPULeaseActive")]
+    assert _cancels(c, "on-group") == [(1, "GPULeaseActive")]
+    for name in ("on-node", "on-group"):
+        rows = wait_for(lambda: _ended_runs(c, kube.ns, name), what=f"{name}: run row ended")
+        assert rows == [(1, "preempted", "GPULeaseActive")], name
+        assert "GPULeaseActive" in _event_reasons(kube, name), name
+        assert _event_types(kube, name, "GPULeaseActive") == ["Warning"], name
+        labels = {"backfill": name, "namespace": kube.ns, "model": "gemma" if name == "on-node" else "llama"}
+        assert c.metrics.registry.get_sample_value(
+            "flexinfer_model_backfill_preemptions_total", {**labels, "reason": "GPULeaseActive"}
+        ) == 1, name
+    # While the leases hold, no new attempt.
+    assert kube.jobs() == []
+    _no_job_for(kube, "on-node", 2.5)
+    assert kube.jobs() == []
+
+
+def test_gpu_lease_expiry_wakes_the_controller_and_restarts_the_idle_window(kube, start_controller):
+    kube.cronjob("model-eval-gauntlet")
+    _model(kube, "llama", node="node-b", shared="pool-1")
+    c = start_controller()
+    kube.backfill("expiring", model="llama")
+    job = _running(kube, "expiring")
+    expires = now_s() + timedelta(seconds=3)
+    _lease(kube, "short", group="pool-1", expiresAt=ts(expires))
+    wait_for(lambda: kube.job(job.metadata.name) is None, timeout=5, what="Job deleted")
+    _waiting(kube, "expiring", "GPULeaseActive")
+    # The lease object stays; it simply expires. The next attempt comes a full idleFor after.
+    second = wait_for(lambda: _jobs_of(kube, "expiring"), timeout=10, what="second attempt after the lease expired")[0]
+    assert second.metadata.name.endswith("-2")
+    admitted = _admits(c, "expiring")
+    assert [a.attempt for a in admitted] == [1, 2]
+    assert admitted[1].at >= expires + timedelta(seconds=2)
+    assert kube.get("gpuleases", "short") is not None
+
+
+# ============================================================================ 2. spec change
+
+
+def test_spec_change_cancels_and_the_new_generation_waits_a_full_window(kube, start_controller):
+    kube.cronjob("model-eval-gauntlet")
+    kube.model("gemma")
+    c = start_controller()
+    kube.backfill("edited", idleFor="2s")
+    job = _running(kube, "edited")
+    assert kube.status("edited")["observedGeneration"] == 1
+
+    kube.patch("modelbackfills", "edited", {"spec": {"idleFor": "5s"}})
+    assert kube.get("modelbackfills", "edited")["metadata"]["generation"] == 2
+    wait_for(lambda: kube.job(job.metadata.name) is None, timeout=5, what="Job deleted")
+    st = wait_for(
+        lambda: (s := kube.status("edited")).get("phase") == "WaitingForIdle" and s.get("observedGeneration") == 2 and s,
+        what="WaitingForIdle for generation 2",
+    )
+    assert st["reason"] == "IdleWindow" and st["attempts"] == 1 and st.get("jobName") is None
+    idle_since = parse_rfc3339(st["idleSince"])
+    assert _cancels(c, "edited") == [(1, "SpecChanged")]
+    rows = wait_for(lambda: _ended_runs(c, kube.ns, "edited"), what="run row ended")
+    assert rows == [(1, "cancelled", "SpecChanged")]
+    assert _event_types(kube, "edited", "SpecChanged") == ["Warning"]
+
+    second = wait_for(lambda: _jobs_of(kube, "edited"), timeout=10, what="attempt 2")[0]
+    assert second.metadata.name.endswith("-2")
+    admitted = _admits(c, "edited")
+    assert [(a.attempt, a.generation) for a in admitted] == [(1, 1), (2, 2)]
+    # Not right after the cancel: only once the new generation's idleFor (5 s) has fully elapsed
+    # (the window is the model's foreground idleness: a spec change is not foreground demand).
+    assert admitted[1].at >= idle_since + timedelta(seconds=5)
+    assert second.spec.active_deadline_seconds == 900
+
+
+# ============================================================================ 3. model not Ready
+
+
+def test_model_not_ready_cancels_and_waits_with_model_not_ready(kube, start_controller):
+    kube.cronjob("model-eval-gauntlet")
+    kube.model("gemma")
+    c = start_controller()
+    kube.backfill("loading")
+    job = _running(kube, "loading")
+    recorder = PhaseRecorder(kube.api, kube.ns, "loading")
+    try:
+        wait_for(lambda: recorder.phases == ["Running"], what="recorder sees Running")
+        kube.set_status("models", "gemma", {"phase": "Loading"})
+        wait_for(lambda: kube.job(job.metadata.name) is None, timeout=5, what="Job deleted")
+        st = _waiting(kube, "loading", "ModelNotReady")
+    finally:
+        recorder.stop()
+    assert recorder.phases[:3] == ["Running", "Cancelling", "WaitingForIdle"]
+    assert st["attempts"] == 1 and [x["status"] for x in st["conditions"] if x["type"] == "Ready"] == ["False"]
+    assert _cancels(c, "loading") == [(1, "ModelNotReady")]
+    assert wait_for(lambda: _ended_runs(c, kube.ns, "loading"), what="run row") == [(1, "cancelled", "ModelNotReady")]
+    assert _event_types(kube, "loading", "ModelNotReady") == ["Warning"]
+    _no_job_for(kube, "loading", 2.5)  # well past idleFor: a not-Ready model is never used
+    assert kube.status("loading")["reason"] == "ModelNotReady"
+
+    ready_at = _utcnow()
+    kube.set_status("models", "gemma", {"phase": "Ready"})
+    second = wait_for(lambda: _jobs_of(kube, "loading"), timeout=10, what="attempt 2 once Ready again")[0]
+    assert second.metadata.name.endswith("-2")
+    assert _admits(c, "loading")[1].at >= ready_at + timedelta(seconds=2)
+
+
+# ============================================================================ 4. node change
+
+
+def test_model_moving_to_another_node_cancels_with_node_changed(kube, start_controller):
+    kube.cronjob("model-eval-gauntlet")
+    kube.model("gemma", node="node-a")
+    c = start_controller()
+    kube.backfill("mover")
+    job = _running(kube, "mover")
+    assert kube.status("mover")["nodeName"] == "node-a"
+
+    moved_at = _utcnow()
+    kube.set_status("models", "gemma", {"gpu": {"node": "node-b"}})
+    wait_for(lambda: kube.job(job.metadata.name) is None, timeout=5, what="Job deleted")
+    assert _cancels(c, "mover") == [(1, "NodeChanged")]
+    assert wait_for(lambda: _ended_runs(c, kube.ns, "mover"), what="run row") == [(1, "cancelled", "NodeChanged")]
+    assert _event_types(kube, "mover", "NodeChanged") == ["Warning"]
+    st = wait_for(
+        lambda: (s := kube.status("mover")).get("phase") in ("WaitingForIdle", "Starting", "Running") and s.get("nodeName") == "node-b" and s,
+        what="status on node-b",
+    )
+    assert st["attempts"] in (1, 2)
+    # On the new node the model has just become Ready there: a full new idle window first.
+    second = wait_for(lambda: _jobs_of(kube, "mover"), timeout=10, what="attempt 2 on node-b")[0]
+    admitted = _admits(c, "mover")
+    assert [(a.attempt, a.node) for a in admitted] == [(1, "node-a"), (2, "node-b")]
+    assert admitted[1].at >= moved_at + timedelta(seconds=2)
+    assert second.metadata.name.endswith("-2")
+
+
+# ============================================================================ 5. GPU in requests
+
+
+def test_gpu_in_requests_is_blocked(kube, start_controller):
+    # The API server itself refuses requests-only for an extended resource such as amd.com/gpu
+    # ("Limit must be set for non overcommitable resources"), so the init-container template
+    # carries the equal limit the API demands, and a second template puts a GPU resource in
+    # requests only (a "*.kubernetes.io/" name is overcommittable, so the API accepts it).
+    init_pod = {
+        "restartPolicy": "Never",
+        "initContainers": [{"name": "prep", "image": "busybox", "resources": {"requests": {"amd.com/gpu": "1"}}}],
+        "containers": [{"name": "main", "image": "busybox", "command": ["true"]}],
+    }
+    with pytest.raises(ApiException) as refused:
+        _cronjob(kube, "gpu-init", init_pod)
+    assert refused.value.status == 422 and "non overcommitable" in refused.value.body
+    init_pod["initContainers"][0]["resources"]["limits"] = {"amd.com/gpu": "1"}
+    _cronjob(kube, "gpu-init", init_pod)
+    only = {"requests": {"cpu": "100m", "gpu.kubernetes.io/shared": "1"}}
+    _cronjob(kube, "gpu-requests-only", {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox", "resources": only}]})
+    stored = kube.batch.read_namespaced_cron_job("gpu-requests-only", kube.ns).spec.job_template.spec.template.spec
+    assert stored.containers[0].resources.requests == {"cpu": "100m", "gpu.kubernetes.io/shared": "1"}
+    assert not stored.containers[0].resources.limits
+    zero = {"requests": {"gpu.kubernetes.io/shared": "0"}}
+    _cronjob(kube, "gpu-zero", {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox", "resources": zero}]})
+    kube.model("gemma", node="node-a")
+    kube.model("llama", node="node-b")
+    kube.model("qwen", node="node-c")
+    c = start_controller()
+    kube.backfill("gpu-init", model="gemma", template="gpu-init")
+    kube.backfill("gpu-req", model="llama", template="gpu-requests-only")
+    kube.backfill("gpu-zero", model="qwen", template="gpu-zero")
+    expected = {"gpu-init": "prep: requests amd.com/gpu=1", "gpu-req": "main: requests gpu.kubernetes.io/shared=1"}
+    for name, fragment in expected.items():
+        st = wait_for(lambda: (s := kube.status(name)).get("phase") == "Blocked" and s, what=f"{name} Blocked")
+        assert st["reason"] == "GPURequestForbidden", name
+        assert fragment in st["message"], (name, st["message"])
+        assert [x["status"] for x in st["conditions"] if x["type"] == "Ready"] == ["False"]
+        wait_for(lambda: "GPURequestForbidden" in _event_reasons(kube, name), what=f"{name}: Event GPURequestForbidden")
+        assert _event_types(kube, name, "GPURequestForbidden") == ["Warning"]
+    # A zero quantity is not a GPU request: that one runs.
+    wait_for(lambda: _jobs_of(kube, "gpu-zero"), timeout=10, what="gpu-zero Job")
+    assert sorted(b.backfill for b in _decisions(c, ev.BackfillBlocked)) == ["gpu-init", "gpu-req"]
+    assert _jobs_of(kube, "gpu-init") == [] and _jobs_of(kube, "gpu-req") == []
+    assert _admits(c, "gpu-init") == [] and _admits(c, "gpu-req") == []
+    rows = wait_for(lambda: c.runs.query(namespace=kube.ns), what="run row of gpu-zero")
+    assert [(r.backfill, r.attempt, r.result) for r in rows] == [("gpu-zero", 1, None)]
+
+
+# ============================================================================ 6. watch resilience
+
+
+def test_backfill_created_after_watch_reconnects_and_demand_while_down_cancels_after_restart(kube, start_controller):
+    kube.cronjob("model-eval-gauntlet")
+    kube.model("gemma")
+    first = start_controller(watch_timeout_seconds=1)
+    time.sleep(2.5)  # the 1 s server-side watches have ended and been re-established
+    assert all(w.is_alive() for w in first.watchers)
+    kube.backfill("late")
+    wait_for(
+        lambda: "modelbackfill.ai.flexinfer/finalizer" in (kube.get("modelbackfills", "late")["metadata"].get("finalizers") or []),
+        what="finalizer added to the late ModelBackfill",
+    )
+    job = _running(kube, "late")
+    assert [a.attempt for a in _admits(first, "late")] == [1]
+
+    first.stop()
+    assert not [t.name for t in first.watchers if t.is_alive()]
+    last_active = now_s()
+    kube.set_status("models", "gemma", {"lastActiveTime": ts(last_active)})
+    time.sleep(0.5)
+    assert kube.job(job.metadata.name) is not None  # nobody is watching
+
+    second = start_controller(watch_timeout_seconds=1)
+    wait_for(lambda: kube.job(job.metadata.name) is None, timeout=5, what="Job deleted after restart")
+    st = wait_for(lambda: (s := kube.status("late")).get("phase") == "WaitingForIdle" and s, what="WaitingForIdle")
+    assert st["attempts"] == 1
+    assert _cancels(second, "late") == [(1, "ForegroundDemand")]
+    fg = [e for e in _decisions(second, ev.ForegroundRequest) if e.model == "gemma"]
+    assert [e.at for e in fg] == [last_active]
+    assert wait_for(lambda: _ended_runs(second, kube.ns, "late"), what="run row") == [(1, "preempted", "ForegroundDemand")]
+    assert _event_types(kube, "late", "ForegroundDemand") == ["Warning"]
+    labels = {"backfill": "late", "namespace": kube.ns, "model": "gemma", "reason": "ForegroundDemand"}
+    assert second.metrics.registry.get_sample_value("flexinfer_model_backfill_preemptions_total", labels) == 1
+
+
+# ============================================================================ 7. env overrides
+
+
+def _env_list(kube, container) -> list[dict]:
+    return kube.api.sanitize_for_serialization(container.env or [])
+
+
+def test_env_overrides_sorted_and_value_from_removed_exactly(kube, start_controller):
+    cm = {"configMapKeyRef": {"name": "models", "key": "list"}}
+    secret = {"secretKeyRef": {"name": "creds", "key": "token"}}
+    field = {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}
+    pod = {
+        "restartPolicy": "Never",
+        "initContainers": [
+            {"name": "prep", "image": "busybox", "env": [{"name": "A", "value": "1"}, {"name": "MODELS", "valueFrom": cm}]},
+        ],
+        "containers": [
+            {
+                "name": "main",
+                "image": "busybox",
+                "env": [
+                    {"name": "MODELS", "valueFrom": cm},
+                    {"name": "KEEP", "value": "literal"},
+                    {"name": "ZED", "valueFrom": field},
+                    {"name": "TOKEN", "valueFrom": secret},
+                ],
+            },
+            {"name": "side", "image": "busybox", "env": [{"name": "TOKEN", "valueFrom": secret}]},
+            {"name": "bare", "image": "busybox"},
+        ],
+    }
+    _cronjob(kube, "env-template", pod)
+    kube.model("gemma")
+    start_controller()
+    kube.backfill(
+        "envy",
+        template="env-template",
+        env={"ZED": "z", "MODELS": "gemma=vllm", "GAUNTLET_API": "chat", "ALPHA": "a"},
+    )
+    job = wait_for(lambda: _jobs_of(kube, "envy"), timeout=10, what="Job created")[0]
+    spec = job.spec.template.spec
+    bg = {"name": "FLEXINFER_WORKLOAD_CLASS", "value": "background"}
+    main, side, bare = spec.containers
+    assert _env_list(kube, main) == [
+        {"name": "MODELS", "value": "gemma=vllm"},
+        {"name": "KEEP", "value": "literal"},
+        {"name": "ZED", "value": "z"},
+        {"name": "TOKEN", "valueFrom": secret},
+        {"name": "ALPHA", "value": "a"},
+        {"name": "GAUNTLET_API", "value": "chat"},
+        bg,
+    ]
+    assert _env_list(kube, side) == [
+        {"name": "TOKEN", "valueFrom": secret},
+        {"name": "ALPHA", "value": "a"},
+        {"name": "GAUNTLET_API", "value": "chat"},
+        {"name": "MODELS", "value": "gemma=vllm"},
+        {"name": "ZED", "value": "z"},
+        bg,
+    ]
+    assert _env_list(kube, bare) == [
+        {"name": "ALPHA", "value": "a"},
+        {"name": "GAUNTLET_API", "value": "chat"},
+        {"name": "MODELS", "value": "gemma=vllm"},
+        {"name": "ZED", "value": "z"},
+        bg,
+    ]
+    # Init containers get the class variable only: overrides are for regular containers.
+    assert _env_list(kube, spec.init_containers[0]) == [{"name": "A", "value": "1"}, {"name": "MODELS", "valueFrom": cm}, bg]
+    for c_ in spec.containers:
+        names = [e["name"] for e in _env_list(kube, c_)]
+        assert len(names) == len(set(names)), c_.name
+    # The CronJob itself is never written.
+    stored = kube.batch.read_namespaced_cron_job("env-template", kube.ns)
+    assert _env_list(kube, stored.spec.job_template.spec.template.spec.containers[0])[0] == {"name": "MODELS", "valueFrom": cm}
