@@ -32,7 +32,7 @@ pytestmark = pytest.mark.kube
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 NAMESPACE = "flexinfer-system"
-KUSTOMIZATIONS = ["base", "base/migration", "overlays/example"]
+KUSTOMIZATIONS = ["base", "base/migration", "monitoring", "overlays/example"]
 CLUSTER_SCOPED = {
     "Namespace",
     "CustomResourceDefinition",
@@ -111,7 +111,9 @@ def test_every_manifest_has_identity_and_no_duplicates():
         assert len(keys) == len(set(keys)), f"{name}: duplicate objects"
     kinds = {o["kind"] for o in sets["base"]}
     assert {"Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
-            "RoleBinding", "Deployment", "Service", "ServiceMonitor", "PrometheusRule"} <= kinds
+            "RoleBinding", "Deployment", "Service", "PodDisruptionBudget"} <= kinds
+    assert "ServiceMonitor" not in kinds, "the base must apply where the Prometheus Operator is absent"
+    assert sorted(o["kind"] for o in sets["monitoring"]) == ["PrometheusRule", "ServiceMonitor"]
     assert "Secret" not in kinds, "the Secret template must not be in the kustomization"
     assert [o["kind"] for o in sets["production.md"]] == ["Cluster"]
     assert [o["kind"] for o in sets["base/migration"]] == ["Job"]
@@ -197,7 +199,7 @@ def test_deployment_is_hardened():
     assert volumes["ingest-token"]["secret"]["secretName"] == "modelbackfill"
     assert mounts["tmp"] == "/tmp" and "emptyDir" in volumes["tmp"]
     # The ServiceAccount, Service and alerts line up with the Deployment.
-    objects = {(_key(o)[1], _key(o)[3]): o for o in render(DEPLOY / "base")}
+    objects = {(_key(o)[1], _key(o)[3]): o for o in render(DEPLOY / "base") + render(DEPLOY / "monitoring")}
     assert ("ServiceAccount", pod["serviceAccountName"]) in objects
     svc = objects[("Service", "modelbackfill")]
     assert svc["spec"]["ports"] == [{"name": "http", "port": 8080, "targetPort": "http", "protocol": "TCP"}]
