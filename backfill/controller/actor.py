@@ -47,6 +47,63 @@ class NotLeader(Exception):
     """The leader lease was lost before a mutation."""
 
 
+class StatusWriter:
+    """Writes statuses on a thread of its own, so a slow GET/PUT never delays a cancel.
+
+    ``submit(key, status)`` keeps only the latest status per key (older pending ones are
+    superseded); the thread writes them in submission order through ``write(key, status)``.
+    A failed write is logged and dropped: the actor's cache is not updated, so the next
+    ``WriteStatus`` for that key (at the latest the periodic full re-check) writes it again.
+    """
+
+    def __init__(self, write: Callable[[tuple[str, str], Mapping[str, Any]], None]) -> None:
+        self._write = write
+        self._pending: dict[tuple[str, str], Mapping[str, Any]] = {}
+        self._cond = threading.Condition()
+        self._busy = False
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="status-writer", daemon=True)
+        self._thread.start()
+
+    def submit(self, key: tuple[str, str], status: Mapping[str, Any]) -> None:
+        with self._cond:
+            self._pending.pop(key, None)  # re-insert: the newest goes to the back
+            self._pending[key] = status
+            self._cond.notify()
+
+    def idle(self, timeout: float = 10.0) -> bool:
+        """Wait until nothing is pending or being written; False on timeout."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._pending and not self._busy, timeout)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._pending or self._stopped)
+                if self._stopped:
+                    return
+                key = next(iter(self._pending))
+                status = self._pending.pop(key)
+                self._busy = True
+            try:
+                self._write(key, status)
+            except NotLeader:
+                pass
+            except Exception as exc:  # noqa: BLE001 - retried by a later WriteStatus
+                log.warning(f"status write failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+                            extra={"backfill": f"{key[0]}/{key[1]}"})
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+
+
 class Actor:
     """Executes commands against the API server and the event log.
 
@@ -78,6 +135,11 @@ class Actor:
         self._lock = threading.Lock()
         self.appended = 0
         self._decided_at: datetime | None = None
+        self.statuses = StatusWriter(self.write_status)
+
+    def close(self) -> None:
+        """Stop the status writer thread."""
+        self.statuses.stop()
 
     def _decision_time(self) -> datetime:
         return self._decided_at or self.clock()
@@ -152,7 +214,7 @@ class Actor:
     def _dispatch(self, cmd: Any, world: World) -> None:
         t = type(cmd)
         if t is WriteStatus:
-            self.write_status(cmd.key, cmd.status)
+            self.statuses.submit(cmd.key, cmd.status)
         elif t is Admit:
             self.admit(cmd, world)
         elif t is CreateJob:

@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from backfill.core import events as ev
-from backfill.core.commands import WakeAt
+from backfill.core.commands import Cancel, DeleteJob, WakeAt
 from backfill.core.events import decode_many
 from backfill.core.perf import paused_gc
 from backfill.core.projector import affected, decide, fold
@@ -181,6 +181,7 @@ class Controller:
         deadline = time.monotonic() + timeout
         for t in self._threads + self.watchers:
             t.join(timeout=max(0.0, deadline - time.monotonic()))
+        self.actor.close()
 
     def _notify(self) -> None:
         """Wake the loop when anyone (another replica, the ingest endpoint) appends to the log."""
@@ -211,9 +212,9 @@ class Controller:
                 now = self.clock()
                 while self._wakes and self._wakes[0][0] <= now:
                     at, key = heapq.heappop(self._wakes)
-                    if self._wake_of.get(key) == at:
+                    if self._wake_of.get(key) == at:  # else superseded by a newer wake-up
                         del self._wake_of[key]
-                    keys.add(key)
+                        keys.add(key)
                 if time.monotonic() >= next_resync:
                     full = True
                     next_resync = time.monotonic() + self.settings.resync_seconds
@@ -252,7 +253,10 @@ class Controller:
             if isinstance(c, WakeAt) and self._wake_of.get(c.key) != c.at:
                 self._wake_of[c.key] = c.at
                 heapq.heappush(self._wakes, (c.at, c.key))
-        self.actor.execute(commands, self.world, now)
+        # Foreground first: cancels and deletes before anything else of this step (a stable
+        # sort, so each backfill's own commands keep their order).
+        ordered = sorted(commands, key=lambda c: 0 if isinstance(c, (Cancel, DeleteJob)) else 1)
+        self.actor.execute(ordered, self.world, now)
         return commands
 
     def _finalizers(self) -> bool:
