@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .core.durations import DurationError, format_duration, parse_duration
-from .core.timefmt import parse_rfc3339, rfc3339
+from .core.timefmt import rfc3339
 from .settings import Settings
 
 app = typer.Typer(
@@ -54,28 +54,48 @@ def _time(text: str | None, what: str) -> datetime | None:
     if text is None:
         return None
     try:
-        return parse_rfc3339(text)
-    except ValueError:
-        try:
-            value = datetime.fromisoformat(text)
-        except ValueError:
-            raise CLIError(f"{what}: {text!r} is not an RFC 3339 time such as 2024-11-15T00:00:00Z") from None
+        value = datetime.fromisoformat(text[:-1] + "+00:00" if text[-1:] in ("Z", "z") else text)
+        # a time without a zone is read as UTC (as trace times are)
         return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+    except (ValueError, OverflowError):
+        raise CLIError(f"{what}: {text!r} is not an RFC 3339 time in range, such as 2024-11-15T00:00:00Z") from None
 
 
-def _store(database_url: str | None, schema: str, *, quiet: bool = False):
-    """(url, engine) bound to ``schema`` (not migrated). The embedded server when no URL is set."""
-    from .store import make_engine, resolve_database_url, upgrade, validate_schema
+def _db_error(exc: BaseException) -> str:
+    """The first line of a database/driver error, without SQLAlchemy's noise."""
+    text = str(getattr(exc, "orig", None) or exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _store(database_url: str | None, schema: str, *, quiet: bool = False, probe: bool = False):
+    """(url, engine) bound to ``schema`` (not migrated). The embedded server when no URL is set.
+
+    Raises CLIError (one line) for a bad schema name, a malformed URL, an embedded server that
+    cannot start or, with ``probe``, a server that does not answer.
+    """
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from .store import make_engine, resolve_database_url, validate_schema
 
     try:
         validate_schema(schema)
     except ValueError as exc:
         raise CLIError(str(exc)) from None
-    settings = Settings(**({"database_url": database_url} if database_url else {}))
-    url, note = resolve_database_url(settings)
+    try:
+        settings = Settings(**({"database_url": database_url} if database_url else {}))
+        url, note = resolve_database_url(settings)
+        engine = make_engine(url, schema)
+    except (ValueError, SQLAlchemyError, OSError, RuntimeError) as exc:
+        raise CLIError(f"database: {_db_error(exc)}") from None
     if note and not quiet:
         err.print(f"[dim]{note}[/dim]", highlight=False)
-    return url, make_engine(url, schema)
+    if probe:
+        try:
+            with engine.connect():
+                pass
+        except Exception as exc:  # noqa: BLE001 - any driver error: one line
+            raise CLIError(f"database: {_db_error(exc)}") from None
+    return url, engine
 
 
 DatabaseOpt = typer.Option(None, "--database-url", envvar="BACKFILL_DATABASE_URL", help="PostgreSQL URL; unset: the embedded server in .backfill/pg.")
@@ -131,8 +151,10 @@ def simulate(
         tr = tr.filtered(model)
     except TraceError as exc:
         raise CLIError(str(exc)) from None
-    if plot is not None and plot.parent and not plot.parent.exists():
-        raise CLIError(f"--plot: directory {plot.parent} does not exist")
+    if plot is not None:
+        plot = _plot_path(plot)
+    if store:
+        _store(database_url, schema, probe=True)  # fail before simulating, not after
     from rich.progress import Progress
 
     t0 = time.perf_counter()
@@ -151,8 +173,8 @@ def simulate(
     if plot is not None:
         try:
             n = draw(tr, result, plot)
-        except OSError as exc:
-            raise CLIError(f"--plot {plot}: {exc.strerror or exc}") from None
+        except (OSError, ValueError) as exc:
+            raise CLIError(f"--plot {plot}: {getattr(exc, 'strerror', None) or exc}") from None
         err.print(f"timeline of {n} model(s) written to {plot}", highlight=False)
     err.print(
         f"simulated {tr.count} requests ({tr.skipped} rows without a model skipped), {len(result.events)} events, "
@@ -161,31 +183,43 @@ def simulate(
     )
 
 
+_PLOT_FORMATS = (".png", ".svg", ".pdf", ".jpg", ".jpeg")
+
+
+def _plot_path(plot: Path) -> Path:
+    """Check a --plot target: a file name with a supported suffix in an existing directory."""
+    if not str(plot) or str(plot) in (".", "..") or plot.is_dir():
+        raise CLIError(f"--plot {str(plot)!r}: give a file name such as timeline.png")
+    if plot.suffix.lower() not in _PLOT_FORMATS:
+        raise CLIError(f"--plot {plot}: use one of {', '.join(_PLOT_FORMATS)}")
+    if not plot.parent.is_dir():
+        raise CLIError(f"--plot: directory {plot.parent} does not exist")
+    return plot
+
+
 def _write_simulation(database_url: str | None, schema: str, result: Any) -> str:
+    """Recreate ``schema`` and store every simulated event and run row; one-line errors."""
+    from sqlalchemy.exc import SQLAlchemyError
+
     from .core.events import encode
-    from .store import EventStore, RunStore, reset
+    from .store import EventStore, RunStore, make_engine, reset
 
-    url, _ = _store(database_url, "backfill", quiet=False)
-    try:
-        from .store import validate_schema
-
-        validate_schema(schema)
-    except ValueError as exc:
-        raise CLIError(str(exc)) from None
-    from .store import make_engine
-
+    url, _ = _store(database_url, schema, quiet=True)
     t0 = time.perf_counter()
-    reset(url, schema)
-    engine = make_engine(url, schema)
-    records = [encode(e, k) for _, e, k in result.events]
-    es = EventStore(engine)
-    positions = es.append(records)
-    expected = [p for p, _, _ in result.events]
-    if positions != expected:
-        raise CLIError(f"schema {schema}: stored positions differ from the simulated ones; the run is incomplete")
-    RunStore(engine).apply(result.runs, "runs", expected[-1] if expected else 0)
-    es.close()
-    engine.dispose()
+    try:
+        reset(url, schema)
+        engine = make_engine(url, schema)
+        records = [encode(e, k) for _, e, k in result.events]
+        es = EventStore(engine)
+        positions = es.append(records)
+        expected = [p for p, _, _ in result.events]
+        if positions != expected:
+            raise CLIError(f"schema {schema}: stored positions differ from the simulated ones; the run is incomplete")
+        RunStore(engine).apply(result.runs, "runs", expected[-1] if expected else 0)
+        es.close()
+        engine.dispose()
+    except (SQLAlchemyError, OSError) as exc:
+        raise CLIError(f"schema {schema}: {_db_error(exc)} (the schema may hold a partial run)") from None
     return f"; stored in schema {schema!r} in {time.perf_counter() - t0:.2f}s (backfill replay --schema {schema})"
 
 

@@ -81,11 +81,12 @@ def make_server(
             if path != "/v1/foreground" or ingest is None:
                 self._json(404, {"error": "not found"})
                 return
-            try:
-                length = int(self.headers.get("Content-Length") or 0)
-            except ValueError:
-                self._json(400, {"error": "bad Content-Length"})
+            declared = (self.headers.get("Content-Length") or "0").strip()
+            if not (declared.isascii() and declared.isdigit() and len(declared) <= 18):
+                self.close_connection = True
+                self._json(400, {"error": "bad_request", "detail": "Content-Length must be a non-negative integer"})
                 return
+            length = int(declared)
             limit = getattr(ingest, "max_body_bytes", 1 << 20)
             # Never read more than the limit: an oversized declared length is refused unread
             # (the ingest endpoint answers 413 from the header) and the connection closed.

@@ -34,6 +34,7 @@ from __future__ import annotations
 import hmac
 import json
 import math
+import re
 import threading
 import time
 import urllib.error
@@ -44,10 +45,11 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from backfill.core.events import ForegroundRequest, encode
 from backfill.core.records import EventRecord
+from backfill.core.timefmt import parse_rfc3339
 from backfill.settings import Settings
 
 __all__ = [
@@ -70,6 +72,7 @@ PATH = "/v1/foreground"
 MAX_REPORTS = 1000
 #: Largest ``count`` of one report (a sanity bound, not a rate).
 MAX_COUNT = 1_000_000
+_RFC3339 = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$")
 
 
 # --------------------------------------------------------------------------- schema
@@ -82,11 +85,20 @@ class ForegroundReport(BaseModel):
 
     namespace: str = Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
     model: str = Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
-    #: RFC 3339 with a zone (``Z`` or ``+hh:mm``); naive times and numbers are rejected.
+    #: RFC 3339 with a zone (``Z`` or ``+hh:mm``); naive times, numbers and digit strings are rejected.
     time: AwareDatetime
     count: int = Field(default=1, ge=1, le=MAX_COUNT)
-    #: Optional client-chosen id: re-sending a report with the same id is a duplicate.
-    id: str | None = Field(default=None, min_length=1, max_length=200)
+    #: Optional client-chosen id: re-sending a report with the same id is a duplicate. Printable
+    #: characters only (PostgreSQL text cannot hold NUL; control characters have no business here).
+    id: str | None = Field(default=None, min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")
+
+    @field_validator("time", mode="before")
+    @classmethod
+    def _rfc3339_text(cls, value: Any) -> Any:
+        # pydantic reads "1796032770" as Unix seconds even in strict mode: require a date-time.
+        if not isinstance(value, str) or not _RFC3339.match(value):
+            raise ValueError("must be an RFC 3339 date-time with a zone, e.g. 2026-11-30T10:00:00Z")
+        return parse_rfc3339(value)  # an aware UTC datetime (strict mode takes no strings here)
 
 
 class ForegroundBatch(BaseModel):

@@ -248,7 +248,16 @@ class Controller:
 
     def step(self, keys: Any, now: datetime) -> list:
         """Decide for ``keys`` (None: all) at ``now`` and execute; returns the commands."""
-        commands = decide(self.world, now, keys, status=True)
+        try:
+            commands = decide(self.world, now, keys, status=True)
+        except Exception as exc:  # noqa: BLE001 - one bad backfill must not starve the others
+            log.error(f"decide failed ({type(exc).__name__}: {exc}); deciding backfill by backfill")
+            commands = []
+            for key in sorted(self.world.backfills if keys is None else keys):
+                try:
+                    commands.extend(decide(self.world, now, [key], status=True))
+                except Exception as exc1:  # noqa: BLE001
+                    log.error(f"decide failed: {type(exc1).__name__}: {exc1}", extra={"backfill": f"{key[0]}/{key[1]}"})
         for c in commands:
             if isinstance(c, WakeAt) and self._wake_of.get(c.key) != c.at:
                 self._wake_of[c.key] = c.at

@@ -176,7 +176,7 @@ class Watcher(threading.Thread):
             present.add((m.get("namespace", ""), m.get("name", "")))
             if self.on_object is not None:
                 self.on_object("ADDED", obj)
-            pairs.extend(self.translate("ADDED", obj, now))
+            pairs.extend(self._translate("ADDED", obj, now))
         for ns, name, uid in self.known():
             if self.namespace and ns != self.namespace:
                 continue
@@ -218,10 +218,22 @@ class Watcher(threading.Thread):
                     continue
                 if self.on_object is not None:
                     self.on_object(kind, obj)
-                self._emit(self.translate(kind, obj, self.clock()))
+                self._emit(self._translate(kind, obj, self.clock()))
         finally:
             self._watch = None
         return rv
+
+    def _translate(self, kind: str, obj: dict, now: Any) -> list:
+        """Translate one object; a malformed object is logged and skipped, never fatal to the watch
+        (otherwise one bad object would stall this resource's events for every other object)."""
+        try:
+            return self.translate(kind, obj, now)
+        except Exception as exc:  # noqa: BLE001
+            m = obj.get("metadata") if isinstance(obj, dict) else None
+            name = f"{m.get('namespace', '')}/{m.get('name', '')}" if isinstance(m, dict) else "?"
+            log.warning(f"{self.kind} {name}: skipped a malformed object: {type(exc).__name__}: {exc}".splitlines()[0],
+                        extra={"resource": self.kind})
+            return []
 
     def halt(self) -> None:
         """Ask the thread to stop and close its open watch connection (best effort)."""

@@ -20,8 +20,10 @@ _UNITS = {
     "m": 60.0,
     "h": 3600.0,
 }
-_PART = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
-_WHOLE = re.compile(r"(?:(?:\d+\.?\d*|\.\d+)(?:ns|us|µs|μs|ms|s|m|h))+")
+_PART = re.compile(r"([0-9]+\.?[0-9]*|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h)")
+_WHOLE = re.compile(r"(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:ns|us|µs|μs|ms|s|m|h))+")
+#: Go's largest time.Duration (2^63-1 ns, "2562047h47m16.854775807s"): ParseDuration rejects more.
+MAX_SECONDS = (2**63 - 1) / 1e9
 
 
 class DurationError(ValueError):
@@ -38,8 +40,9 @@ def parse_duration(text: str) -> float:
         The duration in seconds (float, >= 0).
 
     Raises:
-        DurationError: empty, malformed, unknown unit (``"1d"``), or negative (``"-5m"``:
-            Go accepts it but no ModelBackfill field may be negative).
+        DurationError: empty, malformed (ASCII digits only), unknown unit (``"1d"``), negative
+            (``"-5m"``: Go accepts it but no ModelBackfill field may be negative), or longer
+            than Go's maximum duration (about 292 years).
     """
     if not isinstance(text, str):
         raise DurationError(f"duration must be a string like '30m', got {type(text).__name__}")
@@ -55,7 +58,10 @@ def parse_duration(text: str) -> float:
             f"invalid duration {text!r}: use Go syntax such as '90s', '30m' or '1h30m' "
             "(units ns, us, ms, s, m, h)"
         )
-    return sum(float(n) * _UNITS[u] for n, u in _PART.findall(s))
+    seconds = sum(float(n) * _UNITS[u] for n, u in _PART.findall(s))
+    if not seconds <= MAX_SECONDS:  # also catches inf/nan from absurdly long digit strings
+        raise DurationError(f"duration {text!r} is out of range (Go's maximum is 2562047h47m16s)")
+    return seconds
 
 
 def format_duration(seconds: float) -> str:
@@ -66,8 +72,8 @@ def format_duration(seconds: float) -> str:
     Raises:
         ValueError: negative input.
     """
-    if seconds < 0:
-        raise ValueError(f"negative duration {seconds}")
+    if not 0 <= seconds < float("inf"):
+        raise ValueError(f"duration {seconds} is negative or not finite")
     if seconds == 0:
         return "0s"
     whole = int(seconds)

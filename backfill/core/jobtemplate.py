@@ -61,39 +61,63 @@ def _nonzero(quantity: Any) -> bool:
     return not _ZERO.match(str(quantity).strip())
 
 
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
 def _pod_spec(job_template: Mapping[str, Any]) -> Mapping[str, Any]:
-    spec = job_template.get("spec") or {}
-    template = spec.get("template") or {} if isinstance(spec, Mapping) else {}
-    pod = template.get("spec") or {} if isinstance(template, Mapping) else {}
-    return pod if isinstance(pod, Mapping) else {}
+    return _mapping(_mapping(_mapping(_mapping(job_template).get("spec")).get("template")).get("spec"))
+
+
+def _containers(pod: Mapping[str, Any], kind: str) -> list[Mapping[str, Any]]:
+    items = pod.get(kind)
+    return [c for c in items if isinstance(c, Mapping)] if isinstance(items, list) else []
 
 
 def gpu_requests(job_template: Mapping[str, Any]) -> list[str]:
     """Every GPU request or limit in the template, as ``"<container>: <requests|limits> <name>=<qty>"``.
 
     Looks at init, regular and ephemeral containers. An empty list means the template is CPU-only.
+    Never raises: malformed parts of the template are skipped (:func:`template_problem` names them).
     """
     found: list[str] = []
     pod = _pod_spec(job_template)
     for kind in ("initContainers", "containers", "ephemeralContainers"):
-        for c in pod.get(kind) or []:
-            if not isinstance(c, Mapping):
-                continue
-            res = c.get("resources") or {}
+        for c in _containers(pod, kind):
+            res = _mapping(c.get("resources"))
             for section in ("requests", "limits"):
-                for rname, qty in (res.get(section) or {}).items():
+                for rname, qty in _mapping(res.get(section)).items():
                     if _is_gpu_resource(str(rname)) and _nonzero(qty):
                         found.append(f"{c.get('name', '?')}: {section} {rname}={qty}")
     return found
 
 
 def template_problem(job_template: Mapping[str, Any] | None) -> str | None:
-    """Why a CronJob's jobTemplate cannot be copied (a message), or None when it can."""
+    """Why a CronJob's jobTemplate cannot be copied (a message), or None when it can. Never raises."""
     if not isinstance(job_template, Mapping):
         return "the CronJob has no spec.jobTemplate"
+    for path, value in (("metadata", job_template.get("metadata")), ("spec", job_template.get("spec"))):
+        if value is not None and not isinstance(value, Mapping):
+            return f"the CronJob's jobTemplate.{path} is not an object"
     pod = _pod_spec(job_template)
-    if not pod.get("containers"):
+    containers = pod.get("containers")
+    if not isinstance(containers, list) or not containers:
         return "the CronJob's job template has no containers"
+    for kind in ("initContainers", "containers"):
+        items = pod.get(kind)
+        if items is None:
+            continue
+        if not isinstance(items, list) or not all(isinstance(c, Mapping) for c in items):
+            return f"the CronJob's job template {kind} is not a list of containers"
+        for c in items:
+            if c.get("env") is not None and not (
+                isinstance(c.get("env"), list) and all(isinstance(e, Mapping) for e in c["env"])
+            ):
+                return f"container {c.get('name', '?')}: env is not a list of variables"
+    meta = _mapping(job_template.get("metadata"))
+    for field in ("labels", "annotations"):
+        if meta.get(field) is not None and not isinstance(meta.get(field), Mapping):
+            return f"the CronJob's jobTemplate.metadata.{field} is not an object"
     return None
 
 

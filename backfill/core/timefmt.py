@@ -24,9 +24,14 @@ def parse_rfc3339(text: str) -> datetime:
     """Parse an RFC 3339 / ISO 8601 timestamp that carries a zone (``Z`` or ``+hh:mm``) into UTC.
 
     Raises:
-        ValueError: malformed, or no time zone given.
+        ValueError: malformed, no time zone given, or not representable in UTC (year 1..9999).
     """
-    value = datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
+    if not isinstance(text, str):
+        raise ValueError(f"timestamp must be a string, got {type(text).__name__}")
+    value = datetime.fromisoformat(text[:-1] + "+00:00" if text[-1:] in ("Z", "z") else text)
     if value.tzinfo is None:
         raise ValueError(f"timestamp {text!r} has no time zone")
-    return value.astimezone(timezone.utc)
+    try:
+        return value.astimezone(timezone.utc)
+    except OverflowError:  # e.g. 9999-12-31T23:59:59-23:59: valid RFC 3339, not a UTC datetime
+        raise ValueError(f"timestamp {text!r} is out of range in UTC") from None

@@ -17,6 +17,7 @@ Formats:
 from __future__ import annotations
 
 import csv
+import io
 import math
 import random
 from dataclasses import dataclass, field
@@ -52,21 +53,31 @@ class Trace:
         return sum(len(v) for v in self.requests.values())
 
 
+#: Largest accepted service time of one request, seconds (a year: anything longer is a unit mistake).
+MAX_SERVICE_SECONDS = 365 * 86400.0
+_MAX_EPOCH = datetime(9999, 1, 1, tzinfo=timezone.utc).timestamp()
+
+
 def _epoch(text: str, where: str) -> float:
     t = text.strip()
     if not t:
         raise TraceError(f"{where}: empty timestamp")
     try:
-        return float(t)
+        value = float(t)
     except ValueError:
-        pass
-    try:
-        dt = datetime.fromisoformat(t[:-1] + "+00:00" if t.endswith("Z") else t)
-    except ValueError:
-        raise TraceError(f"{where}: bad timestamp {t!r}") from None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
-    return dt.timestamp()
+        try:
+            dt = datetime.fromisoformat(t[:-1] + "+00:00" if t[-1:] in ("Z", "z") else t)
+            if dt.tzinfo is None:
+                dt = dt.replace(tzinfo=timezone.utc)
+            value = dt.timestamp()
+        except (ValueError, OverflowError):
+            raise TraceError(f"{where}: bad timestamp {t!r}") from None
+    if not (math.isfinite(value) and 0 <= value < _MAX_EPOCH):
+        raise TraceError(
+            f"{where}: timestamp {t!r} is out of range (Unix seconds between 1970 and 9999 expected; "
+            "milliseconds?)"
+        )
+    return value
 
 
 def _duration(text: str | None, where: str) -> float:
@@ -78,37 +89,50 @@ def _duration(text: str | None, where: str) -> float:
         raise TraceError(f"{where}: bad service time {text!r}") from None
     if not math.isfinite(d) or d < 0:
         raise TraceError(f"{where}: service time must be a finite number >= 0, got {text!r}")
+    if d > MAX_SERVICE_SECONDS:
+        raise TraceError(f"{where}: service time {text!r} s is longer than a year")
     return d
 
 
-def _open(path: Path):
+def _read_text(path: Path) -> str:
     try:
-        return path.open(newline="", encoding="utf-8")
+        data = path.read_bytes()
     except OSError as exc:
         raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise TraceError(f"{path}:{line}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
 def _read_rows(path: Path, required: tuple[str, ...]):
-    with _open(path) as fh:
-        reader = csv.reader(fh)
-        try:
-            header = next(reader)
-        except StopIteration:
-            raise TraceError(f"{path}:1: empty file, expected a header") from None
-        except (csv.Error, UnicodeDecodeError) as exc:
-            raise TraceError(f"{path}:1: {exc}") from None
-        header = [h.strip().lstrip("\ufeff") for h in header]
-        missing = [c for c in required if c not in header]
-        if missing:
-            raise TraceError(f"{path}:1: missing column(s) {', '.join(missing)} (header: {','.join(header)})")
-        idx = {c: header.index(c) for c in header}
-        try:
-            for row in reader:
-                if not row or (len(row) == 1 and not row[0].strip()):
-                    continue
-                yield reader.line_num, idx, row
-        except (csv.Error, UnicodeDecodeError) as exc:
-            raise TraceError(f"{path}:{reader.line_num}: {exc}") from None
+    reader = csv.reader(io.StringIO(_read_text(path), newline=""))
+    try:
+        header = next(reader)
+    except StopIteration:
+        raise TraceError(f"{path}:1: empty file, expected a header") from None
+    except csv.Error as exc:
+        raise TraceError(f"{path}:1: {exc}") from None
+    header = [h.strip().lstrip("\ufeff") for h in header]
+    missing = [c for c in required if c not in header]
+    if missing:
+        raise TraceError(f"{path}:1: missing column(s) {', '.join(missing)} (header: {','.join(header)[:200]}){_format_hint(header)}")
+    idx = {c: header.index(c) for c in header}
+    try:
+        for row in reader:
+            if not row or (len(row) == 1 and not row[0].strip()):
+                continue
+            yield reader.line_num, idx, row
+    except csv.Error as exc:
+        raise TraceError(f"{path}:{reader.line_num}: {exc}") from None
+
+
+def _format_hint(header: list[str]) -> str:
+    for fmt, cols in (("alibaba-genai", "gmt_create"), ("azure-llm", "TIMESTAMP"), ("csv", "timestamp")):
+        if cols in header:
+            return f"; is it --format {fmt}?"
+    return ""
 
 
 def _get(row: list[str], idx: dict[str, int], col: str, where: str) -> str:

@@ -35,7 +35,7 @@ def validate_schema(schema: str) -> str:
     Schema names are interpolated into DDL (``CREATE SCHEMA``, ``search_path``) and the NOTIFY
     channel name, so nothing else is accepted (lower case, so quoting never changes the name).
     """
-    if not isinstance(schema, str) or not _SCHEMA_RE.match(schema):
+    if not isinstance(schema, str) or not _SCHEMA_RE.fullmatch(schema):
         raise ValueError(
             f"invalid schema name {schema!r}: use lower-case letters, digits and '_' "
             "(not starting with a digit, at most 63 characters)"

@@ -1,0 +1,116 @@
+"""Robustness: bad CLI arguments end with ONE line ``backfill: error: ...`` on stderr, a
+non-zero exit and no traceback. Runs ``backfill.cli.main`` in a subprocess (no database is
+needed: every case fails before or at the first connection; the only server address used is
+127.0.0.1 on port 1, which is closed)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HUGE = "9" * 400 + "h"
+CLOSED = "postgresql://u:p@127.0.0.1:1/db"
+
+
+def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "BACKFILL_DATABASE_URL"}
+    return subprocess.run(
+        [sys.executable, "-c", "import sys; from backfill.cli import main; sys.exit(main(sys.argv[1:]))", *args],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=30,
+    )
+
+
+def _assert_one_line_error(p: subprocess.CompletedProcess) -> None:
+    lines = [l for l in p.stderr.splitlines() if l.strip()]
+    assert p.returncode not in (0, None), p.stderr
+    assert "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert len(lines) == 1 and lines[0].startswith("backfill: error:"), p.stderr[-2000:]
+
+
+@pytest.fixture
+def traces(tmp_path: Path) -> Path:
+    files = {
+        "nan_ts.csv": "model,timestamp\nm1,nan\nm1,2026-01-01T00:00:00Z\n",
+        "inf_ts.csv": "model,timestamp\nm1,inf\nm1,2026-01-01T00:00:00Z\n",
+        "neg_ts.csv": "model,timestamp\nm1,-1e12\nm1,0\n",
+        "ms_ts.csv": "model,timestamp\nm1,1764496770000\nm1,1764500370000\n",
+        "huge_ts.csv": "model,timestamp\nm1,1e300\nm1,2026-01-01T00:00:00Z\n",
+        "huge_dur.csv": "model,timestamp,duration_s\nm1,2026-01-01T00:00:00Z,1e300\nm1,2026-01-02T00:00:00Z,1\n",
+        "ok.csv": "model,timestamp\nm1,2026-01-01T00:00:00Z\nm1,2026-01-01T05:00:00Z\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    return tmp_path
+
+
+SIM = ["simulate", "--no-store", "--days", "0.1"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        SIM + ["--idle-for", HUGE],
+        SIM + ["--max-run", HUGE],
+        SIM + ["--job", HUGE],
+        SIM + ["--repeat-after", HUGE],
+        SIM + ["--cancel-latency", HUGE],
+        SIM + ["--idle-for", "99999999999h"],
+        SIM + ["--repeat-after", "80000000h", "--days", "2"],
+        SIM + ["--cancel-latency", "80000000h"],
+        SIM + ["--idle-for", "５m"],
+        SIM + ["--plot", "timeline.weird"],
+        ["runs", "--database-url", "garbage"],
+        ["replay", "--database-url", "mysql://x/y"],
+        ["db", "upgrade", "--database-url", "garbage"],
+        ["runs", "--database-url", "postgresql://[::1/db"],
+        ["simulate", "--days", "0.1", "--database-url", CLOSED],
+        ["simulate", "--days", "0.1", "--database-url", "garbage"],
+        ["runs", "--database-url", CLOSED, "--since", "9999-12-31T23:59:59-23:59"],
+        ["replay", "--database-url", CLOSED, "--since", "0001-01-01T00:00:00+23:59"],
+        ["runs", "--database-url", CLOSED, "--schema", "abc\n"],
+        ["simulate", "--days", "0.1", "--database-url", CLOSED, "--schema", "sim\n"],
+    ],
+    ids=lambda a: " ".join(x[:20].replace("\n", "\\n") for x in a),
+)
+def test_bad_arguments(tmp_path, args):
+    _assert_one_line_error(_run(args, tmp_path))
+
+
+@pytest.mark.parametrize("name", ["nan_ts.csv", "inf_ts.csv", "neg_ts.csv", "ms_ts.csv", "huge_ts.csv", "huge_dur.csv"])
+def test_bad_trace_values(traces, name):
+    p = _run(["simulate", "--no-store", "--format", "csv", "--trace", str(traces / name), "--idle-for", "1m", "--job", "1m"], traces)
+    _assert_one_line_error(p)
+    assert f"{name}:" in p.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        SIM + ["--idle-for", "1d"], SIM + ["--idle-for", "-5m"], SIM + ["--idle-for", "5"], SIM + ["--idle-for", "1e3s"],
+        SIM + ["--idle-for", ""], SIM + ["--repeat-after", "30s"], SIM + ["--days", "nan"], SIM + ["--format", "bogus"],
+        SIM + ["--trace", "/nonexistent.csv"], ["runs", "--schema", "Backfill"], ["runs", "--schema", "x; DROP TABLE events;--"],
+        ["runs", "--schema", "a" * 100], ["runs", "--since", "garbage"], ["replay", "--backfill", "a/b/c"],
+        ["runs", "--database-url", CLOSED], ["replay", "--database-url", CLOSED], ["db", "upgrade", "--database-url", CLOSED],
+    ],
+    ids=lambda a: " ".join(x[:20] for x in a),
+)
+def test_bad_arguments_already_handled(tmp_path, args):
+    _assert_one_line_error(_run(args, tmp_path))
+
+
+@pytest.mark.parametrize("target", ["adir", ""])
+def test_plot_reports_the_file_it_wrote(traces, target):
+    """matplotlib appends '.png' to a name without a suffix; the CLI must not claim another path."""
+    (traces / "adir").mkdir()
+    p = _run(["simulate", "--no-store", "--format", "csv", "--trace", str(traces / "ok.csv"), "--idle-for", "1m",
+              "--job", "1m", "--plot", str(traces / target) if target else ""], traces)
+    if p.returncode == 0:
+        import re
+        m = re.search(r"written to (\S+)", p.stderr)
+        assert m and Path(m.group(1)).is_file(), p.stderr
+    else:
+        _assert_one_line_error(p)

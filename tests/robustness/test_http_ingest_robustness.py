@@ -1,0 +1,85 @@
+"""Robustness of POST /v1/foreground over real HTTP (backfill.controller.http.make_server).
+
+A hostile Content-Length must get a 4xx JSON answer, and an unauthenticated or oversized body must
+be refused without reading it into memory first (the size limit and the token are checked by
+IngestEndpoint only after http.py has read ``Content-Length`` bytes)."""
+
+from __future__ import annotations
+
+import json
+import socket
+from datetime import datetime, timezone
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from backfill.controller.http import make_server, serve_in_thread
+from backfill.controller.ingest import IngestEndpoint
+from backfill.settings import Settings
+
+NOW = datetime(2026, 11, 30, 10, 0, tzinfo=timezone.utc)
+
+
+@pytest.fixture
+def server():
+    appended: list = []
+    ep = IngestEndpoint("tok", lambda recs: (appended.extend(recs), [1] * len(recs))[1], lambda ns, m: True,
+                        lambda: None, Settings(ingest_max_body_bytes=65536), lambda: NOW)
+    srv = make_server("127.0.0.1:0", CollectorRegistry(), lambda: True, ep)
+    serve_in_thread(srv)
+    yield srv.server_address[1], appended
+    srv.shutdown()
+    srv.server_close()
+
+
+def _exchange(port: int, head: bytes, body: bytes = b"", timeout: float = 5.0) -> tuple[int | None, dict | None]:
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        s.sendall(head + body)
+        data = b""
+        while True:
+            try:
+                chunk = s.recv(65536)
+            except (socket.timeout, ConnectionResetError):
+                break
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        s.close()
+    if not data:
+        return None, None
+    status = int(data.split(b" ", 2)[1])
+    raw = data.split(b"\r\n\r\n", 1)[1] if b"\r\n\r\n" in data else b""
+    return status, json.loads(raw) if raw else None
+
+
+def test_content_length_beyond_ssize_t(server):
+    port, appended = server
+    status, body = _exchange(port, b"POST /v1/foreground HTTP/1.1\r\nHost: x\r\nContent-Length: " + b"1" * 31 + b"\r\n\r\n", b"{}")
+    assert status is not None and 400 <= status < 500 and body and body.get("error")
+    assert not appended
+
+
+def test_oversized_content_length_answered_without_waiting_for_the_body(server):
+    """Content-Length over the limit: 413 at once, not a handler blocked reading 100 MB."""
+    port, _ = server
+    status, body = _exchange(
+        port, b"POST /v1/foreground HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok\r\n"
+        b"Content-Type: application/json\r\nContent-Length: 100000000\r\n\r\n", b"{}", timeout=3)
+    assert status == 413, (status, body)
+
+
+def test_unauthenticated_body_not_read(server):
+    """No token and a declared 100 MB body: 401 (or 413) at once."""
+    port, _ = server
+    status, _ = _exchange(port, b"POST /v1/foreground HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\n", b"x", timeout=3)
+    assert status in (401, 413)
+
+
+def test_negative_content_length(server):
+    port, appended = server
+    status, body = _exchange(port, b"POST /v1/foreground HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok\r\n"
+                             b"Content-Type: application/json\r\nContent-Length: -5\r\n\r\n", b"{}")
+    assert status is not None and 400 <= status < 500
+    assert not appended
