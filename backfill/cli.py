@@ -114,12 +114,12 @@ class TraceFormat(str, Enum):
 def simulate(
     trace: Optional[Path] = typer.Option(None, "--trace", help="Foreground request trace; unset: the seeded synthetic workload."),
     fmt: TraceFormat = typer.Option(TraceFormat.csv, "--format", help="Trace format."),
-    model: list[str] = typer.Option([], "--model", help="Only these models (repeatable)."),
+    model: list[str] = typer.Option([], "--model", metavar="NAME", help="Only these models (repeatable)."),
     idle_for: str = typer.Option("30m", "--idle-for", help="spec.idleFor (Go duration)."),
     max_run: str = typer.Option("30m", "--max-run", help="spec.maxRunDuration (Go duration)."),
     repeat_after: str = typer.Option("24h", "--repeat-after", help="spec.repeatAfter (Go duration; 0 = one-shot)."),
     job: str = typer.Option("15m", "--job", help="How long the background work takes when undisturbed."),
-    cancel_latency: str = typer.Option("0s", "--cancel-latency", help="Seconds from demand to the Job being gone."),
+    cancel_latency: str = typer.Option("0s", "--cancel-latency", help="From demand to the Job being gone (Go duration)."),
     seed: int = typer.Option(7, "--seed", help="Synthetic workload: random seed."),
     synthetic_models: int = typer.Option(4, "--synthetic-models", min=1, max=1000, help="Synthetic workload: models."),
     days: float = typer.Option(2.0, "--days", min=0.01, max=366, help="Synthetic workload: days."),
@@ -175,7 +175,8 @@ def simulate(
             n = draw(tr, result, plot)
         except (OSError, ValueError) as exc:
             raise CLIError(f"--plot {plot}: {getattr(exc, 'strerror', None) or exc}") from None
-        err.print(f"timeline of {n} model(s) written to {plot}", highlight=False)
+        more = f" (the {n} busiest of {len(tr.requests)})" if len(tr.requests) > n else ""
+        err.print(f"timeline of {n} model(s){more} written to {plot}", highlight=False)
     err.print(
         f"simulated {tr.count} requests ({tr.skipped} rows without a model skipped), {len(result.events)} events, "
         f"{len(result.runs)} runs in {sim_seconds:.2f}s{stored}",
@@ -254,18 +255,18 @@ def _print_reports(tr: Any, params: Any, reports: list, tot: Any) -> None:
 @app.command()
 def replay(
     database_url: Optional[str] = DatabaseOpt,
-    schema: str = typer.Option("backfill", "--schema", help="PostgreSQL schema of the log."),
+    schema: str = typer.Option("backfill", "--schema", envvar="BACKFILL_SCHEMA", help="PostgreSQL schema of the log."),
     backfill: Optional[str] = typer.Option(None, "--backfill", help="Only decisions of NAMESPACE/NAME."),
-    since: Optional[str] = typer.Option(None, "--since", help="Only print decisions at or after this time (RFC 3339)."),
-    until: Optional[str] = typer.Option(None, "--until", help="Only print decisions before this time (RFC 3339)."),
-    limit: int = typer.Option(50, "--limit", min=0, help="Print at most this many trail rows (0 = none)."),
+    since: Optional[str] = typer.Option(None, "--since", help="Only print decisions at or after this time (RFC 3339; no zone = UTC)."),
+    until: Optional[str] = typer.Option(None, "--until", help="Only print decisions before this time (RFC 3339; no zone = UTC)."),
+    limit: int = typer.Option(50, "--limit", min=0, help="Print the most recent N trail rows (0 = none)."),
 ) -> None:
     """Re-fold the log, print the decision trail, and fail on the first divergent decision.
 
     The whole log is always folded (state depends on everything before); --since/--until and
     --backfill only narrow what is printed and checked.
     """
-    from .core.audit import Auditor
+    from .core.audit import WINDOW, Auditor
     from .core.events import EventDecodeError, decode_many
     from .store import EventStore
 
@@ -306,10 +307,10 @@ def replay(
     elapsed = time.perf_counter() - t0
     trail = [t for t in auditor.trail if (lo is None or t.at >= lo) and (hi is None or t.at < hi)]
     if limit:
-        table = Table(title=f"decision trail ({len(trail)} admits/cancels; showing {min(limit, len(trail))})")
-        for c in ("position", "at", "backfill", "decision", "reason", "cause", "cause event", "latency s"):
+        table = Table(title=f"decision trail ({len(trail)} admits/cancels; the most recent {min(limit, len(trail))})")
+        for c in ("position", "at", "backfill", "decision", "reason", "cause", "cause event", "s after cause"):
             table.add_column(c)
-        for t in trail[:limit]:
+        for t in trail[-limit:]:
             table.add_row(
                 str(t.position), rfc3339(t.at) or "", f"{t.namespace}/{t.backfill}", t.decision, t.reason,
                 str(t.cause or ""), t.cause_type or "", f"{t.latency_seconds:.3f}" if t.latency_seconds is not None else "",
@@ -318,7 +319,7 @@ def replay(
     rate = n / elapsed if elapsed > 0 else 0
     err.print(
         f"replayed {n} events in {elapsed:.2f}s ({rate:,.0f} events/s); checked {auditor.checked} decisions; "
-        f"{len(auditor.unverifiable)} unverifiable (basis older than the audit window)",
+        f"{len(auditor.unverifiable)} unverifiable (made on a state more than {WINDOW} events older than the decision)",
         highlight=False,
     )
     if auditor.divergences:
@@ -353,12 +354,12 @@ class ResultFilter(str, Enum):
 @app.command()
 def runs(
     database_url: Optional[str] = DatabaseOpt,
-    schema: str = typer.Option("backfill", "--schema", help="PostgreSQL schema."),
+    schema: str = typer.Option("backfill", "--schema", envvar="BACKFILL_SCHEMA", help="PostgreSQL schema."),
     backfill: Optional[str] = typer.Option(None, "--backfill", help="NAMESPACE/NAME or NAME."),
-    model: Optional[str] = typer.Option(None, "--model"),
-    result: Optional[ResultFilter] = typer.Option(None, "--result"),
-    since: Optional[str] = typer.Option(None, "--since", help="Runs admitted at or after this time (RFC 3339)."),
-    limit: Optional[int] = typer.Option(None, "--limit", min=1),
+    model: Optional[str] = typer.Option(None, "--model", help="Only runs of this model."),
+    result: Optional[ResultFilter] = typer.Option(None, "--result", help="Only runs with this result (running = not ended yet)."),
+    since: Optional[str] = typer.Option(None, "--since", help="Runs admitted at or after this time (RFC 3339; no zone = UTC)."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the most recent N runs (printed oldest first)."),
     output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o"),
 ) -> None:
     """Run history (one row per Job attempt) with filters, as a table, CSV or JSON."""
@@ -371,7 +372,7 @@ def runs(
     lo = _time(since, "--since")
     _, engine = _store(database_url, schema, quiet=output != OutputFormat.table)
     try:
-        rows = RunStore(engine).query(namespace=ns, backfill=name, model=model, result=result.value if result else None, since=lo, limit=limit)
+        rows = RunStore(engine).query(namespace=ns, backfill=name, model=model, result=result.value if result else None, since=lo, limit=limit, newest=True)
     except Exception as exc:
         raise CLIError(f"schema {schema}: {str(exc).splitlines()[0]}") from None
     fields = [
@@ -466,6 +467,43 @@ def controller(
         run(settings.model_copy(update={"database_url": url}), schema=schema)
     except (ControllerConfigError, KubeConfigError) as exc:
         raise CLIError(str(exc)) from None
+
+
+def _libpq_url(url: str) -> str:
+    """The SQLAlchemy URL as a libpq one (``postgresql://``) for psql."""
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+@db_app.command("shell")
+def db_shell(
+    database_url: Optional[str] = DatabaseOpt,
+    schema: str = typer.Option("backfill", "--schema", envvar="BACKFILL_SCHEMA", help="PostgreSQL schema (the search_path)."),
+) -> None:
+    """Open psql on the database with the schema as search_path (keeps the embedded server up meanwhile)."""
+    import os
+    import shutil
+    import subprocess
+
+    if shutil.which("psql") is None:
+        raise CLIError("psql is not installed (Debian: apt-get install postgresql-client)")
+    url, _ = _store(database_url, schema, probe=True)
+    env = dict(os.environ, PGOPTIONS=f"-c search_path={schema}")
+    raise typer.Exit(subprocess.run(["psql", _libpq_url(url)], env=env).returncode)
+
+
+@db_app.command("url")
+def db_url(
+    database_url: Optional[str] = DatabaseOpt,
+) -> None:
+    """Print the database URL in libpq form (for psql and other tools).
+
+    The embedded server stops when the last backfill process using it exits: use
+    `backfill db shell` for it, or keep another backfill command running.
+    """
+    url, _ = _store(database_url, "backfill", quiet=True)
+    print(_libpq_url(url))
 
 
 # ----------------------------------------------------------------------------- entry point

@@ -111,10 +111,14 @@ def total(reports: list[ModelReport]) -> ModelReport:
 
 
 def plot(trace: Trace, result: SimResult, path: Path, max_models: int = 12) -> int:
-    """Draw a timeline PNG: foreground busy spans, background runs by result, preemptions.
+    """Draw a timeline: foreground busy spans, background runs by result, preemptions.
 
-    Shows the ``max_models`` busiest models. Returns how many models were drawn.
-    Raises OSError when ``path`` cannot be written.
+    One row per model (the ``max_models`` busiest). Spans shorter than a pixel are widened to
+    about one pixel so that dense foreground traffic stays visible over a long trace. The format
+    follows ``path``'s suffix. Returns how many models were drawn.
+
+    Raises:
+        OSError: ``path`` cannot be written; ValueError: an unsupported suffix.
     """
     import matplotlib
 
@@ -123,38 +127,58 @@ def plot(trace: Trace, result: SimResult, path: Path, max_models: int = 12) -> i
 
     import matplotlib.dates as mdates
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
 
-    models = sorted(trace.requests, key=lambda m: -len(trace.requests[m]))[:max_models]
+    models = sorted(trace.requests, key=lambda m: (-len(trace.requests[m]), m))[:max_models]
     runs_by_model: dict[str, list] = {}
     for r in result.runs:
         runs_by_model.setdefault(r.model, []).append(r)
-    fig, ax = plt.subplots(figsize=(14, 1.0 + 0.6 * len(models)))
-    colours = {"succeeded": "tab:green", "preempted": "tab:red", "deadline_exceeded": "tab:orange", "failed": "tab:orange", "cancelled": "tab:purple"}
+    starts = [trace.requests[m][0][0] for m in models if trace.requests[m]]
+    ends = [max(t + d for t, d in trace.requests[m]) for m in models if trace.requests[m]]
+    span_days = max((max(ends) - min(starts)) / 86400, 1 / 1440) if starts else 1.0
+    width_in = 14
+    min_w = span_days / (width_in * 110)  # about one pixel at 110 dpi
+    colours = {
+        "succeeded": "tab:green",
+        "preempted": "tab:red",
+        "deadline_exceeded": "tab:orange",
+        "failed": "tab:orange",
+        "cancelled": "tab:purple",
+    }
+    fig, ax = plt.subplots(figsize=(width_in, 1.6 + 0.55 * len(models)))
     to_num = mdates.date2num
+    seen: set[str] = set()
     for row, model in enumerate(reversed(models)):
         spans = busy_spans(trace.requests[model])
         ax.broken_barh(
-            [(to_num(datetime.fromtimestamp(a, timezone.utc)), max((b - a) / 86400, 1 / 86400)) for a, b in spans],
-            (row - 0.35, 0.3), facecolors="0.45", label="foreground busy" if row == 0 else None,
+            [(to_num(datetime.fromtimestamp(a, timezone.utc)), max((b - a) / 86400, min_w)) for a, b in spans],
+            (row - 0.38, 0.34), facecolors="0.35", linewidth=0,
         )
         for result_name, colour in colours.items():
             bars = [
-                (to_num(r.started_at or r.admitted_at), max(r.running_seconds / 86400, 1 / 86400))
+                (to_num(r.started_at or r.admitted_at), max(r.running_seconds / 86400, min_w))
                 for r in runs_by_model.get(model, []) if r.result == result_name
             ]
             if bars:
-                ax.broken_barh(bars, (row + 0.05, 0.3), facecolors=colour, label=f"backfill {result_name}" if row == 0 else None)
+                seen.add(result_name)
+                ax.broken_barh(bars, (row + 0.04, 0.34), facecolors=colour, linewidth=0)
         pre = [to_num(r.ended_at) for r in runs_by_model.get(model, []) if r.result == "preempted" and r.ended_at]
         if pre:
-            ax.plot(pre, [row + 0.2] * len(pre), "x", color="black", markersize=4, label="preemption" if row == 0 else None)
+            ax.plot(pre, [row + 0.21] * len(pre), "x", color="black", markersize=4)
     ax.set_yticks(range(len(models)), list(reversed(models)))
-    ax.xaxis.set_major_formatter(mdates.DateFormatter("%m-%d %H:%M"))
-    ax.set_title(f"Foreground busy spans and background runs ({trace.name})")
-    handles, labels = ax.get_legend_handles_labels()
-    uniq = dict(zip(labels, handles))
-    ax.legend(uniq.values(), uniq.keys(), loc="upper right", fontsize=8)
-    fig.autofmt_xdate()
-    fig.tight_layout()
+    ax.set_ylim(-0.6, len(models) - 0.4)
+    locator = mdates.AutoDateLocator()
+    ax.xaxis.set_major_locator(locator)
+    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
+    shown = f"{len(models)} busiest of {len(trace.requests)} models" if len(trace.requests) > len(models) else f"{len(models)} model(s)"
+    ax.set_title(f"Foreground busy spans and background runs: {trace.name} ({shown}, UTC)", fontsize=10)
+    handles = [Patch(color="0.35", label="foreground busy")]
+    handles += [Patch(color=colours[k], label=f"backfill {k}") for k in colours if k in seen]
+    if "preempted" in seen:
+        handles.append(Line2D([], [], marker="x", color="black", linestyle="", label="preemption"))
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return len(models)

@@ -76,11 +76,13 @@ class RunStore:
         result: str | None = None,
         since: datetime | None = None,
         limit: int | None = None,
+        newest: bool = False,
     ) -> list[RunRow]:
         """Runs matching every given filter, oldest admission first.
 
         ``result`` may be ``"running"`` for live attempts (no result yet); ``since`` keeps runs
-        admitted at or after it; ``limit`` keeps the first ``limit`` runs.
+        admitted at or after it; ``limit`` keeps the first ``limit`` runs, or with ``newest`` the
+        last ``limit`` (still returned oldest first).
         """
         stmt = _SELECT_RUNS
         if namespace is not None:
@@ -93,11 +95,16 @@ class RunStore:
             stmt = stmt.where(runs.c.result.is_(None) if result == "running" else runs.c.result == result)
         if since is not None:
             stmt = stmt.where(runs.c.admitted_at >= since)
-        stmt = stmt.order_by(runs.c.admitted_at, runs.c.backfill_uid, runs.c.attempt)
+        order = (runs.c.admitted_at, runs.c.backfill_uid, runs.c.attempt)
+        if newest:
+            stmt = stmt.order_by(*(c.desc() for c in order))
+        else:
+            stmt = stmt.order_by(*order)
         if limit is not None:
             stmt = stmt.limit(limit)
         with self._engine.connect() as conn:
-            return [RunRow(*row) for row in conn.execute(stmt)]
+            rows = [RunRow(*row) for row in conn.execute(stmt)]
+        return rows[::-1] if newest else rows
 
     def _view(self, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         with self._engine.connect() as conn:
