@@ -6,8 +6,8 @@
 FROM python:3.11-slim AS builder
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-# README.md* : the glob lets the build work before the README exists.
-COPY pyproject.toml README.md* ./
+# pyproject.toml names README.md as the package's long description.
+COPY pyproject.toml README.md ./
 COPY backfill ./backfill
 COPY alembic ./alembic
 COPY migrations ./migrations
