@@ -50,7 +50,8 @@ def main() -> None:
     ap.add_argument("--database-url", default=None)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
-    console = Console()
+    console = Console(width=160)
+    say = Console(stderr=True).log  # progress on stderr, the table on stdout
     trace = read_trace(TRACE, "alibaba-genai")
 
     rows = []
@@ -61,6 +62,7 @@ def main() -> None:
             nonlocal result
             result = simulate(trace, params)
 
+        say(f"{label} ...")
         secs = best(run, args.repeat)
         rows.append((label, f"{secs:.2f} s", f"{len(result.events):,} events, {len(result.runs):,} runs", "<= 2 s", f"{2.0 / secs:.2f}x"))
     events = [(p, e) for p, e, _ in result.events]  # the heavy run: 300k events
@@ -71,6 +73,7 @@ def main() -> None:
             for p, e in events:
                 w = fold(w, e, p)
 
+    say("fold in memory ...")
     secs = best(fold_all, args.repeat)
     rows.append(("fold in memory", f"{len(events) / secs:,.0f} ev/s", f"{len(events):,} events", "-", "-"))
 
@@ -96,6 +99,7 @@ def main() -> None:
                     w = f(w, e, row[0])
 
     n = len(records)
+    say("reading and replaying from PostgreSQL ...")
     secs_read = best(read_only, args.repeat)
     rows.append(("read from PostgreSQL (lean rows, no decode)", f"{n / secs_read:,.0f} ev/s", f"{n:,} events", "-", "-"))
     secs = best(replay, args.repeat)

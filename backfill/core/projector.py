@@ -152,6 +152,8 @@ def _live_changes(world: World, key: Key, a: Attempt | None) -> dict[str, Any]:
     new = a if a is not None and a.lifecycle in LIVE else None
     if old is new:
         return {}
+    if old is not None and new is not None and old.model == new.model and old.node == new.node:
+        return {"live": _set(world.live, key, new)}  # same place: the indexes stay
     out: dict[str, Any] = {"live": _set(world.live, key, new) if new is not None else _drop(world.live, key)}
     if old is not None and (new is None or (old.model, old.node) != (new.model, new.node)):
         out["live_models"] = _index_remove(world.live_models, (key[0], old.model), key)
