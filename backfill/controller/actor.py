@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import logging
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, Callable, Iterable, Mapping
 
@@ -136,10 +137,14 @@ class Actor:
         self.appended = 0
         self._decided_at: datetime | None = None
         self.statuses = StatusWriter(self.write_status)
+        self._side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="k8s-events")
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="job-deletes")
 
     def close(self) -> None:
-        """Stop the status writer thread."""
+        """Stop the status writer and the side threads (pending Events are still sent)."""
         self.statuses.stop()
+        self._side.shutdown(wait=True)
+        self._pool.shutdown(wait=True)
 
     def _decision_time(self) -> datetime:
         return self._decided_at or self.clock()
@@ -181,35 +186,65 @@ class Actor:
             "reportingComponent": COMPONENT,
             "reportingInstance": self.identity[:128],
         }
-        try:
-            self._guard()
-            self.core.create_namespaced_event(ns, body)
-        except Exception as exc:  # noqa: BLE001 - an Event is informative only
-            log.warning(f"event {reason} on {ns}/{name} not recorded: {exc}".splitlines()[0])
+        def create() -> None:
+            try:
+                self._guard()
+                self.core.create_namespaced_event(ns, body)
+            except Exception as exc:  # noqa: BLE001 - an Event is informative only
+                log.warning(f"event {reason} on {ns}/{name} not recorded: {exc}".splitlines()[0])
+
+        self._side.submit(create)  # off the reconcile thread: an Event never delays a decision
 
     # -- dispatch -----------------------------------------------------------------------------
 
-    def execute(self, commands: Iterable[Any], world: World, now: datetime | None = None) -> None:
+    def execute(
+        self,
+        commands: Iterable[Any],
+        world: World,
+        now: datetime | None = None,
+        interrupted: Callable[[], bool] = lambda: False,
+    ) -> list[tuple[str, str]]:
         """Run ``commands`` in order; one failing command is logged and does not stop the rest.
 
         ``now`` is the time ``decide`` was called with: decision events carry it as ``at`` so
-        ``backfill replay`` re-derives them at exactly that time (default: the clock).
+        ``backfill replay`` re-derives them at exactly that time (default: the clock). Leading
+        ``Cancel`` commands are executed together (one append, parallel deletes). After each
+        other command, ``interrupted()`` is asked; when it is true (new events are waiting) the
+        rest is left undone, so a cancel never queues behind a run of admissions.
+
+        Returns:
+            The keys whose commands were left undone (decide them again: ``decide`` is pure,
+            and nothing was recorded for them).
         """
         self._decided_at = now
-        for cmd in commands:
-            if isinstance(cmd, WakeAt):
-                continue
+        todo = [c for c in commands if not isinstance(c, WakeAt)]
+        cancels = [c for c in todo if isinstance(c, Cancel)]
+        if cancels:
+            try:
+                self._guard()
+                self.cancel_many(cancels, world)
+            except NotLeader:
+                log.info("not the leader any more: commands skipped")
+                return []
+            except Exception as exc:  # noqa: BLE001 - the projector re-issues DeleteJob
+                log.error(f"cancel failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            todo = [c for c in todo if not isinstance(c, Cancel)]
+        for i, cmd in enumerate(todo):
             try:
                 self._guard()
                 self._dispatch(cmd, world)
             except NotLeader:
                 log.info("not the leader any more: commands skipped")
-                return
+                return []
             except Exception as exc:  # noqa: BLE001 - retried by the projector's retry timers
                 log.error(
                     f"{type(cmd).__name__} failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
                     extra={"backfill": f"{cmd.key[0]}/{cmd.key[1]}"},
                 )
+            if not isinstance(cmd, WriteStatus) and interrupted():
+                # every remaining key, status-only ones too: they are decided again next pass
+                return sorted({c.key for c in todo[i + 1 :]})
+        return []
 
     def _dispatch(self, cmd: Any, world: World) -> None:
         t = type(cmd)
@@ -302,31 +337,54 @@ class Actor:
     # -- cancel / delete ----------------------------------------------------------------------
 
     def cancel(self, cmd: Cancel, world: World) -> None:
-        """Record the cancel decision, delete the Job (Background), then emit the Event.
+        """Cancel one attempt (see :meth:`cancel_many`)."""
+        self.cancel_many([cmd], world)
 
-        The Kubernetes Event comes after the delete so it adds nothing to the cancel latency.
+    def cancel_many(self, cmds: list[Cancel], world: World) -> None:
+        """Record the cancel decisions (one append), delete the Jobs (Background, in parallel),
+        then emit the Events (on the side thread): nothing but the deletes waits on the API.
+
+        A decision already stored (another instance decided it) still deletes: deletes are safe.
         """
-        ns, name = cmd.key
-        decision = ev.AttemptCancelled(
-            at=self._decision_time(),
-            namespace=ns,
-            backfill=name,
-            cause=cmd.cause,
-            basis=world.position,
-            uid=cmd.uid,
-            attempt=cmd.attempt,
-            job_name=cmd.job_name,
-            reason=cmd.reason,
-            message=cmd.message,
-        )
-        fresh = self._append(decision) is not None
-        self.delete_job(cmd.key, cmd.job_name, cmd.uid)
-        if fresh:
-            log.info(
-                f"cancelled attempt {cmd.attempt} ({cmd.reason}): {cmd.message}",
-                extra={"backfill": f"{ns}/{name}", "position": cmd.cause, "decision": "AttemptCancelled"},
+        decisions = [
+            ev.AttemptCancelled(
+                at=self._decision_time(),
+                namespace=c.key[0],
+                backfill=c.key[1],
+                cause=c.cause,
+                basis=world.position,
+                uid=c.uid,
+                attempt=c.attempt,
+                job_name=c.job_name,
+                reason=c.reason,
+                message=c.message,
             )
-            self._event(ns, name, cmd.uid, cmd.reason, f"cancelled Job {cmd.job_name}: {cmd.message}", "Warning")
+            for c in cmds
+        ]
+        self._guard()
+        positions = self.append_records([encode(d) for d in decisions])
+        self.appended += sum(p is not None for p in positions)
+        if len(cmds) == 1:
+            errors = [self._try_delete(cmds[0])]
+        else:
+            errors = list(self._pool.map(self._try_delete, cmds))
+        for c, pos, error in zip(cmds, positions, errors):
+            ns, name = c.key
+            if error is not None:
+                log.error(f"deleting Job {c.job_name} failed: {error}", extra={"backfill": f"{ns}/{name}"})
+            if pos is not None:
+                log.info(
+                    f"cancelled attempt {c.attempt} ({c.reason}): {c.message}",
+                    extra={"backfill": f"{ns}/{name}", "position": c.cause, "decision": "AttemptCancelled"},
+                )
+                self._event(ns, name, c.uid, c.reason, f"cancelled Job {c.job_name}: {c.message}", "Warning")
+
+    def _try_delete(self, cmd: Cancel) -> str | None:
+        try:
+            self.delete_job(cmd.key, cmd.job_name, cmd.uid)
+            return None
+        except Exception as exc:  # noqa: BLE001 - retried by the projector's DeleteJob timer
+            return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 
     def delete_job(self, key: tuple[str, str], job_name: str, uid: str) -> None:
         ns, name = key

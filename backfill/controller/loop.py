@@ -32,7 +32,7 @@ from backfill.store import EventStore, RunStore
 from .actor import Actor
 from .metrics import Metrics
 from .translate import Translator
-from .watchers import Watcher, known_objects, resources, translator_for
+from .watchers import BatchAppender, Watcher, known_objects, resources, translator_for
 
 log = logging.getLogger("backfill.controller.loop")
 
@@ -88,6 +88,8 @@ class Controller:
         self._fin_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._live = False
+        self._carry: set[tuple[str, str]] = set()  # keys whose commands an interruption left undone
+        self.appender: BatchAppender | None = None
         self.error: BaseException | None = None
 
     # -- state --------------------------------------------------------------------------------
@@ -152,6 +154,7 @@ class Controller:
         self._live = True
         log.info(f"refolded the log up to position {self.position} in {time.monotonic() - t0:.2f}s", extra={"position": self.position})
         res = resources(self.api)
+        self.appender = BatchAppender(self.events.append, self.signal, self.settings)
         for kind in ("cronjob", "model", "gaming", "lease", "job", "backfill"):
             w = Watcher(
                 kind,
@@ -159,7 +162,8 @@ class Controller:
                 namespace=self.settings.namespace,
                 translate=translator_for(self.translator, kind),
                 known=lambda kind=kind: known_objects(self.world, kind),
-                append=self.events.append,
+                append=self.appender.append_sync,
+                append_async=self.appender.append_async,
                 signal=self.signal,
                 clock=self.clock,
                 settings=self.settings,
@@ -181,6 +185,8 @@ class Controller:
         deadline = time.monotonic() + timeout
         for t in self._threads + self.watchers:
             t.join(timeout=max(0.0, deadline - time.monotonic()))
+        if self.appender is not None:
+            self.appender.stop()
         self.actor.close()
 
     def _notify(self) -> None:
@@ -209,6 +215,8 @@ class Controller:
             self.signal.clear()
             try:
                 keys = self.catch_up()
+                keys |= self._carry
+                self._carry = set()
                 now = self.clock()
                 while self._wakes and self._wakes[0][0] <= now:
                     at, key = heapq.heappop(self._wakes)
@@ -263,9 +271,10 @@ class Controller:
                 self._wake_of[c.key] = c.at
                 heapq.heappush(self._wakes, (c.at, c.key))
         # Foreground first: cancels and deletes before anything else of this step (a stable
-        # sort, so each backfill's own commands keep their order).
+        # sort, so each backfill's own commands keep their order). Commands left undone because
+        # new events arrived are decided again on the next pass.
         ordered = sorted(commands, key=lambda c: 0 if isinstance(c, (Cancel, DeleteJob)) else 1)
-        self.actor.execute(ordered, self.world, now)
+        self._carry.update(self.actor.execute(ordered, self.world, now, interrupted=self.signal.is_set))
         return commands
 
     def _finalizers(self) -> bool:

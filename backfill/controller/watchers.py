@@ -72,6 +72,84 @@ def resources(api: Any) -> dict[str, Resource]:
     }
 
 
+class BatchAppender:
+    """Appends the watchers' events on one thread, in arrival order, as many per transaction as
+    have queued up (group commit): a burst of watch events costs a few appends, not one each,
+    and a watch thread never waits for the database between two watch events.
+
+    ``append_async(records)`` queues; ``append_sync(records)`` queues and waits until they are
+    committed (the relist uses it, so a watcher is only ``synced`` once its list is in the log).
+    A failed append is retried with capped back-off, keeping order; ``signal`` is set after
+    every committed batch.
+    """
+
+    def __init__(self, append: Callable[[list], list], signal: threading.Event, settings: Settings) -> None:
+        self._append = append
+        self._signal = signal
+        self._settings = settings
+        self._cond = threading.Condition()
+        self._pending: list = []
+        self._committed = 0  # records committed so far (a counter, for append_sync)
+        self._queued = 0
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="watch-appender", daemon=True)
+        self._thread.start()
+
+    def append_async(self, records: list) -> int:
+        """Queue ``records``; returns the ticket (the count of records queued so far)."""
+        with self._cond:
+            self._pending.extend(records)
+            self._queued += len(records)
+            self._cond.notify_all()
+            return self._queued
+
+    def append_sync(self, records: list, timeout: float | None = None) -> None:
+        """Queue ``records`` and wait until they are committed.
+
+        Raises:
+            TimeoutError: not committed within ``timeout`` seconds (None: wait for ever) or stopped.
+        """
+        ticket = self.append_async(records)
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._committed >= ticket or self._stopped, timeout):
+                raise TimeoutError("the event log did not accept the watch events in time")
+            if self._committed < ticket:
+                raise TimeoutError("stopped before the watch events were committed")
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Commit what is queued (best effort within ``timeout``), then stop."""
+        with self._cond:
+            self._cond.wait_for(lambda: not self._pending, timeout)
+            self._stopped = True
+            self._cond.notify_all()
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        backoff = self._settings.backoff_initial_seconds
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._pending or self._stopped)
+                if self._stopped and not self._pending:
+                    return
+                batch, self._pending = self._pending, []
+            try:
+                self._append(batch)
+            except Exception as exc:  # noqa: BLE001 - keep the events and retry
+                log.warning(f"appending {len(batch)} watch events failed: {type(exc).__name__}: {exc}; retrying in {backoff:.1f}s")
+                with self._cond:
+                    self._pending[:0] = batch
+                    if self._stopped:
+                        return
+                    self._cond.wait(backoff)
+                backoff = min(backoff * 2, self._settings.backoff_max_seconds)
+                continue
+            backoff = self._settings.backoff_initial_seconds
+            with self._cond:
+                self._committed += len(batch)
+                self._cond.notify_all()
+            self._signal.set()
+
+
 class Watcher(threading.Thread):
     """List + watch one resource forever (until ``stop`` is set), appending translated events.
 
@@ -82,7 +160,10 @@ class Watcher(threading.Thread):
         translate: ``(type, obj, now) -> [(event, key)]``.
         known: ``() -> [(namespace, name, uid)]`` of objects the log believes exist (for the
             relist reconciliation); for ``job``, live attempts whose Job was observed.
-        append: ``(records) -> positions`` (the event store).
+        append: ``(records) -> Any``, synchronous (the relist's events are in the log before
+            the watcher says it is synced).
+        append_async: ``(records) -> Any`` for watch events (a :class:`BatchAppender`); None:
+            use ``append``.
         signal: set after every appended batch.
         on_object: optional ``(type, obj)`` hook (the finalizer check of ModelBackfills).
     """
@@ -101,8 +182,10 @@ class Watcher(threading.Thread):
         settings: Settings,
         stop: threading.Event,
         on_object: Callable[[str, dict], None] | None = None,
+        append_async: Callable[[list], Any] | None = None,
     ) -> None:
         super().__init__(name=f"watch-{kind}", daemon=True)
+        self.append_async = append_async
         self.kind = kind
         self.resource = resource
         self.namespace = namespace
@@ -137,10 +220,14 @@ class Watcher(threading.Thread):
         body = json.loads(resp.data)
         return body.get("items") or [], body["metadata"]["resourceVersion"]
 
-    def _emit(self, pairs: list[Pair]) -> None:
+    def _emit(self, pairs: list[Pair], *, wait: bool = True) -> None:
         if not pairs:
             return
-        self.append([encode(e, k) for e, k in pairs])
+        records = [encode(e, k) for e, k in pairs]
+        if not wait and self.append_async is not None:
+            self.append_async(records)  # the appender signals the loop once committed
+            return
+        self.append(records)
         self.signal.set()
 
     # -- the loop -----------------------------------------------------------------------------
@@ -218,7 +305,7 @@ class Watcher(threading.Thread):
                     continue
                 if self.on_object is not None:
                     self.on_object(kind, obj)
-                self._emit(self._translate(kind, obj, self.clock()))
+                self._emit(self._translate(kind, obj, self.clock()), wait=False)
         finally:
             self._watch = None
         return rv

@@ -112,8 +112,12 @@ def test_blocked_reasons(kube, start_controller):
     for name, (_, reason) in cases.items():
         st = wait_for(lambda: kube.status(name).get("phase") == "Blocked" and kube.status(name), what=f"{name} Blocked")
         assert st["reason"] == reason, name
-    events = client.CoreV1Api(kube.api).list_namespaced_event(kube.ns).items
-    assert {e.reason for e in events if e.involved_object.kind == "ModelBackfill"} >= {r for _, r in cases.values()}
+    def event_reasons():  # Events are sent from a side thread: wait for them
+        events = client.CoreV1Api(kube.api).list_namespaced_event(kube.ns).items
+        return {e.reason for e in events if e.involved_object.kind == "ModelBackfill"}
+
+    wanted = {r for _, r in cases.values()}
+    wait_for(lambda: event_reasons() >= wanted, what="an Event for every Blocked reason")
     assert kube.jobs() == []
 
 

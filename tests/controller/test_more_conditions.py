@@ -56,11 +56,15 @@ def _event_reasons(kube, name: str) -> list[str]:
 
 
 def _event_types(kube, name: str, reason: str) -> list[str]:
-    return [
-        e.type
-        for e in kube.core.list_namespaced_event(kube.ns).items
-        if e.involved_object.kind == "ModelBackfill" and e.involved_object.name == name and e.reason == reason
-    ]
+    """Types of the Events with ``reason`` on ``name`` (waits for one: Events are sent from a side thread)."""
+    return wait_for(
+        lambda: [
+            e.type
+            for e in kube.core.list_namespaced_event(kube.ns).items
+            if e.involved_object.kind == "ModelBackfill" and e.involved_object.name == name and e.reason == reason
+        ],
+        what=f"an Event {reason} on {name}",
+    )
 
 
 def _jobs_of(kube, name: str) -> list:
@@ -166,7 +170,7 @@ def test_gpu_lease_on_node_or_shared_group_cancels_expired_lease_does_not(kube, 
     for name in ("on-node", "on-group"):
         rows = wait_for(lambda: _ended_runs(c, kube.ns, name), what=f"{name}: run row ended")
         assert rows == [(1, "preempted", "GPULeaseActive")], name
-        assert "GPULeaseActive" in _event_reasons(kube, name), name
+        wait_for(lambda: "GPULeaseActive" in _event_reasons(kube, name), what=f"{name}: Event GPULeaseActive")
         assert _event_types(kube, name, "GPULeaseActive") == ["Warning"], name
         labels = {"backfill": name, "namespace": kube.ns, "model": "gemma" if name == "on-node" else "llama"}
         assert c.metrics.registry.get_sample_value(
