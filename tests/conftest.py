@@ -18,7 +18,7 @@ ENVTEST_CRD_PATHS = sorted((_REPO_ROOT / "deploy" / "crds").glob("*.ai.flexinfer
 )
 
 
-def _envtest_say(config: pytest.Config, message: str) -> None:
+def say(config: pytest.Config, message: str) -> None:
     """Print past pytest's output capture (so start-up timings show even with -q)."""
     capman = config.pluginmanager.getplugin("capturemanager")
     if capman is None:
@@ -40,7 +40,7 @@ def kube_cluster(request: pytest.FixtureRequest):
         t0 = _envtest_time.monotonic()
         cluster.apply_crds(ENVTEST_CRD_PATHS)
         crd_seconds = _envtest_time.monotonic() - t0
-        _envtest_say(
+        say(
             request.config,
             f"envtest: kube-apiserver ready in {cluster.startup_seconds:.2f} s at {cluster.host}; "
             f"{len(ENVTEST_CRD_PATHS)} CRDs established in {crd_seconds:.2f} s",
@@ -98,16 +98,6 @@ from pathlib import Path as _pg_Path
 import pytest  # noqa: F811 - also imported above; this block stands on its own
 
 
-def _pg_say(config: pytest.Config, message: str) -> None:
-    """Print past pytest's output capture (so the server start-up time shows even with -q)."""
-    capman = config.pluginmanager.getplugin("capturemanager")
-    if capman is None:
-        print(message)
-        return
-    with capman.global_and_fixture_disabled():
-        print(f"\n{message}", flush=True)
-
-
 def _pg_docker_answers() -> bool:
     try:
         import docker
@@ -128,7 +118,7 @@ def pg_url(request: pytest.FixtureRequest):
 
     url = _pg_os.environ.get("BACKFILL_TEST_DATABASE_URL")
     if url:
-        _pg_say(request.config, "postgres: using BACKFILL_TEST_DATABASE_URL")
+        say(request.config, "postgres: using BACKFILL_TEST_DATABASE_URL")
         yield normalize_url(url)
         return
     if _pg_docker_answers():
@@ -139,7 +129,7 @@ def pg_url(request: pytest.FixtureRequest):
 
         t0 = _pg_time.monotonic()
         with PostgresContainer("postgres:16-alpine", driver="psycopg") as container:
-            _pg_say(request.config, f"postgres: testcontainers server ready in {_pg_time.monotonic() - t0:.2f} s")
+            say(request.config, f"postgres: testcontainers server ready in {_pg_time.monotonic() - t0:.2f} s")
             yield normalize_url(container.get_connection_url())
         return
     from backfill.store.engine import _import_pgserver
@@ -153,7 +143,7 @@ def pg_url(request: pytest.FixtureRequest):
     t0 = _pg_time.monotonic()
     try:
         server = pgserver.get_server(pgdata, cleanup_mode="delete")
-        _pg_say(
+        say(
             request.config,
             f"postgres: embedded pgserver started in {_pg_time.monotonic() - t0:.2f} s (data in {pgdata})",
         )

@@ -50,7 +50,53 @@ class _Event(BaseModel):
 # --------------------------------------------------------------------------- observations
 
 
-class ForegroundRequest(_Event):
+class _ModelEvent(_Event):
+    namespace: str
+    model: str
+
+    @property
+    def stream(self) -> str:
+        return f"model/{self.namespace}/{self.model}"
+
+
+class _GamingEvent(_Event):
+    namespace: str
+    session: str
+
+    @property
+    def stream(self) -> str:
+        return f"gamingsession/{self.namespace}/{self.session}"
+
+
+class _LeaseEvent(_Event):
+    namespace: str
+    lease: str
+
+    @property
+    def stream(self) -> str:
+        return f"gpulease/{self.namespace}/{self.lease}"
+
+
+class _BackfillEvent(_Event):
+    namespace: str
+    name: str
+    uid: str
+
+    @property
+    def stream(self) -> str:
+        return f"backfill/{self.namespace}/{self.name}"
+
+
+class _CronJobEvent(_Event):
+    namespace: str
+    name: str
+
+    @property
+    def stream(self) -> str:
+        return f"cronjob/{self.namespace}/{self.name}"
+
+
+class ForegroundRequest(_ModelEvent):
     """Foreground demand on a model: ``count`` requests arrived at ``at``.
 
     ``busy_until`` (UTC, >= at) is when the model is idle again if known (a trace's service
@@ -59,175 +105,94 @@ class ForegroundRequest(_Event):
     """
 
     type: Literal["ForegroundRequest"] = "ForegroundRequest"
-    namespace: str
-    model: str
     source: str = "lastActiveTime"
     count: int = Field(default=1, ge=1)
     busy_until: UTCDateTime | None = None
 
-    @property
-    def stream(self) -> str:
-        return f"model/{self.namespace}/{self.model}"
 
-
-class GamingIntentStarted(_Event):
+class GamingIntentStarted(_GamingEvent):
     """A GamingSession in mode ``gaming`` targets ``node`` (intent until ``expires_at``, if set)."""
 
     type: Literal["GamingIntentStarted"] = "GamingIntentStarted"
-    namespace: str
-    session: str
     node: str
     expires_at: UTCDateTime | None = None
 
-    @property
-    def stream(self) -> str:
-        return f"gamingsession/{self.namespace}/{self.session}"
 
-
-class GamingIntentEnded(_Event):
+class GamingIntentEnded(_GamingEvent):
     """The GamingSession is gone, left mode ``gaming``, or was changed to another node."""
 
     type: Literal["GamingIntentEnded"] = "GamingIntentEnded"
-    namespace: str
-    session: str
-
-    @property
-    def stream(self) -> str:
-        return f"gamingsession/{self.namespace}/{self.session}"
 
 
-class GPULeaseActive(_Event):
+class GPULeaseActive(_LeaseEvent):
     """A GPULease on ``node`` and/or shared group ``group`` (active until ``expires_at``, if set)."""
 
     type: Literal["GPULeaseActive"] = "GPULeaseActive"
-    namespace: str
-    lease: str
     node: str = ""
     group: str = ""
     expires_at: UTCDateTime | None = None
 
-    @property
-    def stream(self) -> str:
-        return f"gpulease/{self.namespace}/{self.lease}"
 
-
-class GPULeaseEnded(_Event):
+class GPULeaseEnded(_LeaseEvent):
     """The GPULease is gone."""
 
     type: Literal["GPULeaseEnded"] = "GPULeaseEnded"
-    namespace: str
-    lease: str
-
-    @property
-    def stream(self) -> str:
-        return f"gpulease/{self.namespace}/{self.lease}"
 
 
-class ModelReady(_Event):
+class ModelReady(_ModelEvent):
     """The Model's ``status.phase`` is ``Ready`` on ``node`` (shared-GPU group ``shared``)."""
 
     type: Literal["ModelReady"] = "ModelReady"
-    namespace: str
-    model: str
     node: str = ""
     shared: str = ""
 
-    @property
-    def stream(self) -> str:
-        return f"model/{self.namespace}/{self.model}"
 
-
-class ModelNotReady(_Event):
+class ModelNotReady(_ModelEvent):
     """The Model exists but is not Ready (``phase`` is what it reports instead)."""
 
     type: Literal["ModelNotReady"] = "ModelNotReady"
-    namespace: str
-    model: str
     phase: str = ""
     node: str = ""
     shared: str = ""
 
-    @property
-    def stream(self) -> str:
-        return f"model/{self.namespace}/{self.model}"
 
-
-class ModelDeleted(_Event):
+class ModelDeleted(_ModelEvent):
     """The Model object is gone."""
 
     type: Literal["ModelDeleted"] = "ModelDeleted"
-    namespace: str
-    model: str
-
-    @property
-    def stream(self) -> str:
-        return f"model/{self.namespace}/{self.model}"
 
 
-class BackfillApplied(_Event):
+class BackfillApplied(_BackfillEvent):
     """A ModelBackfill's spec at ``generation`` (raw, as stored in the API; validated in the core)."""
 
     type: Literal["BackfillApplied"] = "BackfillApplied"
-    namespace: str
-    name: str
-    uid: str
     generation: int
     spec: dict[str, Any]
 
-    @property
-    def stream(self) -> str:
-        return f"backfill/{self.namespace}/{self.name}"
 
-
-class BackfillDeleting(_Event):
+class BackfillDeleting(_BackfillEvent):
     """The ModelBackfill has a deletionTimestamp; our finalizer holds it until its Job is gone."""
 
     type: Literal["BackfillDeleting"] = "BackfillDeleting"
-    namespace: str
-    name: str
-    uid: str
-
-    @property
-    def stream(self) -> str:
-        return f"backfill/{self.namespace}/{self.name}"
 
 
-class BackfillDeleted(_Event):
+class BackfillDeleted(_BackfillEvent):
     """The ModelBackfill object is gone."""
 
     type: Literal["BackfillDeleted"] = "BackfillDeleted"
-    namespace: str
-    name: str
-    uid: str
-
-    @property
-    def stream(self) -> str:
-        return f"backfill/{self.namespace}/{self.name}"
 
 
-class CronJobSeen(_Event):
+class CronJobSeen(_CronJobEvent):
     """A CronJob exists; ``job_template`` is its ``spec.jobTemplate`` (API JSON, camelCase)."""
 
     type: Literal["CronJobSeen"] = "CronJobSeen"
-    namespace: str
-    name: str
     job_template: dict[str, Any]
 
-    @property
-    def stream(self) -> str:
-        return f"cronjob/{self.namespace}/{self.name}"
 
-
-class CronJobMissing(_Event):
+class CronJobMissing(_CronJobEvent):
     """The CronJob does not exist (deleted, or absent at the initial list)."""
 
     type: Literal["CronJobMissing"] = "CronJobMissing"
-    namespace: str
-    name: str
-
-    @property
-    def stream(self) -> str:
-        return f"cronjob/{self.namespace}/{self.name}"
 
 
 class _JobEvent(_Event):
