@@ -43,6 +43,7 @@ class JsonFormatter(logging.Formatter):
 
 
 def setup_logging(level: int = logging.INFO) -> None:
+    """Send every log record to stderr as one JSON object per line (see :class:`JsonFormatter`)."""
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger()

@@ -67,6 +67,7 @@ class StatusWriter:
         self._thread.start()
 
     def submit(self, key: tuple[str, str], status: Mapping[str, Any]) -> None:
+        """Queue ``status`` for ``key`` (replacing a pending one); returns at once."""
         with self._cond:
             self._pending.pop(key, None)  # re-insert: the newest goes to the back
             self._pending[key] = status
@@ -78,6 +79,7 @@ class StatusWriter:
             return self._cond.wait_for(lambda: not self._pending and not self._busy, timeout)
 
     def stop(self, timeout: float = 5.0) -> None:
+        """Stop the writer thread (pending statuses are dropped)."""
         with self._cond:
             self._stopped = True
             self._cond.notify_all()
@@ -272,6 +274,9 @@ class Actor:
     # -- admit / create -----------------------------------------------------------------------
 
     def admit(self, cmd: Admit, world: World) -> None:
+        """Record ``AttemptAdmitted`` (at the decide time, with basis and cause), emit an Event, create the Job.
+
+        A decision already stored (another instance admitted it) creates nothing."""
         ns, name = cmd.key
         now = self._decision_time()
         decision = ev.AttemptAdmitted(
@@ -298,6 +303,11 @@ class Actor:
         self.create_job(cmd.key, cmd.uid, cmd.attempt, cmd.job_name, world)
 
     def create_job(self, key: tuple[str, str], uid: str, attempt: int, job_name: str, world: World) -> None:
+        """Create the attempt's Job from the CronJob template in ``world``; record ``JobCreated``.
+
+        AlreadyExists with our controller ownerReference counts as created; a Job of another
+        owner, a template that cannot be built, or a 400/403/404/422 records ``JobFailed``
+        (reason ``CreateFailed``). Other API errors propagate (the projector retries)."""
         ns, name = key
         b = world.backfills.get(key)
         spec = b.spec if b is not None else None
@@ -387,6 +397,7 @@ class Actor:
             return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 
     def delete_job(self, key: tuple[str, str], job_name: str, uid: str) -> None:
+        """Delete the Job with ``propagationPolicy=Background``; a 404 records ``JobDeleted``."""
         ns, name = key
         self._guard()
         try:
@@ -399,6 +410,7 @@ class Actor:
     # -- block / unblock ----------------------------------------------------------------------
 
     def block(self, cmd: Block, world: World) -> None:
+        """Record ``BackfillBlocked`` (once per reason, cause and generation) and emit a Warning Event."""
         ns, name = cmd.key
         b = world.backfills.get(cmd.key)
         uid = b.uid if b is not None else ""
@@ -409,6 +421,7 @@ class Actor:
             self._event(ns, name, uid, cmd.reason, cmd.message, "Warning")
 
     def unblock(self, cmd: Unblock, world: World) -> None:
+        """Record ``BackfillUnblocked`` and emit an ``Unblocked`` Event."""
         ns, name = cmd.key
         b = world.backfills.get(cmd.key)
         uid = b.uid if b is not None else ""
@@ -453,6 +466,7 @@ class Actor:
         self._update_finalizers(ns, name, uid, add=True)
 
     def release_finalizer(self, cmd: ReleaseFinalizer, world: World) -> None:
+        """Remove our finalizer from the ModelBackfill and record ``FinalizerReleased``."""
         ns, name = cmd.key
         self._update_finalizers(ns, name, cmd.uid, add=False)
         self._append(

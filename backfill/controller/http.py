@@ -113,6 +113,7 @@ def make_server(
 
 
 def serve_in_thread(server: ThreadingHTTPServer) -> threading.Thread:
+    """Run ``server.serve_forever`` on a daemon thread; returns the started thread."""
     t = threading.Thread(target=server.serve_forever, name="http", daemon=True)
     t.start()
     return t

@@ -40,6 +40,7 @@ RUNS_CHECKPOINT = "runs"
 
 
 def utcnow() -> datetime:
+    """The wall clock as an aware UTC datetime (the default, injectable clock)."""
     return datetime.now(timezone.utc)
 
 
@@ -95,6 +96,7 @@ class Controller:
     # -- state --------------------------------------------------------------------------------
 
     def is_leader(self) -> bool:
+        """True when this instance may act (it holds the Lease, or leader election is off)."""
         return self.leader is None or self.leader.is_leader()
 
     @property
@@ -178,6 +180,7 @@ class Controller:
             t.start()
 
     def stop(self, timeout: float = 10.0) -> None:
+        """Stop the watchers, the loop, the appender and the actor's threads (each joined within ``timeout``)."""
         self.stop_event.set()
         self.signal.set()
         for w in self.watchers:

@@ -58,6 +58,7 @@ def model_node(obj: Mapping[str, Any]) -> str:
 
 
 def model_shared(obj: Mapping[str, Any]) -> str:
+    """A Model's shared-GPU group, ``spec.gpu.shared`` ("" when absent or malformed)."""
     gpu = (obj.get("spec") or {}).get("gpu") or {}
     return str(gpu.get("shared") or "") if isinstance(gpu, Mapping) else ""
 
@@ -72,6 +73,7 @@ class Translator:
     # -- ModelBackfill ------------------------------------------------------------------------
 
     def backfill(self, kind: str, obj: Mapping[str, Any], now: datetime) -> list[Pair]:
+        """ModelBackfill -> BackfillApplied (key uid/generation), BackfillDeleting, BackfillDeleted."""
         ns, name, uid, rv = _ident(obj)
         if kind == DELETED:
             return [(ev.BackfillDeleted(at=now, namespace=ns, name=name, uid=uid), f"mbf/{uid}/deleted")]
@@ -96,6 +98,8 @@ class Translator:
     # -- Model --------------------------------------------------------------------------------
 
     def model(self, kind: str, obj: Mapping[str, Any], now: datetime) -> list[Pair]:
+        """Model -> ModelReady/ModelNotReady/ModelDeleted, and a ForegroundRequest when
+        ``status.lastActiveTime`` moved forward (key ``fg/{uid}/{lastActiveTime}``)."""
         ns, name, uid, rv = _ident(obj)
         if kind == DELETED:
             with self._lock:
@@ -134,6 +138,8 @@ class Translator:
     # -- GamingSession ------------------------------------------------------------------------
 
     def gaming_session(self, kind: str, obj: Mapping[str, Any], now: datetime) -> list[Pair]:
+        """GamingSession -> GamingIntentStarted (mode gaming, unexpired; still while being deleted)
+        or GamingIntentEnded."""
         ns, name, uid, rv = _ident(obj)
         spec = obj.get("spec") or {}
         expires = _time(spec.get("expiresAt"))
@@ -153,6 +159,7 @@ class Translator:
     # -- GPULease -----------------------------------------------------------------------------
 
     def gpu_lease(self, kind: str, obj: Mapping[str, Any], now: datetime) -> list[Pair]:
+        """GPULease -> GPULeaseActive (node, group, expiresAt) or GPULeaseEnded."""
         ns, name, uid, rv = _ident(obj)
         if kind == DELETED:
             return [(ev.GPULeaseEnded(at=now, namespace=ns, lease=name), f"gpulease/{uid}/deleted")]
@@ -174,6 +181,7 @@ class Translator:
     # -- CronJob ------------------------------------------------------------------------------
 
     def cronjob(self, kind: str, obj: Mapping[str, Any], now: datetime) -> list[Pair]:
+        """CronJob -> CronJobSeen (its ``spec.jobTemplate``) or CronJobMissing."""
         ns, name, uid, rv = _ident(obj)
         if kind == DELETED:
             return [(ev.CronJobMissing(at=now, namespace=ns, name=name), f"cronjob/{uid}/deleted")]
@@ -183,6 +191,8 @@ class Translator:
     # -- owned Jobs ---------------------------------------------------------------------------
 
     def job(self, kind: str, obj: Mapping[str, Any], now: datetime) -> list[Pair]:
+        """An owned Job (labelled with its ModelBackfill) -> JobCreated/JobRunning/JobSucceeded/
+        JobFailed/JobDeleted, each with its natural key."""
         ns, name, uid, _ = _ident(obj)
         m = _meta(obj)
         backfill = (m.get("labels") or {}).get(BACKFILL_LABEL)

@@ -356,6 +356,7 @@ def known_objects(world: Any, kind: str) -> list[tuple[str, str, str]]:
 
 
 def translator_for(t: Translator, kind: str) -> Callable[[str, dict, datetime], list[Pair]]:
+    """The ``(type, obj, now) -> [(event, key)]`` function of ``translator`` for ``kind``."""
     return {
         "backfill": t.backfill,
         "model": t.model,

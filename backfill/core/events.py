@@ -40,6 +40,7 @@ class _Event(BaseModel):
 
     @property
     def stream(self) -> str:  # pragma: no cover - overridden
+        """The entity the event is about, e.g. ``model/ns/name`` (for filtering; order is global)."""
         raise NotImplementedError
 
     def natural_key(self) -> str | None:

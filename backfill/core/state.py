@@ -154,6 +154,7 @@ class BackfillState(NamedTuple):
 
     @property
     def key(self) -> Key:
+        """The backfill's ``(namespace, name)``."""
         return (self.namespace, self.name)
 
     @property

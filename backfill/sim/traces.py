@@ -50,6 +50,7 @@ class Trace:
 
     @property
     def count(self) -> int:
+        """Total number of requests over all models."""
         return sum(len(v) for v in self.requests.values())
 
 
