@@ -66,8 +66,11 @@ class Kube:
         obj["status"] = {**(obj.get("status") or {}), **status}
         return self.custom.replace_namespaced_custom_object_status(GROUP, VERSION, self.ns, plural, name, obj)
 
-    def model(self, name: str, node: str = "node-a", phase: str = "Ready", **status: Any) -> dict:
-        self.create("models", "Model", name, {"nodeSelector": {"kubernetes.io/hostname": node}})
+    def model(self, name: str, node: str = "node-a", phase: str = "Ready", *, shared: str | None = None, **status: Any) -> dict:
+        spec: dict = {"nodeSelector": {"kubernetes.io/hostname": node}}
+        if shared is not None:
+            spec["gpu"] = {"shared": shared}
+        self.create("models", "Model", name, spec)
         return self.set_status("models", name, {"phase": phase, **status})
 
     def backfill(self, name: str, model: str = "gemma", template: str = "model-eval-gauntlet", **spec: Any) -> dict:
@@ -78,15 +81,19 @@ class Kube:
         obj = self.get("modelbackfills", name)
         return (obj or {}).get("status") or {}
 
-    def cronjob(self, name: str, *, env: list | None = None, resources: dict | None = None, init: bool = False) -> None:
-        container: dict = {"name": "main", "image": "busybox", "command": ["true"]}
-        if env is not None:
-            container["env"] = env
-        if resources is not None:
-            container["resources"] = resources
-        pod: dict = {"restartPolicy": "Never", "containers": [container, {"name": "side", "image": "busybox"}]}
-        if init:
-            pod["initContainers"] = [{"name": "prep", "image": "busybox", "env": [{"name": "A", "value": "1"}]}]
+    def cronjob(
+        self, name: str, *, env: list | None = None, resources: dict | None = None, init: bool = False, pod: dict | None = None
+    ) -> None:
+        """A suspended CronJob; ``pod`` (a whole pod spec) replaces the default two-container one."""
+        if pod is None:
+            container: dict = {"name": "main", "image": "busybox", "command": ["true"]}
+            if env is not None:
+                container["env"] = env
+            if resources is not None:
+                container["resources"] = resources
+            pod = {"restartPolicy": "Never", "containers": [container, {"name": "side", "image": "busybox"}]}
+            if init:
+                pod["initContainers"] = [{"name": "prep", "image": "busybox", "env": [{"name": "A", "value": "1"}]}]
         body = {
             "apiVersion": "batch/v1",
             "kind": "CronJob",

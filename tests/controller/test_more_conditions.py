@@ -99,30 +99,6 @@ def _lease(kube, name: str, **spec: Any) -> dict:
     return kube.create("gpuleases", "GPULease", name, {"owner": "someone", "priority": 10, **spec})
 
 
-def _model(kube, name: str, *, node: str, shared: str | None = None, phase: str = "Ready", **status: Any) -> dict:
-    spec: dict = {"nodeSelector": {"kubernetes.io/hostname": node}}
-    if shared is not None:
-        spec["gpu"] = {"shared": shared}
-    kube.create("models", "Model", name, spec)
-    return kube.set_status("models", name, {"phase": phase, **status})
-
-
-def _cronjob(kube, name: str, pod: dict) -> None:
-    kube.batch.create_namespaced_cron_job(
-        kube.ns,
-        {
-            "apiVersion": "batch/v1",
-            "kind": "CronJob",
-            "metadata": {"name": name},
-            "spec": {
-                "schedule": "0 0 1 1 *",
-                "suspend": True,
-                "jobTemplate": {"metadata": {"labels": {"app": "gauntlet"}}, "spec": {"backoffLimit": 0, "template": {"spec": pod}}},
-            },
-        },
-    )
-
-
 def _no_job_for(kube, name: str, seconds: float) -> None:
     with pytest.raises(AssertionError):
         wait_for(lambda: _jobs_of(kube, name), timeout=seconds, what=f"{name}: no Job")
@@ -134,7 +110,7 @@ def _no_job_for(kube, name: str, seconds: float) -> None:
 def test_gpu_lease_on_node_or_shared_group_cancels_expired_lease_does_not(kube, start_controller):
     kube.cronjob("model-eval-gauntlet")
     kube.model("gemma", node="node-a")
-    _model(kube, "llama", node="node-b", shared="pool-1")
+    kube.model("llama", node="node-b", shared="pool-1")
     c = start_controller()
     kube.backfill("on-node", model="gemma")
     kube.backfill("on-group", model="llama")
@@ -184,7 +160,7 @@ def test_gpu_lease_on_node_or_shared_group_cancels_expired_lease_does_not(kube, 
 
 def test_gpu_lease_expiry_wakes_the_controller_and_restarts_the_idle_window(kube, start_controller):
     kube.cronjob("model-eval-gauntlet")
-    _model(kube, "llama", node="node-b", shared="pool-1")
+    kube.model("llama", node="node-b", shared="pool-1")
     c = start_controller()
     kube.backfill("expiring", model="llama")
     job = _running(kube, "expiring")
@@ -312,17 +288,17 @@ def test_gpu_in_requests_is_blocked(kube, start_controller):
         "containers": [{"name": "main", "image": "busybox", "command": ["true"]}],
     }
     with pytest.raises(ApiException) as refused:
-        _cronjob(kube, "gpu-init", init_pod)
+        kube.cronjob("gpu-init", pod=init_pod)
     assert refused.value.status == 422 and "non overcommitable" in refused.value.body
     init_pod["initContainers"][0]["resources"]["limits"] = {"amd.com/gpu": "1"}
-    _cronjob(kube, "gpu-init", init_pod)
+    kube.cronjob("gpu-init", pod=init_pod)
     only = {"requests": {"cpu": "100m", "gpu.kubernetes.io/shared": "1"}}
-    _cronjob(kube, "gpu-requests-only", {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox", "resources": only}]})
+    kube.cronjob("gpu-requests-only", pod={"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox", "resources": only}]})
     stored = kube.batch.read_namespaced_cron_job("gpu-requests-only", kube.ns).spec.job_template.spec.template.spec
     assert stored.containers[0].resources.requests == {"cpu": "100m", "gpu.kubernetes.io/shared": "1"}
     assert not stored.containers[0].resources.limits
     zero = {"requests": {"gpu.kubernetes.io/shared": "0"}}
-    _cronjob(kube, "gpu-zero", {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox", "resources": zero}]})
+    kube.cronjob("gpu-zero", pod={"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox", "resources": zero}]})
     kube.model("gemma", node="node-a")
     kube.model("llama", node="node-b")
     kube.model("qwen", node="node-c")
@@ -415,7 +391,7 @@ def test_env_overrides_sorted_and_value_from_removed_exactly(kube, start_control
             {"name": "bare", "image": "busybox"},
         ],
     }
-    _cronjob(kube, "env-template", pod)
+    kube.cronjob("env-template", pod=pod)
     kube.model("gemma")
     start_controller()
     kube.backfill(

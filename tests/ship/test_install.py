@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+from .seed_example import SEED_SPEC
+
 ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed on this machine")
@@ -34,14 +36,7 @@ def test_readme_install_sequence_applies(kube_cluster, kube_api):
     mbf = client.CustomObjectsApi(kube_api).get_namespaced_custom_object(
         "ai.flexinfer", "v1alpha2", ns, "modelbackfills", "model-eval-gemma4-5930k"
     )
-    assert mbf["spec"] == {
-        "modelRef": "gemma4-26b-a4b-gptq-5930k",
-        "templateRef": "model-eval-gauntlet",
-        "idleFor": "30m",
-        "maxRunDuration": "15m",
-        "repeatAfter": "24h",
-        "env": {"MODELS": "gemma4-26b-a4b-gptq-5930k=vllm", "GAUNTLET_API": "chat"},
-    }
+    assert mbf["spec"] == SEED_SPEC
     cron = client.BatchV1Api(kube_api).read_namespaced_cron_job("model-eval-gauntlet", ns)
     assert cron.spec.suspend is True
     # The objects stay: no controller in this session watches flexinfer-system, and deleting the

@@ -28,6 +28,8 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
+from .seed_example import SEED_SPEC
+
 pytestmark = pytest.mark.kube
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -214,14 +216,7 @@ def test_example_overlay_matches_the_seed():
     objects = {(o["kind"], o["metadata"]["name"]): o for o in render(DEPLOY / "overlays/example")}
     mbf = objects[("ModelBackfill", "model-eval-gemma4-5930k")]
     assert mbf["metadata"]["namespace"] == NAMESPACE
-    assert mbf["spec"] == {
-        "modelRef": "gemma4-26b-a4b-gptq-5930k",
-        "templateRef": "model-eval-gauntlet",
-        "idleFor": "30m",
-        "maxRunDuration": "15m",
-        "repeatAfter": "24h",
-        "env": {"MODELS": "gemma4-26b-a4b-gptq-5930k=vllm", "GAUNTLET_API": "chat"},
-    }
+    assert mbf["spec"] == SEED_SPEC
     cron = objects[("CronJob", "model-eval-gauntlet")]
     assert cron["spec"]["suspend"] is True
     assert "gpu" not in json.dumps(cron["spec"]["jobTemplate"]).lower()
