@@ -91,6 +91,7 @@ class Controller:
         self._live = False
         self._carry: set[tuple[str, str]] = set()  # keys whose commands an interruption left undone
         self.appender: BatchAppender | None = None
+        self._runs_checkpoint = 0  # during the start-up refold: run rows up to here are stored
         self.error: BaseException | None = None
 
     # -- state --------------------------------------------------------------------------------
@@ -116,8 +117,14 @@ class Controller:
     # -- folding ------------------------------------------------------------------------------
 
     def catch_up(self) -> set[tuple[str, str]]:
-        """Fold every event after :attr:`position`; returns the affected backfill keys."""
+        """Fold every event after :attr:`position`; returns the affected backfill keys.
+
+        Run rows go to the ``runs`` table with the ``runs`` checkpoint in the same transaction,
+        only when a batch changed some (no database write on the hot path otherwise). Rows at or
+        below the stored checkpoint are already there: the start-up refold skips them.
+        """
         keys: set[tuple[str, str]] = set()
+        stored = self._runs_checkpoint
         for batch in self.events.read_payloads(self.position, batch_size=5000):
             decoded = decode_many([(t, v, d) for _, t, v, d in batch])
             world = self.world
@@ -126,11 +133,14 @@ class Controller:
                 before = world
                 world = fold(world, e, position)
                 keys.update(affected(world, e))
+                if position <= stored:
+                    continue
                 for row in run_rows(before, world, e):
                     rows.append(row)
                     if self._live:
                         self._count(before, row, e)
-            self.runs.apply(rows, RUNS_CHECKPOINT, batch[-1][0])
+            if rows:
+                self.runs.apply(rows, RUNS_CHECKPOINT, batch[-1][0])
             self.world = world
             self.position = batch[-1][0]
         return keys
@@ -151,8 +161,10 @@ class Controller:
     def start(self) -> None:
         """Refold the log, start the watchers, the log notifier and the loop thread."""
         t0 = time.monotonic()
+        self._runs_checkpoint = self.runs.get_checkpoint(RUNS_CHECKPOINT)
         with paused_gc():
             self.catch_up()
+        self._runs_checkpoint = 0
         self._live = True
         log.info(f"refolded the log up to position {self.position} in {time.monotonic() - t0:.2f}s", extra={"position": self.position})
         res = resources(self.api)
