@@ -147,8 +147,8 @@ class BackfillState(NamedTuple):
     attempts: int = 0
     attempt: Attempt | None = None
     succeeded_at: datetime | None = None
-    succeeded_generation: int = 0
-    failed_generation: int = 0
+    succeeded_generation: int = -1  # -1: never
+    failed_generation: int = -1  # -1: never
     blocked: tuple[str, str] | None = None
     finalizer_released: bool = False
 

@@ -293,3 +293,11 @@ def test_unblock_is_emitted_once_blocking_clears():
     log.cronjob(2).apply(3, gen=2)
     assert kinds(log.decide(4)) == ["Unblock", "WakeAt"]
     assert isinstance(log.decide(4)[0], Unblock)
+
+
+def test_generation_zero_is_not_mistaken_for_a_failed_or_succeeded_generation():
+    # an object without metadata.generation: no attempt ever ended, so nothing is terminal
+    log = Log().ready(0).cronjob(0).apply(0, gen=0)
+    (admit,) = log.decide(600)
+    assert isinstance(admit, Admit) and admit.generation == 0
+    assert phase(log, 599) == ("WaitingForIdle", "IdleWindow")
