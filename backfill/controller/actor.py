@@ -257,8 +257,6 @@ class Actor:
         elif t is CreateJob:
             b = world.backfills[cmd.key]
             self.create_job(cmd.key, b.uid, cmd.attempt, cmd.job_name, world)
-        elif t is Cancel:
-            self.cancel(cmd, world)
         elif t is DeleteJob:
             b = world.backfills[cmd.key]
             self.delete_job(cmd.key, cmd.job_name, b.uid)
@@ -345,10 +343,6 @@ class Actor:
         self._append(ev.JobCreated(at=self.clock(), uid=job_uid, **common))
 
     # -- cancel / delete ----------------------------------------------------------------------
-
-    def cancel(self, cmd: Cancel, world: World) -> None:
-        """Cancel one attempt (see :meth:`cancel_many`)."""
-        self.cancel_many([cmd], world)
 
     def cancel_many(self, cmds: list[Cancel], world: World) -> None:
         """Record the cancel decisions (one append), delete the Jobs (Background, in parallel),

@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 from ..core import events as ev
 from ..core.commands import Admit, Block, Cancel, ReleaseFinalizer, Unblock, WakeAt
-from ..core.projector import FOREGROUND_DEMAND, affected, decide, fold
+from ..core.projector import FOREGROUND_DEMAND, decide, fold
 from ..core.runs import RunRow, row_of
 from ..core.state import World
 from ..core.durations import format_duration
