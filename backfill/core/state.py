@@ -91,7 +91,9 @@ class Attempt(NamedTuple):
 
     ``lifecycle`` is one of Starting, Running, Cancelling, or Idle once it ended; ``result`` is
     set when it ended (``succeeded``, ``failed``, ``preempted``, ``deadline_exceeded``,
-    ``cancelled``).
+    ``cancelled``). ``basis`` is the log position the admitting decision's state was folded up
+    to: every foreground request folded after it is demand the decision did not see, even one
+    folded before the admission record itself (the decide -> record race).
     """
 
     number: int
@@ -102,6 +104,7 @@ class Attempt(NamedTuple):
     admitted_at: datetime
     admitted_pos: int
     lifecycle: str = STARTING
+    basis: int = 0
     job_uid: str = ""
     created_at: datetime | None = None
     started_at: datetime | None = None

@@ -32,6 +32,7 @@ from typing import Any, Callable
 from ..core import events as ev
 from ..core.commands import Admit, Block, Cancel, ReleaseFinalizer, Unblock, WakeAt
 from ..core.projector import FOREGROUND_DEMAND, decide, fold
+from ..core.decisions import decision_record
 from ..core.runs import RunRow, row_of
 from ..core.state import World
 from ..core.durations import format_duration
@@ -188,31 +189,18 @@ def _simulate(trace: Trace, params: SimParams, progress: Callable[[int], None] |
                 wakes[cmd.key] = at
                 push(at, _WAKE, "wake", cmd.key)
             elif t is Admit:
-                basis = world.position
-                append(
-                    ev.AttemptAdmitted(
-                        at=now, namespace=ns, backfill=cmd.key[1], cause=cmd.cause, basis=basis, uid=cmd.uid,
-                        attempt=cmd.attempt, generation=cmd.generation, job_name=cmd.job_name, model=cmd.model, node=cmd.node,
-                    )
-                )
+                append(*decision_record(cmd, at=now, basis=world.position))
                 append(ev.JobCreated(at=now, namespace=ns, backfill=cmd.key[1], name=cmd.job_name, uid=f"job-{cmd.job_name}"))
                 if job_us <= max_us:
                     push(now_us + job_us, _JOB_END, "succeed", (cmd.key, cmd.attempt, cmd.job_name))
                 else:
                     push(now_us + max_us, _JOB_END, "deadline", (cmd.key, cmd.attempt, cmd.job_name))
             elif t is Cancel:
-                append(
-                    ev.AttemptCancelled(
-                        at=now, namespace=ns, backfill=cmd.key[1], cause=cmd.cause, basis=world.position, uid=cmd.uid,
-                        attempt=cmd.attempt, job_name=cmd.job_name, reason=cmd.reason, message=cmd.message,
-                    )
-                )
+                append(*decision_record(cmd, at=now, basis=world.position))
                 cancelled.add((cmd.key[1], cmd.attempt))
                 push(now_us + delta_us, _JOB_END, "gone", (cmd.key, cmd.attempt, cmd.job_name, now_us, cmd.reason))
-            elif t is Block:
-                append(ev.BackfillBlocked(at=now, namespace=ns, backfill=cmd.key[1], cause=cmd.cause, basis=world.position, reason=cmd.reason, message=cmd.message), f"sim/block/{cmd.key[1]}/{len(log)}")
-            elif t is Unblock:
-                append(ev.BackfillUnblocked(at=now, namespace=ns, backfill=cmd.key[1], cause=cmd.cause, basis=world.position), f"sim/unblock/{cmd.key[1]}/{len(log)}")
+            elif t is Block or t is Unblock:
+                append(*decision_record(cmd, at=now, basis=world.position))
             elif t is ReleaseFinalizer:  # pragma: no cover - nothing is deleted in a simulation
                 pass
 
