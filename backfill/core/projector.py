@@ -183,6 +183,8 @@ def _fold_foreground(w: World, e: ev.ForegroundRequest, pos: int) -> World:
         m = m._replace(busy_until=end, busy_pos=pos, request_pos=pos)
     else:
         m = m._replace(request_pos=pos)
+    if e.source == "lastActiveTime" and (m.last_active is None or e.at > m.last_active):
+        m = m._replace(last_active=e.at)
     return w._replace(position=pos, models=_set(w.models, key, m))
 
 

@@ -41,6 +41,8 @@ class ModelState(NamedTuple):
         busy_until / busy_pos: end of the latest foreground busy span, and the position of the
             request that set it (the idle window starts here).
         request_pos: position of the latest foreground request of any time (demand detection).
+        last_active: the latest ``status.lastActiveTime`` folded (source ``lastActiveTime``): a
+            re-observation of it (a relist after a restart) is not new demand.
     """
 
     exists: bool = False
@@ -52,6 +54,7 @@ class ModelState(NamedTuple):
     busy_until: datetime | None = None
     busy_pos: int = 0
     request_pos: int = 0
+    last_active: datetime | None = None
 
 
 class Gate(NamedTuple):
