@@ -120,6 +120,7 @@ def simulate(
     repeat_after: str = typer.Option("24h", "--repeat-after", help="spec.repeatAfter (Go duration; 0 = one-shot)."),
     job: str = typer.Option("15m", "--job", help="How long the background work takes when undisturbed."),
     cancel_latency: str = typer.Option("0s", "--cancel-latency", help="From demand to the Job being gone (Go duration)."),
+    shards: int = typer.Option(1, "--shards", min=1, max=10000, help="The job is N equal shards; a preemption keeps the finished ones (1 = not resumable)."),
     seed: int = typer.Option(7, "--seed", help="Synthetic workload: random seed."),
     synthetic_models: int = typer.Option(4, "--synthetic-models", min=1, max=1000, help="Synthetic workload: models."),
     days: float = typer.Option(2.0, "--days", min=0.01, max=366, help="Synthetic workload: days."),
@@ -141,11 +142,9 @@ def simulate(
         repeat_after=_seconds(repeat_after, "--repeat-after"),
         job=_seconds(job, "--job"),
         cancel_latency=_seconds(cancel_latency, "--cancel-latency"),
+        shards=shards,
     )
-    if params.idle_for <= 0 or params.max_run <= 0 or params.job <= 0:
-        raise CLIError("--idle-for, --max-run and --job must be greater than zero")
-    if 0 < params.repeat_after < 60:
-        raise CLIError("--repeat-after must be 0 (one-shot) or at least 1m (seed contract)")
+    _check_params(params)
     try:
         tr = read_trace(trace, fmt.value) if trace is not None else synthetic(seed, synthetic_models, days)
         tr = tr.filtered(model)
@@ -167,7 +166,7 @@ def simulate(
     if store:
         stored = _write_simulation(database_url, schema, result)
     if as_json:
-        print(json.dumps([r.__dict__ | {"ratio": r.ratio} for r in reports + [total(reports)]], indent=2))
+        print(json.dumps([r.as_dict() for r in reports + [total(reports)]], indent=2))
     else:
         _print_reports(tr, params, reports, total(reports))
     if plot is not None:
@@ -182,6 +181,16 @@ def simulate(
         f"{len(result.runs)} runs in {sim_seconds:.2f}s{stored}",
         highlight=False,
     )
+
+
+def _check_params(params: Any) -> None:
+    """Contract checks shared by simulate and recommend (one-line CLIError)."""
+    if params.idle_for <= 0 or params.max_run <= 0 or params.job <= 0:
+        raise CLIError("--idle-for, --max-run and --job must be greater than zero")
+    if 0 < params.repeat_after < 60:
+        raise CLIError("--repeat-after must be 0 (one-shot) or at least 1m (seed contract)")
+    if params.job * 1e6 / params.shards < 1:
+        raise CLIError(f"--shards {params.shards}: a shard of --job {format_duration(params.job)} would be shorter than 1us")
 
 
 _PLOT_FORMATS = (".png", ".svg", ".pdf", ".jpg", ".jpeg")
@@ -234,16 +243,21 @@ def _print_reports(tr: Any, params: Any, reports: list, tot: Any) -> None:
             f"{tr.name}: idleFor {format_duration(params.idle_for)}, job {format_duration(params.job)}, "
             f"maxRun {format_duration(params.max_run)}, repeatAfter {format_duration(params.repeat_after)}, "
             f"cancel latency {format_duration(params.cancel_latency)}"
+            + (f", {params.shards} shards" if params.shards > 1 else "")
         )
     )
-    cols = ["model", "requests", "idle windows", "attempts", "succeeded", "preempted", "deadline", "useful s", "wasted s", "overlap s", "bound jobs", "bound s", "ratio"]
+    cols = [
+        "model", "requests", "idle windows", "attempts", "succeeded", "preempted", "deadline", "useful s", "wasted s",
+        "overlap s", "bound jobs", "bound s", "ratio", "idle s", "useful/idle",
+    ]
     for c in cols:
         table.add_column(c, justify="left" if c == "model" else "right")
     for r in reports + [tot]:
         table.add_row(
             r.model, str(r.requests), str(r.idle_windows), str(r.attempts), str(r.succeeded), str(r.preempted),
             str(r.deadline_exceeded), _fmt_s(r.useful), _fmt_s(r.wasted), _fmt_s(r.overlap), str(r.bound_jobs),
-            _fmt_s(r.bound_useful), f"{r.ratio:.3f}" if r.ratio is not None else "-",
+            _fmt_s(r.bound_useful), f"{r.ratio:.3f}" if r.ratio is not None else "-", _fmt_s(r.idle),
+            f"{r.idle_share:.3f}" if r.idle_share is not None else "-",
             end_section=r is reports[-1],
         )
     out.print(table)
