@@ -12,7 +12,8 @@ Semantics (issue #3, so that any correct implementation gives the same numbers):
   cancel latency Δ it keeps running Δ seconds into the busy span (foreground overlap; all its
   running seconds are wasted).
 - After a success the next admission is at completion + repeatAfter if the model is still idle
-  then; after a preemption it takes a fresh full idle window. A run longer than maxRunDuration
+  then; after a preemption it takes a fresh full idle window, and not before the preempted Job
+  is gone (an arrival at the instant it is gone still wins). A run longer than maxRunDuration
   ends as ``deadline_exceeded`` at admission + maxRunDuration (and the declaration is Failed).
 - Shards (issue #11 part 2, ``SimParams.shards`` = N): the job is N equal shards of job/N seconds
   (rounded to the microsecond) run one after another. At a preemption the shards finished at or
@@ -298,7 +299,10 @@ def _simulate(trace: Trace, params: SimParams, progress: Callable[[int], None] |
             if reason == FOREGROUND_DEMAND:
                 model = model_of[key]
                 overlap[model] = overlap.get(model, 0.0) + (now_us - cancel_us) / 1e6
-            act(now_us, (key,))
+            if now_us < horizon[model_of[key]]:  # nothing is admitted at or after the last arrival
+                push(now_us, _WAKE, "gone-wake", key)  # an arrival at this same instant comes first
+        elif kind == "gone-wake":
+            act(now_us, (payload,))
         elif kind == "setup":
             model = payload
             now = to_dt(now_us)
