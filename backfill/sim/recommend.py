@@ -15,7 +15,7 @@ from pathlib import Path
 from ..core.durations import format_duration
 from .bound import clairvoyant, gaps_us
 from .cluster import SimParams
-from .sweep import outcome
+from .sweep import Outcome, outcome
 
 #: The default idleFor ladder, seconds: 1m .. 2h.
 DEFAULT_IDLE_FORS = (60.0, 120.0, 300.0, 600.0, 900.0, 1200.0, 1800.0, 2700.0, 3600.0, 5400.0, 7200.0)
@@ -37,12 +37,13 @@ class Limits:
 
 
 @dataclass(frozen=True)
-class Point:
+class Point(Outcome):
     """The outcome of one (idleFor, shards) pair for one model; seconds for durations.
 
     Attributes:
+        attempts, succeeded, preempted, deadline_exceeded, useful, wasted, overlap: the
+            :class:`~backfill.sim.sweep.Outcome`, as in ``simulate``.
         idle_for, shards: the parameters swept.
-        attempts, succeeded, preempted, deadline_exceeded, useful, wasted, overlap: as in ``simulate``.
         bound: the clairvoyant bound's useful seconds for this shard count.
         idle: total idle seconds (first to last busy span).
         days: days of history simulated (first to last arrival).
@@ -51,13 +52,6 @@ class Point:
 
     idle_for: float
     shards: int
-    attempts: int
-    succeeded: int
-    preempted: int
-    deadline_exceeded: int
-    useful: float
-    wasted: float
-    overlap: float
     bound: float
     idle: float
     days: float
@@ -86,7 +80,7 @@ class Point:
 
     def as_dict(self) -> dict:
         """Fields and derived shares, for JSON (``idle_for`` also as a Go duration)."""
-        return self.__dict__ | {
+        return {"idle_for": self.idle_for, "shards": self.shards} | self.__dict__ | {
             "idle_for_duration": format_duration(self.idle_for),
             "violates": list(self.violates),
             "bound_share": self.bound_share,
@@ -159,10 +153,7 @@ def sweep_model(
         b = clairvoyant(gaps, job=base.job, shards=n, repeat_after=base.repeat_after, max_run=base.max_run)
         for idle_for in idle_fors:
             o = outcome(gaps, replace(base, idle_for=idle_for, shards=n))
-            p = Point(
-                idle_for, n, o.attempts, o.succeeded, o.preempted, o.deadline_exceeded, o.useful, o.wasted, o.overlap,
-                b.useful, b.idle, days,
-            )
+            p = Point(**o.__dict__, idle_for=idle_for, shards=n, bound=b.useful, idle=b.idle, days=days)
             out.points.append(replace(p, violates=violations(p, limits)))
     out.recommended = choose(out.points)
     return out

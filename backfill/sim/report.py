@@ -2,33 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
-from .bound import clairvoyant, gaps_us
+from .bound import clairvoyant, gaps_us, spans_us
 from .cluster import SimParams, SimResult
+from .sweep import Outcome
 from .traces import Trace
 
 
-def busy_spans(requests: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """Merge sorted ``(arrival, service)`` requests into busy spans ``(start, end)``, seconds.
-
-    A request keeps its model busy over [t, t+d]; overlapping or touching spans merge.
-    """
-    spans: list[list[float]] = []
-    for t, d in requests:
-        end = t + d
-        if spans and t <= spans[-1][1]:
-            if end > spans[-1][1]:
-                spans[-1][1] = end
-        else:
-            spans.append([t, end])
-    return [(a, b) for a, b in spans]
-
-
 @dataclass(frozen=True)
-class ModelReport:
-    """One model's numbers (seconds for every duration).
+class ModelReport(Outcome):
+    """One model's numbers (seconds for every duration): an :class:`~backfill.sim.sweep.Outcome`
+    (attempts, succeeded, preempted, deadline_exceeded, useful, wasted, overlap) and more.
 
     ``useful`` counts completed work (a succeeded job, or the finished shards of a preempted
     attempt with ``--shards``); ``wasted`` every other second background Jobs ran. ``bound_jobs``
@@ -39,13 +25,6 @@ class ModelReport:
     model: str
     requests: int
     idle_windows: int
-    attempts: int
-    succeeded: int
-    preempted: int
-    deadline_exceeded: int
-    useful: float
-    wasted: float
-    overlap: float
     bound_jobs: int
     bound_useful: float
     idle: float
@@ -61,8 +40,8 @@ class ModelReport:
         return self.useful / self.idle if self.idle else None
 
     def as_dict(self) -> dict:
-        """The fields plus ``ratio`` and ``idle_share`` (for JSON)."""
-        return self.__dict__ | {"ratio": self.ratio, "idle_share": self.idle_share}
+        """The fields (``model`` first) plus ``ratio`` and ``idle_share`` (for JSON)."""
+        return {"model": self.model} | self.__dict__ | {"ratio": self.ratio, "idle_share": self.idle_share}
 
 
 def summarize(trace: Trace, params: SimParams, result: SimResult) -> list[ModelReport]:
@@ -103,13 +82,8 @@ def summarize(trace: Trace, params: SimParams, result: SimResult) -> list[ModelR
 
 def total(reports: list[ModelReport]) -> ModelReport:
     """The sum over all models (model name ``TOTAL``)."""
-    return ModelReport(
-        "TOTAL",
-        *(sum(getattr(r, f) for r in reports) for f in (
-            "requests", "idle_windows", "attempts", "succeeded", "preempted", "deadline_exceeded",
-            "useful", "wasted", "overlap", "bound_jobs", "bound_useful", "idle",
-        )),
-    )
+    names = [f.name for f in fields(ModelReport) if f.name != "model"]
+    return ModelReport(model="TOTAL", **{n: sum(getattr(r, n) for r in reports) for n in names})
 
 
 def plot(trace: Trace, result: SimResult, path: Path, max_models: int = 12) -> int:
@@ -152,7 +126,7 @@ def plot(trace: Trace, result: SimResult, path: Path, max_models: int = 12) -> i
     to_num = mdates.date2num
     seen: set[str] = set()
     for row, model in enumerate(reversed(models)):
-        spans = busy_spans(trace.requests[model])
+        spans = [(a / 1e6, b / 1e6) for a, b in spans_us(trace.requests[model])]
         ax.broken_barh(
             [(to_num(datetime.fromtimestamp(a, timezone.utc)), max((b - a) / 86400, min_w)) for a, b in spans],
             (row - 0.38, 0.34), facecolors="0.35", linewidth=0,
