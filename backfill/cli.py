@@ -415,6 +415,9 @@ def _share(v: float | None) -> str:
     return f"{100 * v:.1f}%" if v is not None else "-"
 
 
+_SHORT = {"max_waste": "waste", "max_preemptions_per_day": "preemptions", "max_overlap": "overlap"}
+
+
 def _print_sweeps(title: str, sweeps: list, limits: Any, many_shards: bool) -> None:
     lim = [f"waste <= {_share(limits.max_waste)}" if limits.max_waste is not None else None,
            f"preemptions/day <= {limits.max_preemptions_per_day:g}" if limits.max_preemptions_per_day is not None else None,
@@ -434,7 +437,7 @@ def _print_sweeps(title: str, sweeps: list, limits: Any, many_shards: bool) -> N
             row = [format_duration(p.idle_for), str(p.shards), str(p.attempts), str(p.succeeded), str(p.preempted),
                    f"{p.preemptions_per_day:.2f}", _fmt_s(p.useful), _share(p.bound_share), _share(p.idle_share),
                    _fmt_s(p.wasted), _share(p.waste_share), _fmt_s(p.overlap),
-                   ("<- recommended" if p is sw.recommended else "yes") if not p.violates else "no: " + ", ".join(p.violates)]
+                   ("<- recommended" if p is sw.recommended else "yes") if not p.violates else "no: " + ", ".join(_SHORT[v] for v in p.violates)]
             if not many_shards:
                 del row[1]
             table.add_row(*row)
