@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core import events as ev
+from ..core.durations import format_duration
 from ..core.projector import FOREGROUND_DEMAND
 from ..core.spec import Spec, parse_spec
 from .traces import Trace
@@ -168,10 +169,13 @@ def from_log(store: Any, schema: str, targets: list[tuple[str, str, str]]) -> li
     for kind, ns, name in targets:
         h = read_history(store, ns, **{kind: name})
         ((m, reqs),) = h.trace.requests.items()
+        job, latency = h.measured_job(), h.measured_latency()
         note = (
-            f"{ns}/{name}: model {m}, {len(reqs)} foreground requests, {len(h.job_seconds)} succeeded runs, "
-            f"{len(h.cancel_latencies)} measured foreground cancels"
+            f"{ns}/{name}: model {m}, {len(reqs)} foreground requests; {len(h.job_seconds)} succeeded runs"
+            + (f" (median {format_duration(job)})" if job is not None else "")
+            + f"; {len(h.cancel_latencies)} foreground cancels measured"
+            + (f" (p95 demand -> Job gone {format_duration(latency)})" if latency is not None else "")
             if kind == "backfill" else f"{ns}/{name}: {len(reqs)} foreground requests"
         )
-        out.append(Input(f"schema {schema}, {kind} {ns}/{name}", m, reqs, h.spec, h.measured_job(), h.measured_latency(), note))
+        out.append(Input(f"schema {schema}, {kind} {ns}/{name}", m, reqs, h.spec, job, latency, note))
     return out
