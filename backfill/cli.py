@@ -444,7 +444,7 @@ def _print_sweeps(title: str, sweeps: list, limits: Any, many_shards: bool) -> N
         out.print(table)
         r = sw.recommended
         if r is None:
-            out.print(f"{sw.model}: no idleFor in the ladder is within the limits", highlight=False)
+            out.print(f"{sw.model}: no idleFor in the ladder is within the limits and does useful work", highlight=False)
         else:
             out.print(
                 f"{sw.model}: recommended idleFor {format_duration(r.idle_for)}"

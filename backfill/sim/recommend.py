@@ -3,8 +3,8 @@
 For every (idleFor, shards) pair the outcome comes from :func:`backfill.sim.sweep.outcome` (equal
 to the projector-driven ``simulate``, tested) and the bound from :func:`backfill.sim.bound.clairvoyant`
 (it does not depend on idleFor). The recommendation is the smallest idleFor whose outcome stays
-within every limit given; with several shard counts, the one with the most useful seconds at that
-idleFor.
+within every limit given and does some useful work; with several shard counts, the one with the
+most useful seconds at that idleFor.
 """
 
 from __future__ import annotations
@@ -128,8 +128,9 @@ class ModelSweep:
 
 
 def choose(points: list[Point]) -> Point | None:
-    """The smallest idleFor among points within limits; ties: most useful, then fewest shards."""
-    ok = [p for p in points if not p.violates]
+    """The smallest idleFor among points within limits that do some useful work; ties: most
+    useful, then fewest shards. None when there is no such point."""
+    ok = [p for p in points if not p.violates and p.useful > 0]
     return min(ok, key=lambda p: (p.idle_for, -p.useful, p.shards)) if ok else None
 
 

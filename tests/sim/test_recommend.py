@@ -36,7 +36,7 @@ def _expected(rows, job, shards, repeat_after, max_run, delta, max_waste, max_pe
         o = oracle(rows, idle_for, job, repeat_after, max_run, delta=delta, shards=shards)
         ran = o["useful"] + o["wasted"]
         ok = (o["wasted"] / ran if ran else 0) <= max_waste and o["preempted"] / days <= max_per_day
-        points.append((idle_for, o, ok))
+        points.append((idle_for, o, ok))  # within limits; recommended only if also useful > 0
     return points, bound, idle, days
 
 
@@ -59,7 +59,7 @@ def test_recommend_on_the_real_trace_matches_the_oracle(capsys, m0002_rows, shar
         assert p["idle_share"] == pytest.approx(o["useful"] / idle)
         assert p["preemptions_per_day"] == pytest.approx(o["preempted"] / days)
         assert (not p["violates"]) == ok, idle_for
-    first_ok = next((i for i, o, ok in points if ok), None)
+    first_ok = next((i for i, o, ok in points if ok and o["useful"] > 0), None)
     assert (m["recommended"] or {}).get("idle_for") == first_ok
 
 
@@ -93,8 +93,8 @@ def test_table_plot_and_none_within_limits(capsys, tmp_path):
             "--repeat-after", "1m", "--max-preemptions-per-day", "0", "--plot", str(png)]
     assert main(args) == 0
     cap = capsys.readouterr()
-    assert "M0002: no idleFor in the ladder is within the limits" in cap.out
-    assert "M0001: no idleFor in the ladder is within the limits" in cap.out
+    assert "M0002: no idleFor in the ladder is within the limits and does useful work" in cap.out
+    assert "M0001: no idleFor in the ladder is within the limits and does useful work" in cap.out
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"written to {png}" in cap.err
 
 
@@ -169,3 +169,15 @@ def test_missing_or_conflicting_sources(args, fragment, capsys):
     assert main(["recommend", *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("backfill: error:") and fragment in err[0], err
+
+
+def test_a_value_without_useful_work_is_never_recommended(tmp_path, capsys):
+    # one 3-minute gap: idleFor 1m fits a 1m job, 5m fits nothing (no attempt, so within every limit)
+    csv = tmp_path / "t.csv"
+    csv.write_text("model,timestamp\nm,2026-01-01T00:00:00Z\nm,2026-01-01T00:03:00Z\n")
+    got = _recommend(capsys, "--trace", str(csv), "--job", "1m", "--idle-for-values", "1m,5m")
+    (m,) = got["models"]
+    assert [(p["idle_for"], p["useful"], p["violates"]) for p in m["points"]] == [(60, 60.0, []), (300, 0.0, [])]
+    assert m["recommended"]["idle_for"] == 60
+    got = _recommend(capsys, "--trace", str(csv), "--job", "1m", "--idle-for-values", "5m")
+    assert got["models"][0]["recommended"] is None
