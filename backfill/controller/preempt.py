@@ -81,6 +81,7 @@ class Preemptor:
         self._opt: World = World()
         self._folded_seq = 0
         self._entry_at: dict[int, Entry] = {}
+        self._folded: list[Entry] = []  # entries folded onto the base, in order
         self.inflight: dict[tuple[Key, int], float] = {}  # (key, attempt) -> monotonic time decided
         self.cancels = 0
         self.last_pass = time.monotonic()
@@ -145,7 +146,7 @@ class Preemptor:
             keys, self._poked = self._poked, set()
             everything, self._poke_all = self._poke_all, False
         if durable is not self._base:
-            self._base, self._opt, self._folded_seq, self._entry_at = durable, durable, 0, {}
+            self._base, self._opt, self._folded_seq, self._entry_at, self._folded = durable, durable, 0, {}, []
         opt = self._opt
         for entry in self._spool.unfolded(durable.position):
             if entry.seq <= self._folded_seq:
@@ -153,6 +154,7 @@ class Preemptor:
             pos = opt.position + 1 if opt.position >= durable.position else durable.position + 1
             opt = fold(opt, entry.event, pos)
             self._entry_at[pos] = entry
+            self._folded.append(entry)
             self._folded_seq = entry.seq
             keys.update(affected(opt, entry.event))
         self._opt = opt
@@ -187,10 +189,17 @@ class Preemptor:
         return self._entry_at[position]
 
     def _record(self, c: Cancel, opt: World, durable: World, now: datetime) -> None:
-        cause, basis = self._ref(c.cause, durable), self._ref(opt.position, durable)
-        deps = [r for r in (cause, basis) if isinstance(r, Entry)]
+        """Spool ``c``'s decision. Its basis is the highest log position among everything the
+        optimistic projection holds: an entry that turns out to be a duplicate (a re-observed
+        ``JobCreated``, an event another replica stored first) resolves to its *earlier* stored
+        position, so the last entry alone could name a state older than the attempt itself."""
+        cause = self._ref(c.cause, durable)
+        folded = list(self._folded)
+        floor = durable.position
+        deps = folded + ([cause] if isinstance(cause, Entry) else [])
 
         def make(resolve: Callable[[Any], int]) -> tuple[Any, str]:
-            return decision_record(c, at=now, basis=resolve(basis), cause=resolve(cause))
+            basis = max([floor] + [resolve(e) for e in folded])
+            return decision_record(c, at=now, basis=basis, cause=resolve(cause))
 
         self._spool.put_decision(make, deps)
