@@ -12,7 +12,8 @@ CronJob", which is what ``kubectl create job --from=cronjob/NAME`` does, plus th
   replaced and its ``valueFrom`` removed; a missing one is appended;
 - ``FLEXINFER_WORKLOAD_CLASS=background`` is forced into every init and regular container;
 - a GPU request or limit (a resource name containing ``gpu`` or starting with
-  ``nvidia.com/mig-``, nonzero quantity) anywhere in the pod template is refused.
+  ``nvidia.com/mig-``, nonzero quantity as Kubernetes parses it, :mod:`.quantity`) anywhere in
+  the pod template is refused.
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from __future__ import annotations
 import copy
 import functools
 import hashlib
-import re
 from typing import Any, Mapping
 
+from .quantity import is_zero
 from .spec import BACKGROUND_CLASS, RESERVED_ENV, Spec
 
 API_GROUP = "ai.flexinfer"
@@ -30,7 +31,6 @@ API_VERSION = "v1alpha2"
 BACKFILL_LABEL = "modelbackfill.ai.flexinfer/name"
 ATTEMPT_LABEL = "modelbackfill.ai.flexinfer/attempt"
 _MAX_NAME = 63
-_ZERO = re.compile(r"^[+]?0*(\.0*)?([a-zA-Z]{0,2}i?)?$")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -53,12 +53,6 @@ def job_name(backfill: str, uid: str, attempt: int) -> str:
 def _is_gpu_resource(name: str) -> bool:
     n = name.lower()
     return "gpu" in n or n.startswith("nvidia.com/mig-")
-
-
-def _nonzero(quantity: Any) -> bool:
-    if isinstance(quantity, (int, float)):
-        return quantity != 0
-    return not _ZERO.match(str(quantity).strip())
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
@@ -87,7 +81,7 @@ def gpu_requests(job_template: Mapping[str, Any]) -> list[str]:
             res = _mapping(c.get("resources"))
             for section in ("requests", "limits"):
                 for rname, qty in _mapping(res.get(section)).items():
-                    if _is_gpu_resource(str(rname)) and _nonzero(qty):
+                    if _is_gpu_resource(str(rname)) and not is_zero(qty):
                         found.append(f"{c.get('name', '?')}: {section} {rname}={qty}")
     return found
 
