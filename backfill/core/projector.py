@@ -500,6 +500,10 @@ _FOLD: dict[type, Callable[[World, Any, int], World]] = {
 assert set(_FOLD) == set(ev.EVENT_TYPES.values()), "every event type needs a fold handler"
 
 
+#: Events that make an attempt live or end it (the contender gate of others may change).
+_FREES_OR_TAKES_A_SLOT = frozenset({ev.AttemptAdmitted, ev.JobSucceeded, ev.JobFailed, ev.JobDeleted})
+
+
 def affected(world: World, event: Any) -> tuple[Key, ...]:
     """Keys of the backfills whose decision may change because of ``event`` (sorted).
 
@@ -514,7 +518,19 @@ def affected(world: World, event: Any) -> tuple[Key, ...]:
                 keys.update(world.backfills_on_node(m.node))
         return tuple(sorted(keys))
     if hasattr(event, "backfill"):
-        return ((event.namespace, event.backfill),) if (event.namespace, event.backfill) in world.backfills else ()
+        key = (event.namespace, event.backfill)
+        b = world.backfills.get(key)
+        if b is None:
+            return ()
+        if t in _FREES_OR_TAKES_A_SLOT and b.attempt is not None:
+            # An attempt began or ended: every backfill on its model or node may see the
+            # contender gate open or close (admission, or a fresh ConcurrentBackfill status).
+            a = b.attempt
+            keys = {key, *world.backfills_of_model(event.namespace, a.model)}
+            if a.node:
+                keys.update(world.backfills_on_node(a.node))
+            return tuple(sorted(keys))
+        return (key,)
     if t in (ev.BackfillApplied, ev.BackfillDeleting, ev.BackfillDeleted):
         key = (event.namespace, event.name)
         keys = {key} if key in world.backfills else set()
