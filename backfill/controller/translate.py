@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any, Mapping
 
 from backfill.core import events as ev
-from backfill.core.jobtemplate import BACKFILL_LABEL
+from backfill.core.jobtemplate import backfill_of_job
 from backfill.core.timefmt import parse_rfc3339
 
 Pair = tuple[Any, str]
@@ -192,10 +192,11 @@ class Translator:
 
     def job(self, kind: str, obj: Mapping[str, Any], now: datetime) -> list[Pair]:
         """An owned Job (labelled with its ModelBackfill) -> JobCreated/JobRunning/JobSucceeded/
-        JobFailed/JobDeleted, each with its natural key."""
+        JobFailed/JobDeleted, each with its natural key. The backfill is the Job's controller
+        ownerReference (its full name, even past 63 characters; the label may be hashed)."""
         ns, name, uid, _ = _ident(obj)
         m = _meta(obj)
-        backfill = (m.get("labels") or {}).get(BACKFILL_LABEL)
+        backfill = backfill_of_job(m)
         if not backfill:
             return []
         common = dict(namespace=ns, backfill=backfill, name=name, uid=uid)
