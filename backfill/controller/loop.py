@@ -81,7 +81,7 @@ class Controller:
         self.signal = threading.Event()
         self.stop_event = threading.Event()
         self.actor = Actor(api, events.append, clock, can_act=self.is_leader, identity=identity)
-        self.translator = Translator()
+        self.translator = Translator(settings.foreground_signal_granularity_seconds)
         self.watchers: list[Watcher] = []
         self._wakes: list[tuple[datetime, tuple[str, str]]] = []
         self._wake_of: dict[tuple[str, str], datetime] = {}

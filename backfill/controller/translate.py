@@ -16,7 +16,7 @@ Model, so only a time moving forward is foreground demand).
 from __future__ import annotations
 
 import threading
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Mapping
 
 from backfill.core import events as ev
@@ -27,6 +27,9 @@ Pair = tuple[Any, str]
 
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
+#: Seconds by which ``Model.status.lastActiveTime`` may lag the real last request
+#: (cluster-contract: the proxy writes it at most about once a minute). Settings override it.
+DEFAULT_SIGNAL_GRANULARITY = 60.0
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -64,9 +67,21 @@ def model_shared(obj: Mapping[str, Any]) -> str:
 
 
 class Translator:
-    """Turns watch events into log events. Thread-safe (one lock around its small memory)."""
+    """Turns watch events into log events. Thread-safe (one lock around its small memory).
 
-    def __init__(self) -> None:
+    Args:
+        signal_granularity: seconds added to a ``lastActiveTime`` to make the busy span of its
+            ForegroundRequest (``busy_until = lastActiveTime + granularity``): the proxy writes
+            the field at most about once a minute, so the real last request may be that much
+            later, and an idle window counted from the bare value could start early. Only this
+            signal is padded; ingest reports carry their own times. The padding is stored in
+            the event, so replay reproduces every decision whatever the setting is later.
+    """
+
+    def __init__(self, signal_granularity: float = DEFAULT_SIGNAL_GRANULARITY) -> None:
+        if not signal_granularity >= 0:
+            raise ValueError(f"signal_granularity {signal_granularity!r} must be >= 0 seconds")
+        self._pad = timedelta(seconds=signal_granularity)
         self._last_active: dict[str, datetime] = {}
         self._lock = threading.Lock()
 
@@ -99,7 +114,8 @@ class Translator:
 
     def model(self, kind: str, obj: Mapping[str, Any], now: datetime) -> list[Pair]:
         """Model -> ModelReady/ModelNotReady/ModelDeleted, and a ForegroundRequest when
-        ``status.lastActiveTime`` moved forward (key ``fg/{uid}/{lastActiveTime}``)."""
+        ``status.lastActiveTime`` moved forward (key ``fg/{uid}/{lastActiveTime}``; busy until
+        ``lastActiveTime`` + the signal granularity)."""
         ns, name, uid, rv = _ident(obj)
         if kind == DELETED:
             with self._lock:
@@ -129,7 +145,13 @@ class Translator:
             if moved:
                 out.append(
                     (
-                        ev.ForegroundRequest(at=active, namespace=ns, model=name, source="lastActiveTime"),
+                        ev.ForegroundRequest(
+                            at=active,
+                            namespace=ns,
+                            model=name,
+                            source="lastActiveTime",
+                            busy_until=active + self._pad if self._pad else None,
+                        ),
                         f"fg/{uid}/{raw}",
                     )
                 )

@@ -78,6 +78,10 @@ class SimParams:
         repeat_after: spec.repeatAfter (0 = one-shot).
         job: how long the background work takes when undisturbed.
         cancel_latency: seconds from the cancel decision to the Job being gone (Δ).
+        signal_granularity: seconds added to the end of every busy span the projector sees, as
+            the controller pads a coarse ``Model.status.lastActiveTime`` (setting
+            ``foreground_signal_granularity_seconds``); 0 = an exact signal (a trace, or ingest).
+            Preemption still follows the real arrivals: this only delays the idle windows.
         namespace: namespace of the simulated objects.
     """
 
@@ -86,6 +90,7 @@ class SimParams:
     repeat_after: float = 0.0
     job: float = 900.0
     cancel_latency: float = 0.0
+    signal_granularity: float = 0.0
     namespace: str = "sim"
 
     def spec(self, model: str) -> dict[str, Any]:
@@ -148,6 +153,7 @@ def _simulate(trace: Trace, params: SimParams, progress: Callable[[int], None] |
     job_us = round(params.job * 1e6)
     max_us = round(params.max_run * 1e6)
     delta_us = round(params.cancel_latency * 1e6)
+    pad_us = round(params.signal_granularity * 1e6)
     result = SimResult()
     log = result.events
     world = World()
@@ -236,8 +242,9 @@ def _simulate(trace: Trace, params: SimParams, progress: Callable[[int], None] |
         if kind == "arrival":
             model, i, d = payload
             now = to_dt(now_us)
+            end_us = now_us + round(d * 1e6) + pad_us
             e = ev.ForegroundRequest(
-                at=now, namespace=ns, model=model, source="trace", busy_until=to_dt(now_us + round(d * 1e6)) if d else None
+                at=now, namespace=ns, model=model, source="trace", busy_until=to_dt(end_us) if end_us > now_us else None
             )
             append(e, f"trace/{ns}/{model}/{i}")
             act(now_us, world.backfills_of_model(ns, model))
