@@ -10,7 +10,8 @@ by a relist, maps to the same key and is stored once. State observations are key
 ``uid``; Job facts by their natural keys.
 
 :class:`Translator` keeps the little memory a translation needs (the last ``lastActiveTime`` per
-Model, so only a time moving forward is foreground demand).
+Model, so only a time moving forward is foreground demand); ``known_last_active`` seeds it from
+the log, so a relist after a restart does not take the unchanged value for a new request.
 """
 
 from __future__ import annotations
@@ -70,6 +71,8 @@ class Translator:
     """Turns watch events into log events. Thread-safe (one lock around its small memory).
 
     Args:
+        known_last_active: optional ``(namespace, model) -> datetime | None``, the latest
+            ``lastActiveTime`` the log holds for a Model (the projection's ``ModelState.last_active``).
         signal_granularity: seconds added to a ``lastActiveTime`` to make the busy span of its
             ForegroundRequest (``busy_until = lastActiveTime + granularity``): the proxy writes
             the field at most about once a minute, so the real last request may be that much
@@ -78,11 +81,12 @@ class Translator:
             the event, so replay reproduces every decision whatever the setting is later.
     """
 
-    def __init__(self, signal_granularity: float = DEFAULT_SIGNAL_GRANULARITY) -> None:
+    def __init__(self, known_last_active: Any = None, signal_granularity: float = DEFAULT_SIGNAL_GRANULARITY) -> None:
         if not signal_granularity >= 0:
             raise ValueError(f"signal_granularity {signal_granularity!r} must be >= 0 seconds")
         self._pad = timedelta(seconds=signal_granularity)
         self._last_active: dict[str, datetime] = {}
+        self._known = known_last_active
         self._lock = threading.Lock()
 
     # -- ModelBackfill ------------------------------------------------------------------------
@@ -139,6 +143,8 @@ class Translator:
         if active is not None:
             with self._lock:
                 prev = self._last_active.get(uid)
+                if prev is None and self._known is not None:
+                    prev = self._known(ns, name)
                 moved = prev is None or active > prev
                 if moved:
                     self._last_active[uid] = active
