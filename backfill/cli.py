@@ -120,6 +120,11 @@ def simulate(
     repeat_after: str = typer.Option("24h", "--repeat-after", help="spec.repeatAfter (Go duration; 0 = one-shot)."),
     job: str = typer.Option("15m", "--job", help="How long the background work takes when undisturbed."),
     cancel_latency: str = typer.Option("0s", "--cancel-latency", help="From demand to the Job being gone (Go duration)."),
+    signal_granularity: str = typer.Option(
+        "0s", "--signal-granularity",
+        help="Pad every busy span by this much, as the controller pads a coarse lastActiveTime (Go duration, "
+        "e.g. 60s); the cost against an exact signal is printed.",
+    ),
     shards: int = typer.Option(1, "--shards", min=1, max=10000, help="The job is N equal shards; a preemption keeps the finished ones (1 = not resumable)."),
     seed: int = typer.Option(7, "--seed", help="Synthetic workload: random seed."),
     synthetic_models: int = typer.Option(4, "--synthetic-models", min=1, max=1000, help="Synthetic workload: models."),
@@ -142,6 +147,7 @@ def simulate(
         repeat_after=_seconds(repeat_after, "--repeat-after"),
         job=_seconds(job, "--job"),
         cancel_latency=_seconds(cancel_latency, "--cancel-latency"),
+        signal_granularity=_seconds(signal_granularity, "--signal-granularity"),
         shards=shards,
     )
     _check_params(params)
@@ -162,6 +168,7 @@ def simulate(
         result = run_sim(tr, params, progress=lambda n: bar.advance(task, n))
     sim_seconds = time.perf_counter() - t0
     reports = summarize(tr, params, result)
+    cost = _granularity_cost(tr, params, total(reports)) if params.signal_granularity else ""
     stored = ""
     if store:
         stored = _write_simulation(database_url, schema, result)
@@ -176,6 +183,8 @@ def simulate(
             raise CLIError(f"--plot {plot}: {getattr(exc, 'strerror', None) or exc}") from None
         more = f" (the {n} busiest of {len(tr.requests)})" if len(tr.requests) > n else ""
         err.print(f"timeline of {n} model(s){more} written to {plot}", highlight=False)
+    if cost:
+        err.print(cost, highlight=False)
     err.print(
         f"simulated {tr.count} requests ({tr.skipped} rows without a model skipped), {len(result.events)} events, "
         f"{len(result.runs)} runs in {sim_seconds:.2f}s{stored}",
@@ -183,6 +192,21 @@ def simulate(
     )
 
 
+def _granularity_cost(tr: Any, params: Any, padded: Any) -> str:
+    """One line: what padding the foreground signal costs against an exact one (a second run)."""
+    import dataclasses
+
+    from .sim.cluster import simulate as run_sim
+    from .sim.report import summarize, total
+
+    exact = total(summarize(tr, dataclasses.replace(params, signal_granularity=0.0), run_sim(tr, dataclasses.replace(params, signal_granularity=0.0))))
+    lost = exact.useful - padded.useful
+    share = f" ({lost / exact.useful:.1%})" if exact.useful else ""
+    return (
+        f"signal granularity {format_duration(params.signal_granularity)}: {padded.attempts} attempts, "
+        f"{padded.succeeded} succeeded, {_fmt_s(padded.useful)} useful s; an exact signal: {exact.attempts} attempts, "
+        f"{exact.succeeded} succeeded, {_fmt_s(exact.useful)} useful s; cost {_fmt_s(lost)} useful s{share}"
+    )
 def _check_params(params: Any) -> None:
     """Contract checks shared by simulate and recommend (one-line CLIError)."""
     if params.idle_for <= 0 or params.max_run <= 0 or params.job <= 0:
@@ -243,6 +267,7 @@ def _print_reports(tr: Any, params: Any, reports: list, tot: Any) -> None:
             f"{tr.name}: idleFor {format_duration(params.idle_for)}, job {format_duration(params.job)}, "
             f"maxRun {format_duration(params.max_run)}, repeatAfter {format_duration(params.repeat_after)}, "
             f"cancel latency {format_duration(params.cancel_latency)}"
+            + (f", signal granularity {format_duration(params.signal_granularity)}" if params.signal_granularity else "")
             + (f", {params.shards} shards" if params.shards > 1 else "")
         )
     )

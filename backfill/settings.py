@@ -73,6 +73,12 @@ class Settings(BaseSettings):
     )
     backoff_initial_seconds: float = Field(default=0.5, gt=0, description="First reconnect back-off of a failed watch, seconds.")
     backoff_max_seconds: float = Field(default=30.0, gt=0, description="Largest reconnect back-off, seconds.")
+    foreground_signal_granularity_seconds: float = Field(
+        default=60.0,
+        ge=0,
+        description="How late Model.status.lastActiveTime may be (the proxy writes it about once a minute), seconds; "
+        "added to the start of an idle window that comes from lastActiveTime (not from ingest reports). 0: none.",
+    )
     poll_fallback_seconds: float = Field(default=1.0, gt=0, description="Event-log polling when no NOTIFY arrives, seconds.")
 
     @model_validator(mode="after")

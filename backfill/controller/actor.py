@@ -9,8 +9,8 @@ Two asymmetric rules:
   first, in parallel, and the decision goes to the spool beside them; nothing on that path waits
   for the database, a status write or an Event.
 
-Observations the actor makes itself (``JobCreated``, ``JobDeleted`` on a 404, ``JobFailed`` of a
-rejected create) go through the spool too, in order with the watchers' events.
+Observations the actor makes itself (``JobCreated``, ``JobDeleted`` on a 404, ``JobCreateRejected``
+of a refused create) go through the spool too, in order with the watchers' events.
 
 Re-issued creates and deletes (``CreateJob``/``DeleteJob``, emitted on every decide while one is
 outstanding) are paced per Job: the first goes out at once (so a restarted controller finishes a
@@ -24,6 +24,7 @@ GamingSession, GPULease or CronJob objects.
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import threading
 import time
@@ -205,7 +206,7 @@ class Actor:
         return self._append(event, key)
 
     def _observed(self, event: Any) -> None:
-        """An observation of the actor's own (JobCreated, JobDeleted, JobFailed): spooled in order
+        """An observation of the actor's own (JobCreated, JobDeleted, JobCreateRejected): spooled in order
         with the watchers' events; synchronous when no spool is wired (tests)."""
         if self._observe is not None:
             self._observe([(event, event.natural_key())])
@@ -347,22 +348,42 @@ class Actor:
     def create_job(self, key: tuple[str, str], uid: str, attempt: int, job_name: str, world: World) -> None:
         """Create the attempt's Job from the CronJob template in ``world``; observe ``JobCreated``.
 
-        AlreadyExists with our controller ownerReference counts as created; a Job of another
-        owner, a template that cannot be built, or a 400/403/404/422 observes ``JobFailed``
-        (reason ``CreateFailed``). Other API errors propagate (the re-issued CreateJob retries)."""
+        AlreadyExists with our controller ownerReference counts as created. Any refusal observes
+        ``JobCreateRejected`` (never ``JobFailed``: no Job exists) with the HTTP status, the API
+        server's reason and message, and whether it is permanent
+        (:func:`~backfill.core.events.create_rejection_is_permanent`: 400/422, or a template
+        that cannot be built) or transient (403 quota, 404, 409 of a foreign Job, 429, 5xx, no
+        response), so the projector blocks or backs off. Only a lost lease (``NotLeader``)
+        propagates."""
         ns, name = key
         b = world.backfills.get(key)
         spec = b.spec if b is not None else None
         template = world.templates.get((ns, spec.template_ref)) if spec is not None else None
         common = dict(namespace=ns, backfill=name, name=job_name)
+        rej = b.rejection if b is not None else None
+        number = rej.count + 1 if rej is not None and rej.attempt == attempt else 1
+
+        def reject(code: int, reason: str, message: str, permanent: bool, retry_after: float | None = None) -> None:
+            log.error(
+                f"Job {job_name} refused ({'permanent' if permanent else 'transient'}): HTTP {code} {reason}: {message}",
+                extra={"backfill": f"{ns}/{name}", "position": world.position, "decision": "JobCreateRejected"},
+            )
+            self._observed(
+                ev.JobCreateRejected(
+                    at=self.clock(), attempt=attempt, rejection=number, code=code, reason=reason, message=message[:1024],
+                    permanent=permanent, template_pos=template.pos if template is not None else 0,
+                    retry_after=retry_after, **common,
+                )
+            )
+
         if spec is None or template is None or template.job_template is None:
-            self._observed(ev.JobFailed(at=self.clock(), reason="CreateFailed", **common))
+            ref = spec.template_ref if spec is not None else "?"
+            reject(0, "TemplateNotFound", f"CronJob {ns}/{ref} not found", permanent=True)
             return
         try:
             body = build_job(template.job_template, namespace=ns, backfill=name, backfill_uid=uid, attempt=attempt, spec=spec)
         except ValueError as exc:
-            log.error(f"cannot build Job {job_name}: {exc}", extra={"backfill": f"{ns}/{name}"})
-            self._observed(ev.JobFailed(at=self.clock(), reason="CreateFailed", **common))
+            reject(0, "InvalidTemplate", str(exc), permanent=True)
             return
         self._guard()
         try:
@@ -370,20 +391,24 @@ class Actor:
             job_uid = created.metadata.uid
         except ApiException as exc:
             if exc.status == 409:
-                existing = self.batch.read_namespaced_job(job_name, ns, _request_timeout=self.timeout)
-                owners = existing.metadata.owner_references or []
-                if any(o.uid == uid and o.controller for o in owners):
-                    job_uid = existing.metadata.uid
-                else:
-                    log.error(f"Job {job_name} exists and is not ours", extra={"backfill": f"{ns}/{name}"})
-                    self._observed(ev.JobFailed(at=self.clock(), reason="CreateFailed", **common))
+                try:
+                    existing = self.batch.read_namespaced_job(job_name, ns, _request_timeout=self.timeout)
+                except Exception as read_exc:  # noqa: BLE001 - a transient refusal, retried
+                    reject(409, "AlreadyExists", f"Job {job_name} exists and could not be read: {_first_line(read_exc)}", False)
                     return
-            elif exc.status in (400, 403, 404, 422):
-                log.error(f"Job {job_name} rejected: HTTP {exc.status} {exc.reason}", extra={"backfill": f"{ns}/{name}"})
-                self._observed(ev.JobFailed(at=self.clock(), reason="CreateFailed", **common))
-                return
+                owners = existing.metadata.owner_references or []
+                if not any(o.uid == uid and o.controller for o in owners):
+                    reject(409, "AlreadyExists", f"Job {job_name} exists and is not owned by this ModelBackfill", False)
+                    return
+                job_uid = existing.metadata.uid
             else:
-                raise
+                code = int(exc.status or 0)
+                reason, message = _status_of(exc)
+                reject(code, reason, message, ev.create_rejection_is_permanent(code), _retry_after(exc))
+                return
+        except Exception as exc:  # noqa: BLE001 - no response (timeout, connection): transient
+            reject(0, type(exc).__name__, _first_line(exc), permanent=False)
+            return
         self._observed(ev.JobCreated(at=self.clock(), uid=job_uid, **common))
 
     # -- cancel / delete ----------------------------------------------------------------------
@@ -551,6 +576,35 @@ class Actor:
                 self._written.clear()
             else:
                 self._written.pop(key, None)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc)
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _status_of(exc: ApiException) -> tuple[str, str]:
+    """(reason, message) of an API error: the ``metav1.Status`` body if there is one."""
+    try:
+        body = json.loads(exc.body) if exc.body else {}
+    except (TypeError, ValueError):
+        body = {}
+    if not isinstance(body, dict):
+        body = {}
+    reason = str(body.get("reason") or exc.reason or "")
+    message = str(body.get("message") or (exc.body if isinstance(exc.body, str) else "") or exc.reason or "")
+    return reason, message.strip()
+
+
+def _retry_after(exc: ApiException) -> float | None:
+    """The ``Retry-After`` header of an API error in seconds (delta-seconds form only), or None."""
+    headers = exc.headers or {}
+    value = headers.get("Retry-After") if hasattr(headers, "get") else None
+    try:
+        seconds = float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+    return seconds if seconds is not None and 0 <= seconds < 86400 else None
 
 
 def merge_status(current: Mapping[str, Any], desired: Mapping[str, Any], now: datetime) -> dict[str, Any]:

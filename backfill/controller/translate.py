@@ -17,17 +17,20 @@ the log, so a relist after a restart does not take the unchanged value for a new
 from __future__ import annotations
 
 import threading
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Mapping
 
 from backfill.core import events as ev
-from backfill.core.jobtemplate import BACKFILL_LABEL
+from backfill.core.jobtemplate import backfill_of_job
 from backfill.core.timefmt import parse_rfc3339
 
 Pair = tuple[Any, str]
 
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
+#: Seconds by which ``Model.status.lastActiveTime`` may lag the real last request
+#: (cluster-contract: the proxy writes it at most about once a minute). Settings override it.
+DEFAULT_SIGNAL_GRANULARITY = 60.0
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -65,11 +68,23 @@ def model_shared(obj: Mapping[str, Any]) -> str:
 
 
 class Translator:
-    """Turns watch events into log events. Thread-safe (one lock around its small memory)."""
+    """Turns watch events into log events. Thread-safe (one lock around its small memory).
 
-    def __init__(self, known_last_active: Any = None) -> None:
-        """``known_last_active``: optional ``(namespace, model) -> datetime | None``, the latest
-        ``lastActiveTime`` the log holds for a Model (the projection's ``ModelState.last_active``)."""
+    Args:
+        known_last_active: optional ``(namespace, model) -> datetime | None``, the latest
+            ``lastActiveTime`` the log holds for a Model (the projection's ``ModelState.last_active``).
+        signal_granularity: seconds added to a ``lastActiveTime`` to make the busy span of its
+            ForegroundRequest (``busy_until = lastActiveTime + granularity``): the proxy writes
+            the field at most about once a minute, so the real last request may be that much
+            later, and an idle window counted from the bare value could start early. Only this
+            signal is padded; ingest reports carry their own times. The padding is stored in
+            the event, so replay reproduces every decision whatever the setting is later.
+    """
+
+    def __init__(self, known_last_active: Any = None, signal_granularity: float = DEFAULT_SIGNAL_GRANULARITY) -> None:
+        if not signal_granularity >= 0:
+            raise ValueError(f"signal_granularity {signal_granularity!r} must be >= 0 seconds")
+        self._pad = timedelta(seconds=signal_granularity)
         self._last_active: dict[str, datetime] = {}
         self._known = known_last_active
         self._lock = threading.Lock()
@@ -103,7 +118,8 @@ class Translator:
 
     def model(self, kind: str, obj: Mapping[str, Any], now: datetime) -> list[Pair]:
         """Model -> ModelReady/ModelNotReady/ModelDeleted, and a ForegroundRequest when
-        ``status.lastActiveTime`` moved forward (key ``fg/{uid}/{lastActiveTime}``)."""
+        ``status.lastActiveTime`` moved forward (key ``fg/{uid}/{lastActiveTime}``; busy until
+        ``lastActiveTime`` + the signal granularity)."""
         ns, name, uid, rv = _ident(obj)
         if kind == DELETED:
             with self._lock:
@@ -135,7 +151,13 @@ class Translator:
             if moved:
                 out.append(
                     (
-                        ev.ForegroundRequest(at=active, namespace=ns, model=name, source="lastActiveTime"),
+                        ev.ForegroundRequest(
+                            at=active,
+                            namespace=ns,
+                            model=name,
+                            source="lastActiveTime",
+                            busy_until=active + self._pad if self._pad else None,
+                        ),
                         f"fg/{uid}/{raw}",
                     )
                 )
@@ -198,10 +220,11 @@ class Translator:
 
     def job(self, kind: str, obj: Mapping[str, Any], now: datetime) -> list[Pair]:
         """An owned Job (labelled with its ModelBackfill) -> JobCreated/JobRunning/JobSucceeded/
-        JobFailed/JobDeleted, each with its natural key."""
+        JobFailed/JobDeleted, each with its natural key. The backfill is the Job's controller
+        ownerReference (its full name, even past 63 characters; the label may be hashed)."""
         ns, name, uid, _ = _ident(obj)
         m = _meta(obj)
-        backfill = (m.get("labels") or {}).get(BACKFILL_LABEL)
+        backfill = backfill_of_job(m)
         if not backfill:
             return []
         common = dict(namespace=ns, backfill=backfill, name=name, uid=uid)

@@ -241,6 +241,50 @@ class JobDeleted(_JobEvent):
     type: Literal["JobDeleted"] = "JobDeleted"
 
 
+class JobCreateRejected(_JobEvent):
+    """The create of an admitted attempt's Job was refused, so no Job exists (not a Job failure).
+
+    ``code`` is the HTTP status (0: refused before any call, e.g. the template could not be
+    built; or no response at all), ``reason``/``message`` the API server's Status (or the
+    controller's own words), ``permanent`` the classification of
+    :func:`create_rejection_is_permanent`. ``attempt`` is the attempt number, ``rejection``
+    counts the refusals of that attempt (1, 2, ...: part of the idempotency key),
+    ``template_pos`` the log position of the CronJob template the Job was built from, and
+    ``retry_after`` the server's ``Retry-After`` (seconds) if it sent one.
+
+    The projector makes a permanent refusal ``Blocked`` (reason ``JobRejected``) until the spec
+    or the template changes; a transient one keeps the attempt Starting and creates again
+    after a back-off. Neither is a completion nor starts a ``repeatAfter`` cooldown.
+    """
+
+    type: Literal["JobCreateRejected"] = "JobCreateRejected"
+    attempt: int
+    rejection: int = Field(ge=1)
+    code: int = 0
+    reason: str = ""
+    message: str = ""
+    permanent: bool = False
+    template_pos: int = 0
+    retry_after: float | None = None
+
+    def natural_key(self) -> str | None:
+        return f"job/{self.namespace}/{self.name}/{self.type}/{self.rejection}"
+
+
+def create_rejection_is_permanent(code: int) -> bool:
+    """Whether a refused Job create is permanent (the object itself is invalid) or transient.
+
+    Permanent: 422 Unprocessable Entity (the API server's validation: ``Invalid``) and 400 Bad
+    Request (a malformed object, or an admission webhook that denied this object); retrying
+    the same object cannot succeed, so the declaration is Blocked until its spec or template
+    changes. Everything else is transient and retried with back-off: 403 (ResourceQuota
+    exceeded, RBAC, a webhook's Forbidden: fixed elsewhere, with no event to say so), 404 (the
+    namespace is going away), 409 (a foreign Job holds the name), 429, 5xx (a webhook that is
+    unavailable is a 500), and 0 (no response: timeout, connection refused).
+    """
+    return code in (400, 422)
+
+
 # --------------------------------------------------------------------------- decisions
 
 
@@ -328,6 +372,7 @@ Event = Annotated[
         JobSucceeded,
         JobFailed,
         JobDeleted,
+        JobCreateRejected,
         AttemptAdmitted,
         AttemptCancelled,
         BackfillBlocked,

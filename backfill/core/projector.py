@@ -47,6 +47,7 @@ from .commands import (
 from .jobtemplate import gpu_requests, job_name, template_problem
 from .spec import parse_spec
 from .status import status_from_verdict
+from .timefmt import rfc3339
 from .state import (
     LIVE,
     CANCELLING,
@@ -55,6 +56,7 @@ from .state import (
     STARTING,
     Attempt,
     BackfillState,
+    CreateRejection,
     Gate,
     GateEnd,
     Key,
@@ -66,6 +68,10 @@ from .state import (
 #: Seconds between re-checks of an attempt whose create or delete is not observed yet. The
 #: re-issue itself is emitted on every decide; the actor paces it (back-off per Job).
 RETRY_SECONDS = 30.0
+#: Back-off of a Job create the API server refused transiently (``JobCreateRejected``), seconds:
+#: 10, 20, 40, ... at most 300, and never sooner than the server's ``Retry-After``.
+CREATE_BACKOFF_INITIAL = 10.0
+CREATE_BACKOFF_MAX = 300.0
 
 # Reasons (cluster-contract "Waiting/cancel reasons" and "Blocked reasons").
 IDLE_WINDOW = "IdleWindow"
@@ -84,6 +90,8 @@ TEMPLATE_NOT_FOUND = "TemplateNotFound"
 GPU_REQUEST_FORBIDDEN = "GPURequestForbidden"
 MODEL_NOT_FOUND = "ModelNotFound"
 INVALID_TEMPLATE = "InvalidTemplate"
+JOB_REJECTED = "JobRejected"  # Blocked: the API server refused the Job permanently (e.g. 422)
+CREATE_RETRYING = "CreateRetrying"  # Starting: the create was refused transiently; retried with back-off
 
 IDLE_WINDOW_MESSAGE = "waiting for a continuous idle window"
 
@@ -423,6 +431,40 @@ def _fold_job_deleted(w: World, e: ev.JobDeleted, pos: int) -> World:
     return _put_backfill(w, _end(b, a, e.at, "cancelled", "JobDeleted", pos), pos)
 
 
+def create_backoff(count: int, retry_after: float | None = None) -> float:
+    """Seconds before creating again after the ``count``-th transient refusal (1-based)."""
+    backoff = min(CREATE_BACKOFF_MAX, CREATE_BACKOFF_INITIAL * 2 ** min(count - 1, 30))
+    return max(backoff, retry_after or 0.0)
+
+
+def _fold_create_rejected(w: World, e: ev.JobCreateRejected, pos: int) -> World:
+    """A refused create: permanent -> the attempt ends (``cancelled``, ``JobRejected``, no Job
+    existed) and :func:`block_reason` holds the declaration; transient -> the attempt stays
+    Starting, to be created again after :func:`create_backoff`. Never a failure or success."""
+    found = _job_attempt(w, e)
+    if found is None or found[1].lifecycle != STARTING or found[1].number != e.attempt:
+        return w._replace(position=pos)  # created, cancelled or superseded meanwhile
+    b, a = found
+    old = b.rejection
+    count = old.count + 1 if old is not None and old.attempt == a.number else 1
+    if e.rejection < count:
+        return w._replace(position=pos)  # an older refusal delivered late
+    spec = b.spec
+    t = w.templates.get((b.namespace, spec.template_ref)) if spec is not None else None
+    # Permanent only for the template it was built from: if the CronJob changed meanwhile, the
+    # next create uses the new one, so the refusal says nothing about it (retry instead).
+    permanent = e.permanent and (t.pos if t is not None else 0) == e.template_pos
+    summary = f"HTTP {e.code} {e.reason}: {e.message}" if e.code else f"{e.reason}: {e.message}"
+    retry_at = e.at if permanent else e.at + timedelta(seconds=create_backoff(count, e.retry_after))
+    rej = CreateRejection(
+        attempt=a.number, count=count, permanent=permanent, summary=summary, at=e.at, retry_at=retry_at,
+        generation=a.generation, job_template=t.job_template if t is not None else None, pos=pos,
+    )
+    if permanent:
+        return _put_backfill(w, _end(b, a, e.at, "cancelled", JOB_REJECTED, pos)._replace(rejection=rej), pos)
+    return _put_backfill(w, b._replace(rejection=rej), pos)
+
+
 def _fold_admitted(w: World, e: ev.AttemptAdmitted, pos: int) -> World:
     b = w.backfills.get((e.namespace, e.backfill))
     if b is None or b.uid != e.uid or e.attempt <= b.attempts:
@@ -495,6 +537,7 @@ _FOLD: dict[type, Callable[[World, Any, int], World]] = {
     ev.JobSucceeded: _fold_job_succeeded,
     ev.JobFailed: _fold_job_failed,
     ev.JobDeleted: _fold_job_deleted,
+    ev.JobCreateRejected: _fold_create_rejected,
     ev.AttemptAdmitted: _fold_admitted,
     ev.AttemptCancelled: _fold_cancelled,
     ev.BackfillBlocked: _fold_blocked,
@@ -502,6 +545,12 @@ _FOLD: dict[type, Callable[[World, Any, int], World]] = {
     ev.FinalizerReleased: _fold_finalizer,
 }
 assert set(_FOLD) == set(ev.EVENT_TYPES.values()), "every event type needs a fold handler"
+
+
+#: Events that make an attempt live or end it (the contender gate of others may change).
+_FREES_OR_TAKES_A_SLOT = frozenset(
+    {ev.AttemptAdmitted, ev.JobSucceeded, ev.JobFailed, ev.JobDeleted, ev.JobCreateRejected}
+)
 
 
 def affected(world: World, event: Any) -> tuple[Key, ...]:
@@ -518,7 +567,19 @@ def affected(world: World, event: Any) -> tuple[Key, ...]:
                 keys.update(world.backfills_on_node(m.node))
         return tuple(sorted(keys))
     if hasattr(event, "backfill"):
-        return ((event.namespace, event.backfill),) if (event.namespace, event.backfill) in world.backfills else ()
+        key = (event.namespace, event.backfill)
+        b = world.backfills.get(key)
+        if b is None:
+            return ()
+        if t in _FREES_OR_TAKES_A_SLOT and b.attempt is not None:
+            # An attempt began or ended: every backfill on its model or node may see the
+            # contender gate open or close (admission, or a fresh ConcurrentBackfill status).
+            a = b.attempt
+            keys = {key, *world.backfills_of_model(event.namespace, a.model)}
+            if a.node:
+                keys.update(world.backfills_on_node(a.node))
+            return tuple(sorted(keys))
+        return (key,)
     if t in (ev.BackfillApplied, ev.BackfillDeleting, ev.BackfillDeleted):
         key = (event.namespace, event.name)
         keys = {key} if key in world.backfills else set()
@@ -577,7 +638,18 @@ def block_reason(world: World, b: BackfillState) -> tuple[str, str] | None:
     m = world.models.get((b.namespace, spec.model_ref))
     if m is None or not m.exists:
         return (MODEL_NOT_FOUND, f"Model {b.namespace}/{spec.model_ref} not found")
+    rej = _permanent_rejection(b, t.job_template)
+    if rej is not None:
+        return (JOB_REJECTED, f"the API server refused the Job ({rej.summary}); change the spec or the CronJob to try again")
     return None
+
+
+def _permanent_rejection(b: BackfillState, job_template: Mapping[str, Any] | None) -> CreateRejection | None:
+    """The permanent create refusal that still applies: same spec generation, same template."""
+    rej = b.rejection
+    if rej is None or not rej.permanent or rej.generation != b.generation:
+        return None
+    return rej if job_template is rej.job_template or job_template == rej.job_template else None
 
 
 def _block_cause(world: World, b: BackfillState) -> int:
@@ -585,6 +657,8 @@ def _block_cause(world: World, b: BackfillState) -> int:
     if spec is None:
         return world.position
     t = world.templates.get((b.namespace, spec.template_ref))
+    if t is not None and b.rejection is not None and _permanent_rejection(b, t.job_template) is not None:
+        return b.rejection.pos
     return t.pos if t is not None else world.position
 
 
@@ -689,6 +763,8 @@ def evaluate(world: World, key: Key, now: datetime, reserved: set | None = None)
         if cond is not None:
             reason, message, cause = cond
             return Verdict(CANCELLING, reason, message, (Cancel(key, b.uid, a.number, a.job_name, reason, message, cause),))
+        if a.lifecycle == STARTING and b.rejection is not None and b.rejection.attempt == a.number:
+            return _create_retrying(key, a, b.rejection, now)  # a transient refusal: back-off
         if a.lifecycle == STARTING:
             return Verdict(
                 STARTING,
@@ -762,6 +838,17 @@ def evaluate(world: World, key: Key, now: datetime, reserved: set | None = None)
             reserved.add(m.node)
     admit = Admit(key, b.uid, attempt, b.generation, name, spec.model_ref, m.node, cause)
     return Verdict(STARTING, "Admitted", f"admitting attempt {attempt}", unblock + (admit,), None, since)
+
+
+def _create_retrying(key: Key, a: Attempt, rej: CreateRejection, now: datetime) -> Verdict:
+    """Starting after a transient create refusal: create again once the back-off is over."""
+    message = f"the API server refused Job {a.job_name} ({rej.summary}); refusal {rej.count}, creating again at {rfc3339(rej.retry_at)}"
+    if now < rej.retry_at:
+        return Verdict(STARTING, CREATE_RETRYING, message, (), wake_at=rej.retry_at)
+    return Verdict(
+        STARTING, CREATE_RETRYING, message, (CreateJob(key, a.number, a.job_name),),
+        wake_at=now + timedelta(seconds=RETRY_SECONDS),
+    )
 
 
 WAITING = "WaitingForIdle"

@@ -126,6 +126,26 @@ class Attempt(NamedTuple):
         return self.lifecycle in LIVE
 
 
+class CreateRejection(NamedTuple):
+    """The latest refused Job create of a backfill (event ``JobCreateRejected``).
+
+    ``permanent``: the declaration is Blocked while its generation is ``generation`` and its
+    CronJob's template is still ``job_template`` (the one refused). Transient: attempt
+    ``attempt`` stays Starting and is created again at ``retry_at`` (UTC); ``count`` refusals
+    so far. ``summary`` is the API server's answer for status (``HTTP 403 Forbidden: ...``).
+    """
+
+    attempt: int
+    count: int
+    permanent: bool
+    summary: str
+    at: datetime
+    retry_at: datetime
+    generation: int
+    job_template: Mapping[str, Any] | None
+    pos: int
+
+
 class BackfillState(NamedTuple):
     """One ModelBackfill's projection.
 
@@ -139,6 +159,7 @@ class BackfillState(NamedTuple):
         failed_generation: a failed attempt makes this generation terminal.
         blocked: the last recorded (reason, message) of a Blocked decision, or None.
         finalizer_released: the controller let the object go.
+        rejection: the latest refused Job create (:class:`CreateRejection`), or None.
     """
 
     namespace: str
@@ -157,6 +178,7 @@ class BackfillState(NamedTuple):
     failed_generation: int = -1  # -1: never
     blocked: tuple[str, str] | None = None
     finalizer_released: bool = False
+    rejection: CreateRejection | None = None
 
     @property
     def key(self) -> Key:

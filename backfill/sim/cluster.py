@@ -88,6 +88,10 @@ class SimParams:
         repeat_after: spec.repeatAfter (0 = one-shot).
         job: how long the background work takes when undisturbed.
         cancel_latency: seconds from the cancel decision to the Job being gone (Δ).
+        signal_granularity: seconds added to the end of every busy span the projector sees, as
+            the controller pads a coarse ``Model.status.lastActiveTime`` (setting
+            ``foreground_signal_granularity_seconds``); 0 = an exact signal (a trace, or ingest).
+            Preemption still follows the real arrivals: this only delays the idle windows.
         shards: N >= 1 equal shards the job is made of (1 = not resumable: a preemption loses
             the whole attempt).
         namespace: namespace of the simulated objects.
@@ -98,6 +102,7 @@ class SimParams:
     repeat_after: float = 0.0
     job: float = 900.0
     cancel_latency: float = 0.0
+    signal_granularity: float = 0.0
     shards: int = 1
     namespace: str = "sim"
 
@@ -171,6 +176,7 @@ def _simulate(trace: Trace, params: SimParams, progress: Callable[[int], None] |
     shard_us = params.shard_us()
     max_us = round(params.max_run * 1e6)
     delta_us = round(params.cancel_latency * 1e6)
+    pad_us = round(params.signal_granularity * 1e6)
     result = SimResult()
     log = result.events
     world = World()
@@ -252,8 +258,9 @@ def _simulate(trace: Trace, params: SimParams, progress: Callable[[int], None] |
         if kind == "arrival":
             model, i, d = payload
             now = to_dt(now_us)
+            end_us = now_us + round(d * 1e6) + pad_us
             e = ev.ForegroundRequest(
-                at=now, namespace=ns, model=model, source="trace", busy_until=to_dt(now_us + round(d * 1e6)) if d else None
+                at=now, namespace=ns, model=model, source="trace", busy_until=to_dt(end_us) if end_us > now_us else None
             )
             append(e, f"trace/{ns}/{model}/{i}")
             act(now_us, world.backfills_of_model(ns, model))
