@@ -129,7 +129,7 @@ class Controller:
             remember=self._remember_object,
         )
         self.preemptor = Preemptor(lambda: self.world, self.spool, self.actor.preempt, self.is_leader, clock)
-        self.translator = Translator(self._known_last_active, settings.foreground_signal_granularity_seconds)
+        self.translator = Translator(self._known_last_active, signal_granularity=settings.foreground_signal_granularity_seconds)
         self.watchers: list[Watcher] = []
         self._wakes: list[tuple[datetime, Key]] = []
         self._wake_of: dict[Key, datetime] = {}

@@ -81,7 +81,7 @@ class Translator:
             the event, so replay reproduces every decision whatever the setting is later.
     """
 
-    def __init__(self, known_last_active: Any = None, signal_granularity: float = DEFAULT_SIGNAL_GRANULARITY) -> None:
+    def __init__(self, known_last_active: Any = None, *, signal_granularity: float = DEFAULT_SIGNAL_GRANULARITY) -> None:
         if not signal_granularity >= 0:
             raise ValueError(f"signal_granularity {signal_granularity!r} must be >= 0 seconds")
         self._pad = timedelta(seconds=signal_granularity)
