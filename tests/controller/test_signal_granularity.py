@@ -55,12 +55,12 @@ def test_the_default_granularity_is_a_documented_60_seconds():
 
 
 def test_last_active_time_is_busy_for_the_granularity():
-    (request,) = [e for e, _ in Translator(60).model(MODIFIED, _model(T), T) if isinstance(e, ev.ForegroundRequest)]
+    (request,) = [e for e, _ in Translator(signal_granularity=60).model(MODIFIED, _model(T), T) if isinstance(e, ev.ForegroundRequest)]
     assert (request.at, request.busy_until, request.source) == (T, T + timedelta(seconds=60), "lastActiveTime")
 
 
 def test_an_idle_window_from_last_active_time_starts_a_granularity_later():
-    (request,) = [e for e, _ in Translator(60).model(MODIFIED, _model(T), T) if isinstance(e, ev.ForegroundRequest)]
+    (request,) = [e for e, _ in Translator(signal_granularity=60).model(MODIFIED, _model(T), T) if isinstance(e, ev.ForegroundRequest)]
     world = _world([request])
     assert not _admitted(world, 600)  # lastActiveTime + idleFor: the real last request may be later
     assert not _admitted(world, 659)
@@ -68,7 +68,7 @@ def test_an_idle_window_from_last_active_time_starts_a_granularity_later():
 
 
 def test_a_granularity_of_zero_keeps_the_bare_value():
-    (request,) = [e for e, _ in Translator(0).model(MODIFIED, _model(T), T) if isinstance(e, ev.ForegroundRequest)]
+    (request,) = [e for e, _ in Translator(signal_granularity=0).model(MODIFIED, _model(T), T) if isinstance(e, ev.ForegroundRequest)]
     assert request.busy_until is None
     assert _admitted(_world([request]), 600)
 
