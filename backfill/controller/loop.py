@@ -36,7 +36,7 @@ from backfill.core import events as ev
 from backfill.core.commands import Admit
 from backfill.core.events import decode_many
 from backfill.core.perf import paused_gc
-from backfill.core.projector import affected, decide, fold
+from backfill.core.projector import affected, decide, fold, only_position_moved
 from backfill.core.runs import run_rows
 from backfill.core.state import World
 from backfill.settings import Settings
@@ -254,7 +254,8 @@ class Controller:
             for (position, *_), e in zip(batch, decoded):
                 before = world
                 world = fold(world, e, position)
-                keys.update(affected(world, e))
+                if not only_position_moved(before, world):
+                    keys.update(affected(world, e))
                 if position <= stored:
                     continue
                 for row in run_rows(before, world, e):
