@@ -31,6 +31,21 @@ app = typer.Typer(
     rich_markup_mode=None,
     help="modelbackfill: turn a warm model's idle time into bounded background Jobs.",
 )
+def _version(value: bool) -> None:
+    if value:
+        from . import __version__
+
+        print(f"backfill {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+) -> None:
+    """modelbackfill: turn a warm model's idle time into bounded background Jobs."""
+
+
 db_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Database schema management.")
 app.add_typer(db_app, name="db")
 
@@ -425,21 +440,36 @@ def db_upgrade(
 # ----------------------------------------------------------------------------- controller
 
 
+def _env_help(text: str, env: str) -> str:
+    """Help text that names the option's environment variable (shown in ``--help``)."""
+    return f"{text}  [env var: {env}]"
+
+
 @app.command()
 def controller(
-    kubeconfig: Optional[Path] = typer.Option(None, "--kubeconfig", help="kubeconfig file; unset: in-cluster, else ~/.kube/config."),
-    namespace: Optional[str] = typer.Option(None, "--namespace", help="Watch only this namespace; unset: all."),
-    database_url: Optional[str] = DatabaseOpt,
-    metrics_address: Optional[str] = typer.Option(None, "--metrics-address", help="host:port for /metrics, /healthz, /readyz."),
-    lease_name: Optional[str] = typer.Option(None, "--lease-name", help="Leader-election Lease name."),
-    lease_namespace: Optional[str] = typer.Option(None, "--lease-namespace", help="Leader-election Lease namespace."),
+    kubeconfig: Optional[Path] = typer.Option(None, "--kubeconfig", help=_env_help("kubeconfig file; unset: in-cluster, else ~/.kube/config.", "BACKFILL_KUBECONFIG")),
+    namespace: Optional[str] = typer.Option(None, "--namespace", help=_env_help("Watch only this namespace; unset: all.", "BACKFILL_NAMESPACE")),
+    database_url: Optional[str] = typer.Option(
+        None, "--database-url",
+        help=_env_help("PostgreSQL URL; unset: BACKFILL_DATABASE_URL_FILE, else the embedded server in .backfill/pg.", "BACKFILL_DATABASE_URL"),
+    ),
+    metrics_address: Optional[str] = typer.Option(
+        None, "--metrics-address",
+        help=_env_help("host:port for /metrics, /healthz, /readyz and POST /v1/foreground (ingest).", "BACKFILL_METRICS_ADDRESS"),
+    ),
+    leader_elect: Optional[bool] = typer.Option(
+        None, "--leader-elect/--no-leader-elect",
+        help=_env_help("Leader election on the Lease (default off; on in the Deployment).", "BACKFILL_LEADER_ELECT"),
+    ),
+    lease_name: Optional[str] = typer.Option(None, "--lease-name", help=_env_help("Leader-election Lease name.", "BACKFILL_LEASE_NAME")),
+    lease_namespace: Optional[str] = typer.Option(None, "--lease-namespace", help=_env_help("Leader-election Lease namespace (must exist).", "BACKFILL_LEASE_NAMESPACE")),
     schema: str = typer.Option("backfill", "--schema", envvar="BACKFILL_SCHEMA", help="PostgreSQL schema."),
 ) -> None:
     """Run the Kubernetes controller (settings from BACKFILL_* and these flags)."""
     from pydantic import ValidationError
 
     flags = dict(kubeconfig=kubeconfig, namespace=namespace, database_url=database_url, metrics_address=metrics_address,
-                 lease_name=lease_name, lease_namespace=lease_namespace)
+                 leader_elect=leader_elect, lease_name=lease_name, lease_namespace=lease_namespace)
     try:
         settings = Settings(**{k: v for k, v in flags.items() if v is not None})
     except ValidationError as exc:
@@ -469,11 +499,11 @@ def controller(
         raise CLIError(str(exc)) from None
 
 
-def _libpq_url(url: str) -> str:
-    """The SQLAlchemy URL as a libpq one (``postgresql://``) for psql."""
+def _libpq_url(url: str, hide_password: bool = False) -> str:
+    """The SQLAlchemy URL as a libpq one (``postgresql://``) for psql; ``***`` for the password when hidden."""
     from sqlalchemy.engine import make_url
 
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=hide_password)
 
 
 @db_app.command("shell")
@@ -496,14 +526,15 @@ def db_shell(
 @db_app.command("url")
 def db_url(
     database_url: Optional[str] = DatabaseOpt,
+    show_password: bool = typer.Option(False, "--show-password", help="Print the password instead of ***."),
 ) -> None:
-    """Print the database URL in libpq form (for psql and other tools).
+    """Print the database URL in libpq form (for psql and other tools); the password as *** unless --show-password.
 
     The embedded server stops when the last backfill process using it exits: use
     `backfill db shell` for it, or keep another backfill command running.
     """
     url, _ = _store(database_url, "backfill", quiet=True)
-    print(_libpq_url(url))
+    print(_libpq_url(url, hide_password=not show_password))
 
 
 # ----------------------------------------------------------------------------- entry point
