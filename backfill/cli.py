@@ -142,6 +142,7 @@ def simulate(
     repeat_after: str = typer.Option("24h", "--repeat-after", help="spec.repeatAfter (Go duration; 0 = one-shot)."),
     job: str = typer.Option("15m", "--job", help="How long the background work takes when undisturbed."),
     cancel_latency: str = typer.Option("0s", "--cancel-latency", help="From demand to the Job being gone (Go duration)."),
+    shards: int = typer.Option(1, "--shards", min=1, max=10000, help="The job is N equal shards; a preemption keeps the finished ones (1 = not resumable)."),
     seed: int = typer.Option(7, "--seed", help="Synthetic workload: random seed."),
     synthetic_models: int = typer.Option(4, "--synthetic-models", min=1, max=1000, help="Synthetic workload: models."),
     days: float = typer.Option(2.0, "--days", min=0.01, max=366, help="Synthetic workload: days."),
@@ -163,11 +164,9 @@ def simulate(
         repeat_after=_seconds(repeat_after, "--repeat-after"),
         job=_seconds(job, "--job"),
         cancel_latency=_seconds(cancel_latency, "--cancel-latency"),
+        shards=shards,
     )
-    if params.idle_for <= 0 or params.max_run <= 0 or params.job <= 0:
-        raise CLIError("--idle-for, --max-run and --job must be greater than zero")
-    if 0 < params.repeat_after < 60:
-        raise CLIError("--repeat-after must be 0 (one-shot) or at least 1m (seed contract)")
+    _check_params(params)
     try:
         tr = read_trace(trace, fmt.value) if trace is not None else synthetic(seed, synthetic_models, days)
         tr = tr.filtered(model)
@@ -189,7 +188,7 @@ def simulate(
     if store:
         stored = _write_simulation(database_url, schema, result)
     if as_json:
-        print(json.dumps([r.__dict__ | {"ratio": r.ratio} for r in reports + [total(reports)]], indent=2))
+        print(json.dumps([r.as_dict() for r in reports + [total(reports)]], indent=2))
     else:
         _print_reports(tr, params, reports, total(reports))
     if plot is not None:
@@ -204,6 +203,16 @@ def simulate(
         f"{len(result.runs)} runs in {sim_seconds:.2f}s{stored}",
         highlight=False,
     )
+
+
+def _check_params(params: Any) -> None:
+    """Contract checks shared by simulate and recommend (one-line CLIError)."""
+    if params.idle_for <= 0 or params.max_run <= 0 or params.job <= 0:
+        raise CLIError("--idle-for, --max-run and --job must be greater than zero")
+    if 0 < params.repeat_after < 60:
+        raise CLIError("--repeat-after must be 0 (one-shot) or at least 1m (seed contract)")
+    if params.job * 1e6 / params.shards < 1:
+        raise CLIError(f"--shards {params.shards}: a shard of --job {format_duration(params.job)} would be shorter than 1us")
 
 
 _PLOT_FORMATS = (".png", ".svg", ".pdf", ".jpg", ".jpeg")
@@ -260,19 +269,216 @@ def _print_reports(tr: Any, params: Any, reports: list, tot: Any) -> None:
             f"{tr.name}: idleFor {format_duration(params.idle_for)}, job {format_duration(params.job)}, "
             f"maxRun {format_duration(params.max_run)}, repeatAfter {format_duration(params.repeat_after)}, "
             f"cancel latency {format_duration(params.cancel_latency)}"
+            + (f", {params.shards} shards" if params.shards > 1 else "")
         )
     )
-    cols = ["model", "requests", "idle windows", "attempts", "succeeded", "preempted", "deadline", "useful s", "wasted s", "overlap s", "bound jobs", "bound s", "ratio"]
+    cols = [
+        "model", "requests", "idle windows", "attempts", "succeeded", "preempted", "deadline", "useful s", "wasted s",
+        "overlap s", "bound jobs", "bound s", "ratio", "idle s", "useful/idle",
+    ]
     for c in cols:
         table.add_column(c, justify="left" if c == "model" else "right")
     for r in reports + [tot]:
         table.add_row(
             r.model, str(r.requests), str(r.idle_windows), str(r.attempts), str(r.succeeded), str(r.preempted),
             str(r.deadline_exceeded), _fmt_s(r.useful), _fmt_s(r.wasted), _fmt_s(r.overlap), str(r.bound_jobs),
-            _fmt_s(r.bound_useful), f"{r.ratio:.3f}" if r.ratio is not None else "-",
+            _fmt_s(r.bound_useful), f"{r.ratio:.3f}" if r.ratio is not None else "-", _fmt_s(r.idle),
+            f"{r.idle_share:.3f}" if r.idle_share is not None else "-",
             end_section=r is reports[-1],
         )
     out.print(table)
+
+
+# ----------------------------------------------------------------------------- recommend
+
+
+def _duration_list(text: str, what: str) -> list[float]:
+    """A comma-separated list of Go durations -> sorted unique seconds (> 0)."""
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    if not items:
+        raise CLIError(f"{what}: give at least one value, such as 5m,10m,30m")
+    values = sorted({_seconds(x, what) for x in items})
+    if values[0] <= 0:
+        raise CLIError(f"{what}: every value must be greater than zero")
+    return values
+
+
+def _int_list(text: str, what: str) -> list[int]:
+    """A comma-separated list of integers >= 1 -> sorted unique."""
+    try:
+        values = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        raise CLIError(f"{what}: {text!r} is not a comma-separated list of integers, such as 1,4,8") from None
+    if not values or values[0] < 1 or values[-1] > 10000:
+        raise CLIError(f"{what}: give integers from 1 to 10000, such as 1,4,8")
+    return values
+
+
+def _ns_name(text: str, what: str) -> tuple[str, str]:
+    ns, sep, name = text.partition("/")
+    if not sep or not ns or not name or "/" in name:
+        raise CLIError(f"{what} must be NAMESPACE/NAME, got {text!r}")
+    return ns, name
+
+
+@app.command()
+def recommend(
+    trace: Optional[Path] = typer.Option(None, "--trace", help="Foreground request trace (else the event log)."),
+    fmt: TraceFormat = typer.Option(TraceFormat.csv, "--format", help="Trace format."),
+    model: list[str] = typer.Option([], "--model", metavar="NAME", help="Model (repeatable): NAME in a trace, NAMESPACE/NAME in the log."),
+    backfill: Optional[str] = typer.Option(None, "--backfill", help="NAMESPACE/NAME: a ModelBackfill in the log (its model, spec, runs)."),
+    database_url: Optional[str] = DatabaseOpt,
+    schema: str = typer.Option("backfill", "--schema", envvar="BACKFILL_SCHEMA", help="PostgreSQL schema of the log."),
+    job: Optional[str] = typer.Option(None, "--job", help="Job length (Go duration); default: the median succeeded run of --backfill, else 15m."),
+    max_run: Optional[str] = typer.Option(None, "--max-run", help="spec.maxRunDuration; default: the declaration's, else 30m."),
+    repeat_after: Optional[str] = typer.Option(None, "--repeat-after", help="spec.repeatAfter (0 = one-shot); default: the declaration's, else 24h."),
+    cancel_latency: Optional[str] = typer.Option(None, "--cancel-latency", help="Demand to Job gone; default: the p95 measured in the log for --backfill, else 0s."),
+    idle_for_values: str = typer.Option("1m,2m,5m,10m,15m,20m,30m,45m,1h,1h30m,2h", "--idle-for-values", help="idleFor values to simulate (comma-separated Go durations)."),
+    shards: str = typer.Option("1", "--shards", help="Shard counts to simulate (comma-separated, e.g. 1,4,8)."),
+    max_waste: Optional[float] = typer.Option(0.1, "--max-waste", help="Largest wasted share of background running time, 0..1 (default 0.1)."),
+    max_preemptions_per_day: Optional[float] = typer.Option(2.0, "--max-preemptions-per-day", help="Largest preemptions per day (default 2)."),
+    max_overlap: Optional[str] = typer.Option(None, "--max-overlap", help="Largest total foreground overlap (Go duration; default: no limit)."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Write the trade-off plot here (PNG, SVG, PDF)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the sweep and the recommendation as JSON."),
+) -> None:
+    """Simulate a ladder of idleFor values (and shard counts) over a model's history; recommend the smallest within limits."""
+    from .sim.cluster import SimParams
+    from .sim.recommend import Limits, sweep_model
+
+    idle_fors = _duration_list(idle_for_values, "--idle-for-values")
+    shard_counts = _int_list(shards, "--shards")
+    if max_waste is not None and not 0 <= max_waste <= 1:
+        raise CLIError(f"--max-waste {max_waste:g}: give a share from 0 to 1 (0.1 = 10%)")
+    if max_preemptions_per_day is not None and not max_preemptions_per_day >= 0:
+        raise CLIError(f"--max-preemptions-per-day {max_preemptions_per_day:g}: must be >= 0")
+    limits = Limits(max_waste, max_preemptions_per_day, _seconds(max_overlap, "--max-overlap") if max_overlap else None)
+    if plot is not None:
+        plot = _plot_path(plot)
+    inputs = _recommend_inputs(trace, fmt, model, backfill, database_url, schema)
+    one = inputs[0] if len(inputs) == 1 else None  # measured defaults only for a single declaration
+    spec = one.spec if one else None
+    base = SimParams(
+        job=_seconds(job, "--job") if job else ((one.job if one else None) or 900.0),
+        max_run=_seconds(max_run, "--max-run") if max_run else (spec.max_run if spec else 1800.0),
+        repeat_after=_seconds(repeat_after, "--repeat-after") if repeat_after else (spec.repeat_after if spec else 86400.0),
+        cancel_latency=_seconds(cancel_latency, "--cancel-latency") if cancel_latency else ((one.latency if one else None) or 0.0),
+        idle_for=idle_fors[0],
+    )
+    for n in shard_counts:
+        _check_params(SimParams(**(base.__dict__ | {"shards": n})))
+    t0 = time.perf_counter()
+    sweeps = [sweep_model(i.model, i.requests, base, idle_fors, shard_counts, limits) for i in inputs]
+    elapsed = time.perf_counter() - t0
+    source = inputs[0].source
+    title = (
+        f"{source}: job {format_duration(base.job)}, maxRun {format_duration(base.max_run)}, "
+        f"repeatAfter {format_duration(base.repeat_after)}, cancel latency {format_duration(base.cancel_latency)}"
+    )
+    if as_json:
+        print(json.dumps({
+            "source": source,
+            "parameters": {"job": base.job, "max_run": base.max_run, "repeat_after": base.repeat_after,
+                           "cancel_latency": base.cancel_latency, "idle_for_values": idle_fors, "shards": shard_counts},
+            "limits": limits.__dict__,
+            "models": [sw.as_dict() for sw in sweeps],
+        }, indent=2))
+    else:
+        _print_sweeps(title, sweeps, limits, len(shard_counts) > 1)
+    if plot is not None:
+        from .sim.recommend import plot as draw
+
+        try:
+            draw(sweeps, limits, plot, title)
+        except (OSError, ValueError) as exc:
+            raise CLIError(f"--plot {plot}: {getattr(exc, 'strerror', None) or exc}") from None
+        err.print(f"trade-off plot written to {plot}", highlight=False)
+    for i in inputs:
+        if i.note:
+            err.print(i.note, highlight=False)
+    err.print(f"swept {len(idle_fors) * len(shard_counts)} parameter sets x {len(sweeps)} model(s) in {elapsed:.2f}s", highlight=False)
+
+
+def _recommend_inputs(trace, fmt, models, backfill, database_url, schema) -> list:
+    """The :class:`backfill.sim.history.Input` per model, from a trace or the log (one-line errors)."""
+    from .sim.history import HistoryError, from_log, from_trace
+    from .sim.traces import TraceError, read_trace
+
+    if trace is not None:
+        if backfill is not None:
+            raise CLIError("--backfill reads the event log; do not combine it with --trace")
+        try:
+            return from_trace(read_trace(trace, fmt.value), models)
+        except (TraceError, HistoryError) as exc:
+            raise CLIError(str(exc)) from None
+    if backfill is None and not models:
+        raise CLIError("give --trace FILE, --backfill NAMESPACE/NAME or --model NAMESPACE/NAME")
+    if backfill is not None and models:
+        raise CLIError("give either --backfill or --model, not both")
+    targets = [("backfill", *_ns_name(backfill, "--backfill"))] if backfill else [("model", *_ns_name(m, "--model")) for m in models]
+    from .core.events import EventDecodeError
+    from .store import EventStore
+
+    _, engine = _store(database_url, schema, probe=True)
+    es = EventStore(engine)
+    try:
+        return from_log(es, schema, targets)
+    except HistoryError as exc:
+        raise CLIError(str(exc)) from None
+    except EventDecodeError as exc:
+        raise CLIError(f"schema {schema}: {exc}") from None
+    except Exception as exc:  # database errors: one line
+        from sqlalchemy.exc import SQLAlchemyError
+        import psycopg
+
+        if isinstance(exc, (SQLAlchemyError, psycopg.Error)):
+            raise CLIError(f"schema {schema}: {_db_error(exc)}") from None
+        raise
+    finally:
+        es.close()
+
+
+def _share(v: float | None) -> str:
+    return f"{100 * v:.1f}%" if v is not None else "-"
+
+
+_SHORT = {"max_waste": "waste", "max_preemptions_per_day": "preemptions", "max_overlap": "overlap"}
+
+
+def _print_sweeps(title: str, sweeps: list, limits: Any, many_shards: bool) -> None:
+    lim = [f"waste <= {_share(limits.max_waste)}" if limits.max_waste is not None else None,
+           f"preemptions/day <= {limits.max_preemptions_per_day:g}" if limits.max_preemptions_per_day is not None else None,
+           f"overlap <= {format_duration(limits.max_overlap)}" if limits.max_overlap is not None else None]
+    limit_text = ", ".join(x for x in lim if x) or "no limits"
+    out.print(f"{title}; limits: {limit_text}", highlight=False)
+    for sw in sweeps:
+        days = sw.points[0].days if sw.points else 0.0
+        table = Table(title=f"{sw.model}: {sw.requests} requests over {days:.1f} days, {_fmt_s(sw.points[0].idle if sw.points else 0)} s idle")
+        cols = ["idleFor", "shards", "attempts", "succeeded", "preempted", "preempt/day", "useful s", "of bound", "of idle",
+                "wasted s", "wasted", "overlap s", "within limits"]
+        if not many_shards:
+            cols.remove("shards")
+        for c in cols:
+            table.add_column(c, justify="left" if c in ("idleFor", "within limits") else "right")
+        for p in sw.points:
+            row = [format_duration(p.idle_for), str(p.shards), str(p.attempts), str(p.succeeded), str(p.preempted),
+                   f"{p.preemptions_per_day:.2f}", _fmt_s(p.useful), _share(p.bound_share), _share(p.idle_share),
+                   _fmt_s(p.wasted), _share(p.waste_share), _fmt_s(p.overlap),
+                   ("<- recommended" if p is sw.recommended else "yes") if not p.violates else "no: " + ", ".join(_SHORT[v] for v in p.violates)]
+            if not many_shards:
+                del row[1]
+            table.add_row(*row)
+        out.print(table)
+        r = sw.recommended
+        if r is None:
+            out.print(f"{sw.model}: no idleFor in the ladder is within the limits and does useful work", highlight=False)
+        else:
+            out.print(
+                f"{sw.model}: recommended idleFor {format_duration(r.idle_for)}"
+                + (f" with {r.shards} shards" if many_shards else "")
+                + f": {_fmt_s(r.useful)} useful s ({_share(r.bound_share)} of the bound, {_share(r.idle_share)} of all idle time), "
+                f"{r.preemptions_per_day:.2f} preemptions/day, {_share(r.waste_share)} wasted, {_fmt_s(r.overlap)} s overlap",
+                highlight=False,
+            )
 
 
 # ----------------------------------------------------------------------------- replay

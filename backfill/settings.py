@@ -65,7 +65,22 @@ class Settings(BaseSettings):
 
     # Timing
     resync_seconds: float = Field(default=60.0, gt=0, description="Safety-net re-check of every ModelBackfill, seconds.")
-    watch_timeout_seconds: int = Field(default=300, gt=0, description="Server-side watch timeout, seconds; the watch is restarted after it.")
+    watch_timeout_seconds: int = Field(default=60, gt=0, description="Server-side watch timeout, seconds; the watch is restarted after it.")
+    watch_stale_margin_seconds: float = Field(
+        default=10.0, gt=0,
+        description="A watch that delivers nothing (no event, no bookmark) for watch_timeout_seconds plus this is "
+        "presumed dead: the client-side read timeout restarts it by a relist, and /readyz reports it stale, seconds.",
+    )
+    api_timeout_seconds: float = Field(default=10.0, gt=0, description="Client-side timeout of every Kubernetes API call (and a watch's connect), seconds.")
+    spool_max_records: int = Field(
+        default=100_000, ge=1,
+        description="Most observed events held in memory while the event log does not accept them; past it new "
+        "observations are dropped (counted) and every watcher relists once the store is back.",
+    )
+    health_stale_seconds: float = Field(
+        default=120.0, gt=0,
+        description="/healthz fails when the reconcile loop or the preemptor has not completed a pass for this long, seconds.",
+    )
     backoff_initial_seconds: float = Field(default=0.5, gt=0, description="First reconnect back-off of a failed watch, seconds.")
     backoff_max_seconds: float = Field(default=30.0, gt=0, description="Largest reconnect back-off, seconds.")
     poll_fallback_seconds: float = Field(default=1.0, gt=0, description="Event-log polling when no NOTIFY arrives, seconds.")

@@ -53,6 +53,13 @@ def setup_logging(level: int = logging.INFO) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
+def _ready(controller: Any, leader: Any) -> tuple[bool, list[str]]:
+    ok, problems = controller.readiness()
+    if leader is not None and not (leader.is_leader() or leader.healthy):
+        problems = problems + ["leader election: the Lease cannot be read or renewed"]
+    return (not problems, problems)
+
+
 def run(
     settings: Settings,
     schema: str = "backfill",
@@ -125,13 +132,14 @@ def run(
             return m is not None and m.exists
 
         ingest = IngestEndpoint(
-            token, events.append, known_model, controller.signal.set, settings, lambda: datetime.now(timezone.utc)
+            token, controller.ingest_append, known_model, controller.signal.set, settings, lambda: datetime.now(timezone.utc)
         )
     try:
         server = make_server(
             settings.metrics_address,
             metrics.registry,
-            ready=lambda: controller.synced and (leader is None or leader.is_leader() or leader.healthy),
+            ready=lambda: _ready(controller, leader),
+            health=controller.liveness,
             ingest=ingest,
             tls_cert=settings.tls_cert_file,
             tls_key=settings.tls_key_file,

@@ -10,7 +10,8 @@ by a relist, maps to the same key and is stored once. State observations are key
 ``uid``; Job facts by their natural keys.
 
 :class:`Translator` keeps the little memory a translation needs (the last ``lastActiveTime`` per
-Model, so only a time moving forward is foreground demand).
+Model, so only a time moving forward is foreground demand); ``known_last_active`` seeds it from
+the log, so a relist after a restart does not take the unchanged value for a new request.
 """
 
 from __future__ import annotations
@@ -66,8 +67,11 @@ def model_shared(obj: Mapping[str, Any]) -> str:
 class Translator:
     """Turns watch events into log events. Thread-safe (one lock around its small memory)."""
 
-    def __init__(self) -> None:
+    def __init__(self, known_last_active: Any = None) -> None:
+        """``known_last_active``: optional ``(namespace, model) -> datetime | None``, the latest
+        ``lastActiveTime`` the log holds for a Model (the projection's ``ModelState.last_active``)."""
         self._last_active: dict[str, datetime] = {}
+        self._known = known_last_active
         self._lock = threading.Lock()
 
     # -- ModelBackfill ------------------------------------------------------------------------
@@ -123,6 +127,8 @@ class Translator:
         if active is not None:
             with self._lock:
                 prev = self._last_active.get(uid)
+                if prev is None and self._known is not None:
+                    prev = self._known(ns, name)
                 moved = prev is None or active > prev
                 if moved:
                     self._last_active[uid] = active

@@ -63,7 +63,8 @@ from .state import (
     World,
 )
 
-#: Seconds after which an unobserved create or delete is issued again (idempotent).
+#: Seconds between re-checks of an attempt whose create or delete is not observed yet. The
+#: re-issue itself is emitted on every decide; the actor paces it (back-off per Job).
 RETRY_SECONDS = 30.0
 
 # Reasons (cluster-contract "Waiting/cancel reasons" and "Blocked reasons").
@@ -182,6 +183,8 @@ def _fold_foreground(w: World, e: ev.ForegroundRequest, pos: int) -> World:
         m = m._replace(busy_until=end, busy_pos=pos, request_pos=pos)
     else:
         m = m._replace(request_pos=pos)
+    if e.source == "lastActiveTime" and (m.last_active is None or e.at > m.last_active):
+        m = m._replace(last_active=e.at)
     return w._replace(position=pos, models=_set(w.models, key, m))
 
 
@@ -432,6 +435,7 @@ def _fold_admitted(w: World, e: ev.AttemptAdmitted, pos: int) -> World:
         node=e.node,
         admitted_at=e.at,
         admitted_pos=pos,
+        basis=e.basis if e.basis is not None and e.basis < pos else pos - 1,
     )
     return _put_backfill(w, b._replace(attempts=e.attempt, attempt=a), pos)
 
@@ -647,7 +651,7 @@ def _cancel_condition(world: World, b: BackfillState, a: Attempt, now: datetime)
         reason, g = gate
         what = "gaming intent" if reason == GAMING_INTENT else "an active GPU lease"
         return (reason, f"{what} on node {g.node or '?'}{' / group ' + g.group if g.group else ''}", g.pos)
-    if m.request_pos > a.admitted_pos:
+    if m.request_pos > a.basis:  # a request the admitting decision did not see
         return (FOREGROUND_DEMAND, f"foreground request for Model {a.model}", m.request_pos)
     rivals = world.live_models.get((b.namespace, a.model), ())
     if a.node:
@@ -671,28 +675,27 @@ def evaluate(world: World, key: Key, now: datetime, reserved: set | None = None)
     a = b.live_attempt
     if a is not None:
         if a.lifecycle == CANCELLING:
-            due = a.cancelled_at + timedelta(seconds=RETRY_SECONDS)  # type: ignore[operator]
-            cmds = (DeleteJob(key, a.job_name),) if now >= due else ()
+            # Re-issued on every decide until the Job is observed gone: the actor paces the
+            # calls (back-off per Job), so a restarted controller deletes at once, never after
+            # a fixed timer.
             return Verdict(
                 CANCELLING,
                 a.cancel_reason,
                 a.cancel_message or "cancelling the background Job",
-                cmds,
-                wake_at=due if now < due else now + timedelta(seconds=RETRY_SECONDS),
+                (DeleteJob(key, a.job_name),),
+                wake_at=now + timedelta(seconds=RETRY_SECONDS),
             )
         cond = _cancel_condition(world, b, a, now)
         if cond is not None:
             reason, message, cause = cond
             return Verdict(CANCELLING, reason, message, (Cancel(key, b.uid, a.number, a.job_name, reason, message, cause),))
         if a.lifecycle == STARTING:
-            due = a.admitted_at + timedelta(seconds=RETRY_SECONDS)
-            cmds = (CreateJob(key, a.number, a.job_name),) if now >= due else ()
             return Verdict(
                 STARTING,
                 "Admitted",
                 f"creating Job {a.job_name}",
-                cmds,
-                wake_at=due if now < due else now + timedelta(seconds=RETRY_SECONDS),
+                (CreateJob(key, a.number, a.job_name),),
+                wake_at=now + timedelta(seconds=RETRY_SECONDS),
             )
         return Verdict(RUNNING, "JobActive", f"background Job {a.job_name} is active")
     if b.deleting:
@@ -700,9 +703,9 @@ def evaluate(world: World, key: Key, now: datetime, reserved: set | None = None)
         return Verdict(WAITING, DELETED, "the ModelBackfill is being deleted", cmds)
     blocked = block_reason(world, b)
     if blocked is not None:
-        cmds = () if b.blocked == blocked else (Block(key, blocked[0], blocked[1], _block_cause(world, b)),)
+        cmds = () if b.blocked == blocked else (Block(key, blocked[0], blocked[1], _block_cause(world, b), b.uid, b.generation),)
         return Verdict(BLOCKED, blocked[0], blocked[1], cmds)
-    unblock: tuple[Command, ...] = (Unblock(key, world.position),) if b.blocked is not None else ()
+    unblock: tuple[Command, ...] = (Unblock(key, world.position, b.uid),) if b.blocked is not None else ()
     spec = b.spec
     assert spec is not None
     if spec.suspend:

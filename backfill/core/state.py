@@ -41,6 +41,8 @@ class ModelState(NamedTuple):
         busy_until / busy_pos: end of the latest foreground busy span, and the position of the
             request that set it (the idle window starts here).
         request_pos: position of the latest foreground request of any time (demand detection).
+        last_active: the latest ``status.lastActiveTime`` folded (source ``lastActiveTime``): a
+            re-observation of it (a relist after a restart) is not new demand.
     """
 
     exists: bool = False
@@ -52,6 +54,7 @@ class ModelState(NamedTuple):
     busy_until: datetime | None = None
     busy_pos: int = 0
     request_pos: int = 0
+    last_active: datetime | None = None
 
 
 class Gate(NamedTuple):
@@ -91,7 +94,9 @@ class Attempt(NamedTuple):
 
     ``lifecycle`` is one of Starting, Running, Cancelling, or Idle once it ended; ``result`` is
     set when it ended (``succeeded``, ``failed``, ``preempted``, ``deadline_exceeded``,
-    ``cancelled``).
+    ``cancelled``). ``basis`` is the log position the admitting decision's state was folded up
+    to: every foreground request folded after it is demand the decision did not see, even one
+    folded before the admission record itself (the decide -> record race).
     """
 
     number: int
@@ -102,6 +107,7 @@ class Attempt(NamedTuple):
     admitted_at: datetime
     admitted_pos: int
     lifecycle: str = STARTING
+    basis: int = 0
     job_uid: str = ""
     created_at: datetime | None = None
     started_at: datetime | None = None

@@ -324,6 +324,19 @@ class EventStore:
             if len(rows) < batch_size:
                 return
 
+    def positions_of(self, keys: Sequence[str]) -> dict[str, int]:
+        """The positions of the stored events with these idempotency keys (missing keys are absent).
+
+        Used for an append whose key was already stored (by another replica): a decision that
+        names that event as its cause needs its position."""
+        if not keys:
+            return {}
+        with self._raw() as conn:
+            rows = conn.execute(
+                "SELECT idempotency_key, position FROM events WHERE idempotency_key = ANY(%s)", (list(keys),)
+            ).fetchall()
+        return {k: int(p) for k, p in rows}
+
     def head(self) -> int:
         """The greatest committed position (0 when the log is empty)."""
         with self._raw() as conn:
