@@ -104,7 +104,7 @@ def test_deployment_is_hardened():
     dep = objects[("Deployment", "modelbackfill-controller")]
     pod = dep["spec"]["template"]["spec"]
     assert dep["spec"]["replicas"] == 2
-    # The controller's shutdown (threads 10 s + appender 5 s + Lease release <= 8 s) fits.
+    # The controller's shutdown (threads and spool 5 s + Lease release <= 8 s) fits.
     assert pod["terminationGracePeriodSeconds"] == 30
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["runAsUser"] != 0

@@ -8,9 +8,9 @@ installed ``kubernetes.client`` itself) must be in :data:`CALLS`, which maps the
 with deploy/base/rbac.yaml fails until RBAC grants it (or stops granting what is gone).
 
 Custom-object methods need the plural: taken from the call's argument (a literal or a module
-constant), or, for the list functions the watchers pass around, from
-``backfill.controller.watchers.resources()``. A list function used by a module that streams with
-``watch.Watch`` needs ``watch`` as well as ``list``. The Job's ownerReference with
+constant); where it is a variable (a watcher's list call for each watched kind), every
+``ai.flexinfer`` plural of the CRDs (deploy/crds, tests/envtest/crds) that the same module names
+as a string. List calls need ``watch`` as well when the code streams with ``watch.Watch``. The Job's ownerReference with
 ``blockOwnerDeletion: true`` needs ``update`` on ``modelbackfills/finalizers``
 (OwnerReferencesPermissionEnforcement).
 
@@ -27,7 +27,6 @@ import inspect
 import json
 import re
 import secrets
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -100,9 +99,23 @@ def _references() -> list[tuple[Path, ast.Attribute, ast.Call | None, str]]:
     return found
 
 
-def _uses_watch(path: Path) -> bool:
-    text = path.read_text()
+def _streams_watches() -> bool:
+    text = "\n".join(p.read_text() for p in (ROOT / "backfill").rglob("*.py"))
     return "watch.Watch(" in text and ".stream(" in text
+
+
+def _crd_plurals() -> set[str]:
+    """The ai.flexinfer plurals of every CRD the project knows (its own and the platform's)."""
+    out = set()
+    for path in list((ROOT / "deploy/crds").glob("*.yaml")) + list((ROOT / "tests/envtest/crds").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and doc.get("kind") == "CustomResourceDefinition" and doc["spec"]["group"] == "ai.flexinfer":
+                out.add(doc["spec"]["names"]["plural"])
+    return out
+
+
+def _module_strings(path: Path) -> set[str]:
+    return {n.value for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
 
 
 def _plural(call: ast.Call | None, method: str, module: str) -> set[str] | None:
@@ -120,29 +133,17 @@ def _plural(call: ast.Call | None, method: str, module: str) -> set[str] | None:
     return None
 
 
-def _watched_plurals() -> dict[str, set[str]]:
-    """Custom-object list function name -> the plurals the watchers list with it."""
-    from backfill.controller.watchers import resources
-
-    out: dict[str, set[str]] = defaultdict(set)
-    for res in resources(client.ApiClient()).values():
-        plural = dict(res.kwargs).get("plural")
-        for func in (res.namespaced, res.cluster):
-            if "custom_object" in func.__name__:
-                assert plural, res
-                out[func.__name__].add(plural)
-    return out
-
-
 def derived() -> set[tuple[str, str, str]]:
     """(apiGroup, resource, verb) the code needs, from its client calls."""
     needed: set[tuple[str, str, str]] = set()
-    watched = _watched_plurals()
+    crds, streams = _crd_plurals(), _streams_watches()
     unresolved = []
     for path, node, call, module in _references():
         group, resource, verb = CALLS[node.attr]
         if CUSTOM in resource:
-            plurals = _plural(call, node.attr, module) or watched.get(node.attr)
+            plurals = _plural(call, node.attr, module)
+            if plurals is None and verb == "list":
+                plurals = crds & _module_strings(path)
             if not plurals:
                 unresolved.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.attr}")
                 continue
@@ -150,7 +151,7 @@ def derived() -> set[tuple[str, str, str]]:
         else:
             resources = {resource}
         verbs = {verb}
-        if verb == "list" and call is None and _uses_watch(path):
+        if verb == "list" and streams:
             verbs.add("watch")
         needed |= {(group, r, v) for r in resources for v in verbs}
     assert not unresolved, f"custom-object calls whose plural the test cannot resolve: {unresolved}"
