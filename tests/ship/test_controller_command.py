@@ -50,7 +50,9 @@ def _env(pg_url: str, schema: str, **extra: str) -> dict[str, str]:
 
 def _declare(kube_api, ns: str) -> Kube:
     kube = Kube(kube_api, ns)
-    kube.model("gemma")
+    # a node of its own: the controller watches every namespace, and other tests' GPULeases and
+    # GamingSessions on the shared node names would hold this one (correctly) too
+    kube.model("gemma", node=f"node-{secrets.token_hex(4)}")
     kube.cronjob("model-eval-gauntlet")
     kube.backfill("mbf", idleFor="1h")
     return kube
