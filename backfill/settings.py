@@ -25,7 +25,12 @@ class Settings(BaseSettings):
     database_url: str | None = Field(
         default=None,
         description="SQLAlchemy URL of the PostgreSQL server (postgresql+psycopg://...). "
-        "Unset: an embedded PostgreSQL server is started in data_dir.",
+        "Unset: database_url_file, else an embedded PostgreSQL server is started in data_dir.",
+    )
+    database_url_file: Path | None = Field(
+        default=None,
+        description="File holding the database URL (a mounted Secret), read when database_url is unset; "
+        "surrounding whitespace is ignored.",
     )
     data_dir: Path = Field(
         default=Path(".backfill"),
@@ -52,6 +57,11 @@ class Settings(BaseSettings):
     lease_duration_seconds: float = Field(default=15.0, gt=0, description="Lease duration, seconds.")
     lease_renew_seconds: float = Field(default=5.0, gt=0, description="How often the leader renews, seconds.")
     identity: str | None = Field(default=None, description="Leader-election identity; unset: hostname + pid.")
+    leader_elect: bool = Field(
+        default=False,
+        description="Take part in leader election on the Lease (on in the Deployment). Off: this process "
+        "acts alone, as controller-runtime's --leader-elect defaults.",
+    )
 
     # Timing
     resync_seconds: float = Field(default=60.0, gt=0, description="Safety-net re-check of every ModelBackfill, seconds.")
@@ -80,6 +90,22 @@ class Settings(BaseSettings):
         "added to the start of an idle window that comes from lastActiveTime (not from ingest reports). 0: none.",
     )
     poll_fallback_seconds: float = Field(default=1.0, gt=0, description="Event-log polling when no NOTIFY arrives, seconds.")
+
+    @model_validator(mode="after")
+    def _database_url_from_file(self) -> "Settings":
+        """database_url unset and database_url_file set: read the URL from the file.
+
+        Raises ValueError (a one-line settings error) when the file is unreadable or empty.
+        """
+        if self.database_url is None and self.database_url_file is not None:
+            try:
+                text = Path(self.database_url_file).read_text().strip()
+            except OSError as exc:
+                raise ValueError(f"database_url_file {self.database_url_file}: {exc.strerror or exc}") from None
+            if not text:
+                raise ValueError(f"database_url_file {self.database_url_file} is empty")
+            self.database_url = text
+        return self
 
     @model_validator(mode="after")
     def _tls_pair(self) -> "Settings":
