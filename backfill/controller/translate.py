@@ -128,7 +128,8 @@ class Translator:
             with self._lock:
                 self._last_active.pop(uid, None)
             return [(ev.ModelDeleted(at=now, namespace=ns, model=name), f"model/{uid}/deleted")]
-        status = obj.get("status") or {}
+        status = obj.get("status")
+        status = status if isinstance(status, Mapping) else {}
         out: list[Pair] = []
         node, shared = model_node(obj), model_shared(obj)
         if status.get("phase") == "Ready":
