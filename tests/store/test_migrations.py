@@ -13,6 +13,7 @@ from sqlalchemy.pool import NullPool
 
 from backfill.store import migrate
 from backfill.store.engine import make_engine
+from backfill.store.retention import include_name
 from backfill.store.schema import VIEWS, metadata
 
 pytestmark = pytest.mark.db
@@ -29,7 +30,7 @@ def _diff(url: str, schema: str) -> list:
                 opts={
                     "compare_type": True,
                     "compare_server_default": True,
-                    "include_name": lambda name, type_, parent: not (type_ == "table" and name == "alembic_version"),
+                    "include_name": include_name,
                 },
             )
             return compare_metadata(ctx, metadata)
