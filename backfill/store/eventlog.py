@@ -178,9 +178,9 @@ class AppendTransaction:
         """Set checkpoint ``name`` in this transaction."""
         set_checkpoint(self._conn, name, position)
 
-    def save_snapshot(self, name: str, position: int, version: str, payload: bytes, *, keep: int = DEFAULT_SNAPSHOT_KEEP) -> None:
+    def save_snapshot(self, name: str, position: int, version: str, payload: bytes, *, keep: int | None = None) -> None:
         """Like :meth:`EventStore.save_snapshot`, in this transaction."""
-        save_snapshot(self._conn, name, position, version, payload, keep)
+        save_snapshot(self._conn, name, position, version, payload, self._store.snapshot_keep if keep is None else keep)
 
 
 class EventStore:
@@ -193,13 +193,24 @@ class EventStore:
         poll: default polling period of :meth:`wait`, seconds.
         partition_size: positions per partition of ``events`` created by the appends
             (Settings.event_partition_size).
+        snapshot_keep: snapshots kept per name by :meth:`save_snapshot` (Settings.snapshot_keep).
     """
 
-    def __init__(self, engine: Engine, *, poll: float = 1.0, partition_size: int = DEFAULT_PARTITION_SIZE) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        poll: float = 1.0,
+        partition_size: int = DEFAULT_PARTITION_SIZE,
+        snapshot_keep: int = DEFAULT_SNAPSHOT_KEEP,
+    ) -> None:
         if partition_size < 1:
             raise ValueError("partition_size must be >= 1")
+        if snapshot_keep < 1:
+            raise ValueError("snapshot_keep must be >= 1")
         self._engine = engine
         self.partition_size = partition_size
+        self.snapshot_keep = snapshot_keep
         self._covered = 0  # end (exclusive) of the last partition, as last seen under the lock
         self.schema = engine_schema(engine)
         self.channel = channel_name(self.schema)
@@ -477,16 +488,16 @@ class EventStore:
 
     # -- snapshots ----------------------------------------------------------------------------
 
-    def save_snapshot(self, name: str, position: int, version: str, payload: bytes, *, keep: int = DEFAULT_SNAPSHOT_KEEP) -> None:
+    def save_snapshot(self, name: str, position: int, version: str, payload: bytes, *, keep: int | None = None) -> None:
         """Store snapshot ``name`` (opaque ``payload`` bytes of a projection folded up to
         ``position`` by code ``version``) and set checkpoint ``name`` to ``position``, in one
-        transaction; keep only the newest ``keep`` snapshots of ``name``.
+        transaction; keep only the newest ``keep`` (default: ``snapshot_keep``) of ``name``.
 
         Raises:
             TypeError: ``payload`` is not bytes. ValueError: ``keep`` < 1.
         """
         with self._raw() as conn:
-            save_snapshot(conn, name, position, version, payload, keep)
+            save_snapshot(conn, name, position, version, payload, self.snapshot_keep if keep is None else keep)
             conn.commit()
 
     def load_snapshot(self, name: str, version: str) -> tuple[int, bytes] | None:

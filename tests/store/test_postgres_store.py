@@ -30,11 +30,12 @@ class TestPostgresStore(StoreContract):
             with event_store.begin() as tx:
                 tx.lock()
                 for r in records:
-                    tx.connection.execute(
+                    [(position,)] = tx.connection.execute(
                         "INSERT INTO events (type, version, stream, idempotency_key, at, data) "
-                        "VALUES (%s, %s, %s, %s, %s, %s::jsonb)",
+                        "VALUES (%s, %s, %s, %s, %s, %s::jsonb) RETURNING position",
                         (r.type, r.version, r.stream, r.idempotency_key, r.at, r.data),
-                    )
+                    ).fetchall()
+                    tx.connection.execute("INSERT INTO event_keys VALUES (%s, %s)", (r.idempotency_key, position))
 
         def wake_without_event() -> None:
             with event_store.engine.begin() as conn:
