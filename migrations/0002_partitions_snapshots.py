@@ -8,7 +8,8 @@ Why the log is partitioned by ranges of ``position`` (and not by a timestamp col
 the idempotency keys moved to their own table: see :mod:`backfill.store.retention`.
 
 Upgrade with data: the rows of the old (unpartitioned) ``events`` table are copied into
-partitions of 1,000,000 positions each (``[1, 1000001)``, ``[1000001, 2000001)``, ...), their
+partitions of 1,000,000 positions each (none when it is empty: the first append creates the
+first partition) (``[1, 1000001)``, ``[1000001, 2000001)``, ...), their
 keys into ``event_keys``, and the position sequence continues after the last position the old
 identity handed out (burnt positions of rolled-back appends stay unused). The copy runs in the
 migration's transaction: budget about 10 s per million events.
@@ -69,7 +70,9 @@ def upgrade() -> None:
     )
     last = max(head, issued)
     lo = 1
-    while lo <= last + PARTITION_SIZE // 2:  # cover what exists, and the next half partition ahead
+    # Cover what exists and half a partition ahead; an empty log gets its first partition from
+    # its first append (in the size the store is configured with).
+    while last > 0 and lo <= last + PARTITION_SIZE // 2:
         op.execute(f"CREATE TABLE events_p{lo:012d} PARTITION OF events FOR VALUES FROM ({lo}) TO ({lo + PARTITION_SIZE})")
         lo += PARTITION_SIZE
 

@@ -15,6 +15,7 @@ from backfill.core.records import EventRecord
 from backfill.settings import Settings
 from backfill.store.engine import make_engine, normalize_url, resolve_database_url, validate_schema
 from backfill.store.eventlog import EventStore, channel_name
+from backfill.store.retention import ensure_partitions
 from tests.store.contract import StoreContract, Stores, record
 
 pytestmark = pytest.mark.db
@@ -29,6 +30,7 @@ class TestPostgresStore(StoreContract):
             # A writer that honours the write lock but sends no NOTIFY.
             with event_store.begin() as tx:
                 tx.lock()
+                ensure_partitions(tx.connection, event_store.head() + len(records), event_store.partition_size)
                 for r in records:
                     [(position,)] = tx.connection.execute(
                         "INSERT INTO events (type, version, stream, idempotency_key, at, data) "
