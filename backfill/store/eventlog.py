@@ -73,6 +73,7 @@ _COPY_SQL = "COPY events (position, type, version, stream, idempotency_key, at, 
 _COPY_TYPES = ("int8", "text", "int2", "text", "text", "timestamptz", "bytea")
 _COPY_KEYS_SQL = "COPY event_keys (idempotency_key, position) FROM STDIN (FORMAT BINARY)"
 _COPY_KEYS_TYPES = ("text", "int8")
+_COPY_CHUNK = 50_000  # rows per COPY statement of a large append
 #: Snapshots of one name kept by :meth:`EventStore.save_snapshot` unless told otherwise.
 DEFAULT_SNAPSHOT_KEEP = 3
 _JSONB_V1 = b"\x01"  # jsonb binary wire format: version byte + JSON text
@@ -303,20 +304,24 @@ class EventStore:
         last = int(cur.fetchone()[0])  # type: ignore[index]
         if last + self.partition_size // 2 >= self._covered:
             self._covered = ensure_partitions(cur.connection, last, self.partition_size)
-        position = first = last - n + 1
-        with cur.copy(_COPY_SQL) as copy:
-            copy.set_types(_COPY_TYPES)
-            write = copy.write_row
-            for i in fresh:
-                r = records[i]
-                write((position, r.type, r.version, r.stream, r.idempotency_key, r.at, _JSONB_V1 + r.data.encode()))
-                result[i] = position
-                position += 1
-        with cur.copy(_COPY_KEYS_SQL) as copy:
-            copy.set_types(_COPY_KEYS_TYPES)
-            write = copy.write_row
-            for p, i in enumerate(fresh, first):
-                write((records[i].idempotency_key, p))
+        position = last - n + 1
+        # One COPY per chunk: each statement stays well inside the statement timeout.
+        for s in range(0, n, _COPY_CHUNK):
+            chunk = fresh[s : s + _COPY_CHUNK]
+            first = position
+            with cur.copy(_COPY_SQL) as copy:
+                copy.set_types(_COPY_TYPES)
+                write = copy.write_row
+                for i in chunk:
+                    r = records[i]
+                    write((position, r.type, r.version, r.stream, r.idempotency_key, r.at, _JSONB_V1 + r.data.encode()))
+                    result[i] = position
+                    position += 1
+            with cur.copy(_COPY_KEYS_SQL) as copy:
+                copy.set_types(_COPY_KEYS_TYPES)
+                write = copy.write_row
+                for p, i in enumerate(chunk, first):
+                    write((records[i].idempotency_key, p))
         cur.execute("SELECT pg_notify(%s, %s)", (self.channel, str(last)))
         return result
 

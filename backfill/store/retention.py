@@ -193,11 +193,11 @@ def prune(
     try:
         for part in parts:
             last = part.hi - 1
-            if last > head:
-                stopped = f"partition {part.name} (positions {part.lo}-{last}) is not full yet (head {head})"
-                break
             if covered is None:
                 stopped = f"no snapshot {snapshot!r} of code version {code_version!r}: nothing is covered"
+                break
+            if last > head:
+                stopped = f"partition {part.name} (positions {part.lo}-{last}) is not full yet (head {head})"
                 break
             if covered < last:
                 stopped = f"partition {part.name} ends at position {last}, after snapshot {snapshot!r} at {covered}"
