@@ -19,8 +19,10 @@ upcast by :data:`UPCASTERS` before validation.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Callable, ClassVar, Literal, Union
+from datetime import datetime
+from typing import Annotated, Any, Callable, ClassVar, Literal, Union, get_args
 
+from orjson import loads as _loads
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, TypeAdapter
 
 from .records import EventRecord
@@ -401,12 +403,7 @@ def _upcast(type_name: str, version: int, data: str) -> str:
     return json.dumps(payload)
 
 
-def decode(type_name: str, version: int, data: str) -> Any:
-    """Turn a stored record's (type, version, JSON text) back into a typed event.
-
-    Raises:
-        EventDecodeError: unknown type, a version with no upcaster, or an invalid payload.
-    """
+def _pydantic_decode(type_name: str, version: int, data: str) -> Any:
     cls = EVENT_TYPES.get(type_name)
     if cls is None or version != cls.version:
         data = _upcast(type_name, version, data)
@@ -416,15 +413,108 @@ def decode(type_name: str, version: int, data: str) -> Any:
         raise EventDecodeError(f"invalid {type_name} v{version}: {exc}") from exc
 
 
-def decode_many(rows: list[tuple[str, int, str]]) -> list[Any]:
-    """Decode a batch of (type, version, JSON text) at once (one validation call: fast path).
+# --------------------------------------------------------------------------- the log's fast path
+#
+# The log's own rows were written by ``encode`` (``model_dump_json`` of a validated event), so
+# they need parsing, not validating: ``orjson`` parses the JSON (C), ``datetime.fromisoformat``
+# the timestamp fields, and the instance is assembled the way ``model_construct`` does it but
+# without its per-field Python loop. A row takes this path only when it looks exactly like what
+# ``encode`` writes: its type is known at the current version, its keys are exactly the class's
+# fields and its ``type`` matches; anything else (an older version, a hand-written or damaged
+# row) goes through pydantic, which validates it and raises EventDecodeError if it is invalid.
+# ``bench/bench_store.py`` measures both paths side by side.
+
+
+def _datetime_fields(cls: type[_Event]) -> tuple[str, ...]:
+    out = []
+    for name, info in cls.model_fields.items():
+        ann = info.annotation
+        if ann is UTCDateTime or UTCDateTime in get_args(ann):
+            out.append(name)
+    return tuple(out)
+
+
+#: type name -> (class, version, its field names, one shared fields-set, datetime fields).
+#: The fields-set object is shared by every fast-decoded instance: frozen events never mutate it.
+_FAST: dict[str, tuple[type[_Event], int, frozenset[str], set[str], tuple[str, ...]]] = {
+    name: (cls, cls.version, frozenset(cls.model_fields), set(cls.model_fields), _datetime_fields(cls))
+    for name, cls in EVENT_TYPES.items()
+}
+_new = object.__new__
+_set_dict = object.__setattr__
+# BaseModel's slot setters (C member descriptors): cheaper than object.__setattr__ by name.
+_set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
+_set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
+_set_private = BaseModel.__dict__["__pydantic_private__"].__set__
+_fromiso = datetime.fromisoformat
+
+
+def _fast_decode(type_name: str, version: int, data: str) -> Any:
+    """Decode one row the log wrote, or return None when it needs the validating path."""
+    spec = _FAST.get(type_name)
+    if spec is None:
+        return None
+    cls, current, fields, fields_set, dts = spec
+    if version != current:
+        return None
+    try:
+        payload = _loads(data)
+        if payload.keys() != fields or payload["type"] != type_name:
+            return None
+        for name in dts:
+            value = payload[name]
+            if value is not None:
+                value = _fromiso(value)
+                if value.tzinfo is None:
+                    return None
+                payload[name] = value
+    except (ValueError, TypeError, AttributeError):
+        return None
+    event = _new(cls)
+    _set_dict(event, "__dict__", payload)
+    _set_fields_set(event, fields_set)
+    _set_extra(event, None)
+    _set_private(event, None)
+    return event
+
+
+def decode(type_name: str, version: int, data: str, *, validate: bool = False) -> Any:
+    """Turn a stored record's (type, version, JSON text) back into a typed event.
+
+    Rows shaped as :func:`encode` writes them take the compiled fast path (see above); others,
+    and every row with ``validate=True`` (foreign input, e.g. an imported export), are upcast
+    and validated by pydantic.
 
     Raises:
-        EventDecodeError: as :func:`decode`; the batch is retried row by row to name the culprit.
+        EventDecodeError: unknown type, a version with no upcaster, or an invalid payload.
     """
+    if not validate:
+        event = _fast_decode(type_name, version, data)
+        if event is not None:
+            return event
+    return _pydantic_decode(type_name, version, data)
+
+
+def decode_many(rows: list[tuple[str, int, str]], *, validate: bool = False) -> list[Any]:
+    """Decode a batch of (type, version, JSON text) rows of the log, in order.
+
+    Each row takes the fast path of :func:`decode` when it can; with ``validate=True`` the whole
+    batch is validated by pydantic in one call (and retried row by row to name a culprit).
+
+    Raises:
+        EventDecodeError: as :func:`decode`.
+    """
+    if not validate:
+        fast = _fast_decode
+        out = []
+        append = out.append
+        for t, v, d in rows:
+            event = fast(t, v, d)
+            append(event if event is not None else _pydantic_decode(t, v, d))
+        return out
     if all(EVENT_TYPES.get(t) is not None and v == EVENT_TYPES[t].version for t, v, _ in rows):
         try:
             return _MANY.validate_json("[" + ",".join(d for _, _, d in rows) + "]")
         except ValueError:
             pass
-    return [decode(t, v, d) for t, v, d in rows]
+    return [_pydantic_decode(t, v, d) for t, v, d in rows]
