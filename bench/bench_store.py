@@ -1,4 +1,4 @@
-"""Benchmark of the event store: append vs raw COPY, and raw read rate.
+"""Benchmark of the event store: append vs raw COPY, raw read rate, and decoding.
 
 Usage::
 
@@ -10,11 +10,17 @@ dropped at the end. Measured side by side in one run (median of ``--repeat`` run
 
 - events/s appended by :meth:`EventStore.append` in batches of 1,000 and 10,000 (one
   transaction per batch, into an empty log);
-- events/s of a raw binary COPY of the same rows, in the same batches, into a scratch table with
-  the same columns, defaults and indexes (``CREATE TABLE ... (LIKE events INCLUDING ALL)``), and
-  the ratio (target >= 50%);
+- events/s of a raw binary COPY of the same rows, in the same batches, into an unpartitioned
+  scratch table with the same columns, defaults and indexes plus a UNIQUE idempotency key (the
+  table shape before partitioning), and the ratio (target >= 50%); the append writes the
+  partitioned ``events`` and ``event_keys``;
 - events/s read back by :meth:`EventStore.read` over the whole log (``StoredEvent`` objects,
-  before any JSON decoding).
+  before any JSON decoding);
+- events/s decoded by :func:`backfill.core.events.decode_many` from rows as
+  :meth:`EventStore.read_payloads` returns them (PostgreSQL's ``jsonb`` text), old path
+  (pydantic validation of the whole batch, ``validate=True``) vs the new compiled path
+  (orjson), on the event mix of a simulation (synthetic workload, ``--repeat-after 1m``:
+  about 95% ForegroundRequest, the rest admissions, Job facts and cancels).
 
 Rows look like real ones: type ``ForegroundRequest``, stream ``model/ns/M0001``..``M0087``,
 key ``fg/<i>``, ``data`` a ~150-byte JSON object.
@@ -38,6 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+from backfill.core.events import decode_many, encode  # noqa: E402
+from backfill.core.perf import paused_gc  # noqa: E402
 from backfill.core.records import EventRecord  # noqa: E402
 from backfill.settings import Settings  # noqa: E402
 from backfill.store.engine import make_engine, normalize_url, resolve_database_url  # noqa: E402
@@ -66,6 +74,19 @@ def make_records(n: int) -> list[EventRecord]:
         )
         out.append(EventRecord("ForegroundRequest", 1, f"model/ns/{model}", f"fg/{i}", at, data))
     return out
+
+
+def simulated_records(n: int) -> list[EventRecord]:
+    """About ``n`` records of a simulation's event mix (the synthetic workload)."""
+    from backfill.sim.cluster import SimParams, simulate
+    from backfill.sim.traces import synthetic
+
+    days = 1.0
+    while True:
+        result = simulate(synthetic(seed=7, models=30, days=days), SimParams(idle_for=1800, max_run=1800, repeat_after=60, job=900))
+        if len(result.events) >= n or days > 365:
+            return [encode(e, k) for _, e, k in result.events[:n]]
+        days *= max(1.2, n / max(1, len(result.events)) * 1.1)
 
 
 def timed(fn: Callable[[], int]) -> float:
@@ -106,11 +127,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     store = EventStore(engine)
     try:
         with engine.begin() as conn:
+            # The unpartitioned shape of revision 0001: same columns, defaults and indexes, and
+            # the idempotency key UNIQUE in the table itself (the append keeps it in event_keys).
             conn.exec_driver_sql("CREATE TABLE scratch (LIKE events INCLUDING ALL)")
+            conn.exec_driver_sql("CREATE UNIQUE INDEX scratch_idempotency_key ON scratch (idempotency_key)")
 
         def truncate() -> None:
             with engine.begin() as conn:
-                conn.exec_driver_sql("TRUNCATE events, scratch RESTART IDENTITY")
+                conn.exec_driver_sql("TRUNCATE events, event_keys, scratch RESTART IDENTITY")
             try:  # flush dirty pages now rather than during a measurement (needs privileges)
                 with engine.begin() as conn:
                     conn.exec_driver_sql("CHECKPOINT")
@@ -145,6 +169,28 @@ def main(argv: Sequence[str] | None = None) -> int:
                 n += 1
             return n
 
+        # Decoding: the rows of a simulation, appended and read back as the fold gets them.
+        with engine.begin() as conn:
+            conn.exec_driver_sql("TRUNCATE events, event_keys")
+        sim = simulated_records(min(args.events, 200_000))
+        for s in range(0, len(sim), 20000):
+            store.append(sim[s : s + 20000])
+        rows = [(t, v, d) for batch in store.read_payloads(0) for _, t, v, d in batch]
+        assert decode_many(rows) == decode_many(rows, validate=True)  # same events either way
+
+        def decode_old() -> int:
+            for s in range(0, len(rows), 20000):
+                decode_many(rows[s : s + 20000], validate=True)
+            return len(rows)
+
+        def decode_new() -> int:
+            for s in range(0, len(rows), 20000):
+                decode_many(rows[s : s + 20000])
+            return len(rows)
+
+        with engine.begin() as conn:
+            conn.exec_driver_sql("TRUNCATE events, event_keys")
+
         results: dict[str, list[float]] = {}
         with console.status("measuring...") as status:
             for rep in range(args.repeat):
@@ -154,14 +200,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                     results.setdefault(f"copy{batch}", []).append(timed(lambda: raw_copy(batch)))
                     results.setdefault(f"append{batch}", []).append(timed(lambda: append(batch)))
                 status.update(f"run {rep + 1}/{args.repeat}: read")
-                assert store.head() == len(records)
+                assert store.count() == len(records)
                 results.setdefault("read", []).append(timed(read))
+                status.update(f"run {rep + 1}/{args.repeat}: decode")
+                with paused_gc():
+                    results.setdefault("decode_old", []).append(timed(decode_old))
+                    results.setdefault("decode_new", []).append(timed(decode_new))
 
         med = {k: statistics.median(v) for k, v in results.items()}
         table = Table(title=f"event store, {len(records):,} events, median of {args.repeat}")
         table.add_column("measurement")
         table.add_column("events/s", justify="right")
-        table.add_column("vs raw COPY", justify="right")
+        table.add_column("ratio", justify="right")
         table.add_column("target", justify="right")
         for batch in (1000, 10000):
             ratio = med[f"append{batch}"] / med[f"copy{batch}"]
@@ -174,6 +224,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         ok = med["read"] >= 200_000
         table.add_row("EventStore.read, whole log (raw, no decode)", f"[{'green' if ok else 'red'}]{med['read']:,.0f}[/]", "", ">= 200,000")
+        ratio = med["decode_new"] / med["decode_old"]
+        table.add_row(f"decode_many, pydantic validation (old), {len(rows):,} simulated rows", f"{med['decode_old']:,.0f}", "", "")
+        table.add_row(
+            "decode_many, compiled path (new), same rows",
+            f"{med['decode_new']:,.0f}",
+            f"[{'green' if ratio > 1 else 'red'}]{ratio:.2f}x old[/]",
+            "> old",
+        )
         console.print(table)
         if note:
             console.print(f"embedded server start: {start_seconds:.2f} s ({'joined' if already_running else 'started'})")
