@@ -24,6 +24,13 @@ dropped at the end. Measured side by side in one run (median of ``--repeat`` run
 
 Rows look like real ones: type ``ForegroundRequest``, stream ``model/ns/M0001``..``M0087``,
 key ``fg/<i>``, ``data`` a ~150-byte JSON object.
+
+``--storage N`` instead measures what the log costs on disk: it appends N events of a
+simulation's mix, rewritten the way the controller records them (ForegroundRequest from
+``status.lastActiveTime`` with the key ``fg/<Model uid>/<lastActiveTime>``; the admissions,
+Job facts and cancels as simulated), plus one run row per simulated attempt, runs ``VACUUM
+ANALYZE`` and prints ``pg_total_relation_size`` (heap + TOAST + indexes) of ``events`` (its
+partitions), ``event_keys`` and ``runs``, per event and per million events (docs/storage.md).
 """
 
 from __future__ import annotations
@@ -89,6 +96,81 @@ def simulated_records(n: int) -> list[EventRecord]:
         days *= max(1.2, n / max(1, len(result.events)) * 1.1)
 
 
+def storage(url: str, n: int, console: Console) -> None:
+    """Append ``n`` controller-shaped events into a scratch schema and print the table sizes."""
+    import uuid
+
+    from backfill.core import events as ev
+    from backfill.core.timefmt import rfc3339
+    from backfill.sim.cluster import SimParams, simulate
+    from backfill.sim.traces import synthetic
+    from backfill.store.retention import relation_sizes
+    from backfill.store.runs import RunStore
+
+    days, result = 1.0, None
+    while True:
+        trace = synthetic(seed=7, models=30, days=days)
+        result = simulate(trace, SimParams(idle_for=1800, max_run=1800, repeat_after=60, job=900))
+        if len(result.events) >= n:
+            break
+        days *= max(1.2, n / max(1, len(result.events)) * 1.05)
+    uids = {}
+    records: list[EventRecord] = []
+    for _, e, key in result.events[:n]:
+        if isinstance(e, ev.ForegroundRequest):
+            uid = uids.setdefault(e.model, str(uuid.uuid5(uuid.NAMESPACE_DNS, e.model)))
+            e = ev.ForegroundRequest(at=e.at, namespace="flexinfer-system", model=f"model-{e.model.lower()}", source="lastActiveTime")
+            key = f"fg/{uid}/{rfc3339(e.at)}"
+        records.append(encode(e, key))
+    first, last = records[0].at, records[-1].at
+    model_days = len(uids) * (last - first).total_seconds() / 86400
+    schema = f"bench_{secrets.token_hex(4)}"
+    upgrade(url, schema)
+    engine = make_engine(url, schema, pool_size=2)
+    store = EventStore(engine)
+    try:
+        t = time.perf_counter()
+        for s in range(0, len(records), 10000):
+            store.append(records[s : s + 10000])
+        seconds = time.perf_counter() - t
+        runs = result.runs
+        RunStore(engine).apply(runs, "runs", len(records))
+        fairy = engine.raw_connection()
+        try:
+            conn = fairy.driver_connection
+            conn.autocommit = True
+            conn.execute("VACUUM ANALYZE")
+            sizes = relation_sizes(conn)
+            parts = conn.execute("SELECT count(*) FROM pg_inherits WHERE inhparent = 'events'::regclass").fetchone()[0]
+        finally:
+            fairy.close()
+        mix = {}
+        for r in records:
+            mix[r.type] = mix.get(r.type, 0) + 1
+        top = ", ".join(f"{k} {v / len(records):.1%}" for k, v in sorted(mix.items(), key=lambda kv: -kv[1])[:4])
+        console.print(f"[dim]{len(records):,} events ({top}), {len(uids)} models over {model_days:,.1f} model-days, "
+                      f"data {sum(len(r.data) for r in records) / len(records):.0f} B and key "
+                      f"{sum(len(r.idempotency_key) for r in records) / len(records):.0f} B on average; appended in {seconds:.1f} s "
+                      f"({len(records) / seconds:,.0f}/s), {parts} partition(s) of 1,000,000[/dim]")
+        table = Table(title=f"storage, pg_total_relation_size after {len(records):,} events and {len(runs):,} run rows")
+        for c in ("table", "bytes", "per event", "per million events", "per model-day"):
+            table.add_column(c, justify="left" if c == "table" else "right")
+        total = 0
+        for name in ("events", "event_keys", "runs"):
+            b = sizes[name]
+            total += b if name != "runs" else 0
+            per = len(runs) if name == "runs" else len(records)
+            table.add_row(name, f"{b:,}", f"{b / max(1, per):,.0f} B" + (" per run" if name == "runs" else ""),
+                          "-" if name == "runs" else f"{b / len(records) * 1e6 / 2**20:,.0f} MiB", f"{b / model_days / 1024:,.1f} KiB")
+        table.add_row("log (events + event_keys)", f"{total:,}", f"{total / len(records):,.0f} B", f"{total / len(records) * 1e6 / 2**20:,.0f} MiB",
+                      f"{total / model_days / 1024:,.1f} KiB", end_section=True)
+        console.print(table)
+    finally:
+        store.close()
+        engine.dispose()
+        drop_schema(url, schema)
+
+
 def timed(fn: Callable[[], int]) -> float:
     t = time.perf_counter()
     n = fn()
@@ -100,6 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=200_000, help="events per measurement (default 200000)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per measurement; the median is shown (default 3)")
     parser.add_argument("--database-url", default=None, help="PostgreSQL URL (default: BACKFILL_DATABASE_URL, else the embedded server)")
+    parser.add_argument("--storage", type=int, default=0, metavar="N", help="measure the on-disk size of N controller-shaped events instead")
     args = parser.parse_args(argv)
     console = Console()
 
@@ -116,6 +199,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         console.print(f"[dim]{note}; {state} in {start_seconds:.2f} s[/dim]")
     else:
         console.print(f"[dim]server: {normalize_url(url).split('@')[-1]}[/dim]")
+
+    if args.storage:
+        storage(url, args.storage, console)
+        return 0
 
     schema = f"bench_{secrets.token_hex(4)}"
     records = make_records(args.events)
