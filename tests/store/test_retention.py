@@ -66,14 +66,17 @@ def test_appends_create_partitions_ahead_and_reads_cross_them(small: EventStore)
 
 
 def test_a_rolled_back_append_that_created_a_partition_leaves_the_store_usable(small: EventStore) -> None:
-    small.append([record(f"a/{i}") for i in range(3)])
+    small.append([record(f"a/{i}") for i in range(3)])  # positions 1-3: partition 1-10
     with pytest.raises(RuntimeError):
         with small.begin() as tx:
-            tx.append([record(f"b/{i}") for i in range(12)])  # creates partitions 11-31 ...
-            raise RuntimeError("boom")  # ... which roll back with it
-    positions = small.append([record(f"b/{i}") for i in range(12)])
-    assert positions == list(range(16, 28))  # 4..15 were burnt by the rolled-back append
-    assert small.count() == 15
+            tx.append([record(f"b/{i}") for i in range(3)])  # 4-6: creates partition 11-20 ...
+            raise RuntimeError("boom")  # ... which rolls back with it
+    assert [(p.lo, p.hi) for p in _partitions(small)] == [(1, 11)]
+    # 7-15: within half a partition of the end the store believed it had (21): it must
+    # notice that partition 11-20 is gone
+    positions = small.append([record(f"b/{i}") for i in range(9)])
+    assert positions == list(range(7, 16))
+    assert small.count() == 12 and [(p.lo, p.hi) for p in _partitions(small)] == [(1, 11), (11, 21)]
 
 
 def test_another_replica_sees_partitions_created_by_the_first(small: EventStore, pg_engine) -> None:
