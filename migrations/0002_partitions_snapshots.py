@@ -33,8 +33,8 @@ PARTITION_SIZE = 1_000_000
 _COLUMNS = "position, recorded_at, type, version, stream, idempotency_key, at, data"
 
 
-def _scalar(sql: str) -> int:
-    return int(op.get_bind().exec_driver_sql(sql).scalar() or 0)
+#: The last position the old identity handed out (burnt ones included), or 0.
+_ISSUED_V1 = "(SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM events_v1_position_seq)"
 
 
 def upgrade() -> None:
@@ -63,26 +63,35 @@ def upgrade() -> None:
         "CONSTRAINT event_keys_pkey PRIMARY KEY (idempotency_key))"
     )
 
-    head = _scalar("SELECT coalesce(max(position), 0) FROM events_v1")
-    issued = _scalar(
-        "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM "
-        + op.get_bind().exec_driver_sql("SELECT pg_get_serial_sequence('events_v1', 'position')").scalar()
+    # Data-dependent steps run in the server (PL/pgSQL), so `alembic upgrade --sql` works too.
+    op.execute("ALTER SEQUENCE events_position_seq RENAME TO events_v1_position_seq")
+    op.execute("CREATE SEQUENCE events_position_seq AS bigint")
+    op.execute(
+        f"""
+        DO $$
+        DECLARE
+            last bigint;
+            lo bigint := 1;
+        BEGIN
+            SELECT greatest(coalesce(max(position), 0), {_ISSUED_V1}) INTO last FROM events_v1;
+            -- cover what exists and half a partition ahead; an empty log gets its first
+            -- partition from its first append (in the size the store is configured with)
+            WHILE last > 0 AND lo <= last + {PARTITION_SIZE // 2} LOOP
+                EXECUTE format('CREATE TABLE %I PARTITION OF events FOR VALUES FROM (%s) TO (%s)',
+                               'events_p' || lpad(lo::text, 12, '0'), lo, lo + {PARTITION_SIZE});
+                lo := lo + {PARTITION_SIZE};
+            END LOOP;
+            IF last > 0 THEN
+                PERFORM setval('events_position_seq', last, true);
+            END IF;
+        END
+        $$
+        """
     )
-    last = max(head, issued)
-    lo = 1
-    # Cover what exists and half a partition ahead; an empty log gets its first partition from
-    # its first append (in the size the store is configured with).
-    while last > 0 and lo <= last + PARTITION_SIZE // 2:
-        op.execute(f"CREATE TABLE events_p{lo:012d} PARTITION OF events FOR VALUES FROM ({lo}) TO ({lo + PARTITION_SIZE})")
-        lo += PARTITION_SIZE
-
     op.execute(f"INSERT INTO events ({_COLUMNS}) SELECT {_COLUMNS} FROM events_v1 ORDER BY position")
     op.execute("INSERT INTO event_keys (idempotency_key, position) SELECT idempotency_key, position FROM events_v1")
     op.execute("DROP TABLE events_v1")  # and its identity sequence
-
-    op.execute("CREATE SEQUENCE events_position_seq AS bigint OWNED BY events.position")
-    if last > 0:
-        op.execute(f"SELECT setval('events_position_seq', {last}, true)")
+    op.execute("ALTER SEQUENCE events_position_seq OWNED BY events.position")
     op.execute("ALTER TABLE events ALTER COLUMN position SET DEFAULT nextval('events_position_seq'::regclass)")
 
     op.execute(
@@ -104,7 +113,6 @@ def downgrade() -> None:
     op.execute("ALTER TABLE events RENAME TO events_v2")
     op.execute("ALTER TABLE events_v2 RENAME CONSTRAINT events_pkey TO events_v2_pkey")
     op.execute("ALTER INDEX events_stream_idx RENAME TO events_v2_stream_idx")
-    issued = _scalar("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM events_position_seq")
     op.execute("ALTER SEQUENCE events_position_seq RENAME TO events_v2_position_seq")
     op.execute(
         """
@@ -124,9 +132,21 @@ def downgrade() -> None:
     )
     op.execute("CREATE INDEX events_stream_idx ON events (stream)")
     op.execute(f"INSERT INTO events ({_COLUMNS}) SELECT {_COLUMNS} FROM events_v2 ORDER BY position")
-    head = _scalar("SELECT coalesce(max(position), 0) FROM events")
+    op.execute(
+        """
+        DO $$
+        DECLARE
+            last bigint;
+        BEGIN
+            SELECT greatest(coalesce(max(position), 0),
+                            (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM events_v2_position_seq))
+              INTO last FROM events;
+            IF last > 0 THEN
+                PERFORM setval(pg_get_serial_sequence('events', 'position'), last, true);
+            END IF;
+        END
+        $$
+        """
+    )
     op.execute("DROP TABLE events_v2")  # with every partition and the position sequence
     op.execute("DROP TABLE event_keys")
-    last = max(head, issued)
-    if last > 0:
-        op.execute(f"SELECT setval(pg_get_serial_sequence('events', 'position'), {last}, true)")
