@@ -19,7 +19,7 @@ dropped at the end. Measured side by side in one run (median of ``--repeat`` run
 - events/s decoded by :func:`backfill.core.events.decode_many` from rows as
   :meth:`EventStore.read_payloads` returns them (PostgreSQL's ``jsonb`` text), old path
   (pydantic validation of the whole batch, ``validate=True``) vs the new compiled path
-  (orjson), on the event mix of a simulation (synthetic workload, ``--repeat-after 1m``:
+  (msgspec), on the event mix of a simulation (synthetic workload, ``--repeat-after 1m``:
   about 95% ForegroundRequest, the rest admissions, Job facts and cancels).
 
 Rows look like real ones: type ``ForegroundRequest``, stream ``model/ns/M0001``..``M0087``,
@@ -184,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--database-url", default=None, help="PostgreSQL URL (default: BACKFILL_DATABASE_URL, else the embedded server)")
     parser.add_argument("--storage", type=int, default=0, metavar="N", help="measure the on-disk size of N controller-shaped events instead")
     args = parser.parse_args(argv)
-    console = Console()
+    console = Console(width=120)
 
     settings = Settings()
     if args.database_url:
@@ -314,7 +314,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ratio = med["decode_new"] / med["decode_old"]
         table.add_row(f"decode_many, pydantic validation (old), {len(rows):,} simulated rows", f"{med['decode_old']:,.0f}", "", "")
         table.add_row(
-            "decode_many, compiled path (new), same rows",
+            "decode_many, compiled path (new, msgspec), same rows",
             f"{med['decode_new']:,.0f}",
             f"[{'green' if ratio > 1 else 'red'}]{ratio:.2f}x old[/]",
             "> old",

@@ -36,7 +36,7 @@ Speed
 -----
 Measured on the embedded server with 200k ~150-byte events (see ``bench/bench_store.py``):
 binary COPY straight into ``events`` with pre-checked keys ran at ~85% of a raw binary COPY of
-the same rows in the same batches before partitioning, and at 64-77% (batches of 1,000 and
+the same rows in the same batches before partitioning, and at 64-82% (batches of 1,000 and
 10,000) with the partitions and the second COPY into ``event_keys``; prototypes of a COPY into a temp staging table followed by
 ``INSERT ... SELECT ... ON CONFLICT DO NOTHING RETURNING`` reached ~55% (batches of 10,000; ~25%
 with 1,000) and ``executemany`` in pipeline mode ~40%, so neither is used. Reads use keyset pagination
