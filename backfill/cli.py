@@ -1,4 +1,4 @@
-"""The ``backfill`` command: simulate, replay, runs, db upgrade, controller.
+"""The ``backfill`` command: simulate, replay, runs, db upgrade/prune/shell/url, controller.
 
 Bad arguments and unreadable inputs end with one line ``backfill: error: ...`` on stderr and
 exit code 2; a replay that finds a divergent decision exits 1.
@@ -677,6 +677,74 @@ def db_upgrade(
     except Exception as exc:
         raise CLIError(f"db upgrade: {str(exc).splitlines()[0]}") from None
     out.print(f"schema {schema} at revision {current(url, schema)}")
+
+
+@db_app.command("prune")
+def db_prune(
+    database_url: Optional[str] = DatabaseOpt,
+    schema: str = typer.Option("backfill", "--schema", envvar="BACKFILL_SCHEMA", help="PostgreSQL schema."),
+    before: str = typer.Option(..., "--before", help="Drop only events recorded before this time (RFC 3339; no zone = UTC)."),
+    export: Optional[Path] = typer.Option(None, "--export", help="Append the dropped events to this CSV file first (COPY format, header)."),
+    snapshot: str = typer.Option("projector", "--snapshot", help="The snapshot that must cover a dropped partition."),
+    code_version: Optional[str] = typer.Option(None, "--code-version", help="Its code version; default: that of the newest snapshot."),
+) -> None:
+    """Drop the oldest partitions of the event log that a snapshot covers (the runs table is kept).
+
+    A partition goes only when all its events were recorded before --before, the snapshot and
+    every checkpoint are at or past its last position, and it is not the one being written.
+    Stops at the first partition that is not; says why in one line when nothing was dropped.
+    """
+    import sqlalchemy as sa
+    from sqlalchemy.pool import NullPool
+
+    from .store import make_engine
+    from .store.retention import prune
+
+    cut = _time(before, "--before")
+    if export is not None and (export.is_dir() or not export.parent.is_dir()):
+        raise CLIError(f"--export {export}: give a file in an existing directory")
+    url, probe_engine = _store(database_url, schema, probe=True)
+    probe_engine.dispose()
+    settings = Settings(**({"database_url": database_url} if database_url else {}))
+    engine = make_engine(url, schema, timeouts=False, poolclass=NullPool)  # an export may take long
+    try:
+        fairy = engine.raw_connection()
+        try:
+            conn = fairy.driver_connection
+            conn.autocommit = True
+            # DETACH waits for an ACCESS EXCLUSIVE lock: never queue in front of readers for long.
+            conn.execute(f"SET lock_timeout = {round(settings.db_lock_timeout_seconds * 1000)}")
+            version = code_version
+            if version is None:
+                row = conn.execute(
+                    "SELECT code_version FROM snapshots WHERE name = %s ORDER BY position DESC, created_at DESC LIMIT 1", (snapshot,)
+                ).fetchone()
+                if row is None:
+                    raise CLIError(f"nothing pruned: no snapshot {snapshot!r} in schema {schema}")
+                version = row[0]
+            result = prune(conn, cut, snapshot=snapshot, code_version=version, export=export)  # type: ignore[arg-type]
+        finally:
+            fairy.close()
+    except (sa.exc.SQLAlchemyError, OSError) as exc:
+        raise CLIError(f"db prune: {_db_error(exc)}") from None
+    except Exception as exc:  # psycopg errors (lock timeout, missing tables): one line
+        if isinstance(exc, CLIError):
+            raise
+        raise CLIError(f"db prune: {_db_error(exc)}") from None
+    finally:
+        engine.dispose()
+    if not result.dropped:
+        raise CLIError(f"nothing pruned: {result.stopped}")
+    first, last = result.dropped[0].lo, result.dropped[-1].hi - 1
+    exported = f", exported {result.exported:,} to {export}" if export is not None else ""
+    out.print(
+        f"dropped {len(result.dropped)} partition(s) of schema {schema}: {result.events:,} events, positions {first}-{last}"
+        f"{exported} (snapshot {snapshot!r} of code version {version!r})",
+        highlight=False,
+        soft_wrap=True,
+    )
+    if result.stopped:
+        out.print(f"kept the rest: {result.stopped}", highlight=False, soft_wrap=True)
 
 
 # ----------------------------------------------------------------------------- controller

@@ -91,6 +91,18 @@ class Settings(BaseSettings):
     )
     poll_fallback_seconds: float = Field(default=1.0, gt=0, description="Event-log polling when no NOTIFY arrives, seconds.")
 
+    # Database sessions (applied by backfill.store.make_engine to every pooled connection;
+    # 0 disables a timeout). A paused or partitioned replica cannot hold the log's write lock
+    # for longer than the idle-in-transaction timeout, and no call waits on a lock forever.
+    db_lock_timeout_seconds: float = Field(default=2.0, ge=0, description="PostgreSQL lock_timeout: longest wait for any lock (the log's write lock included), seconds.")
+    db_statement_timeout_seconds: float = Field(default=10.0, ge=0, description="PostgreSQL statement_timeout: longest single statement, seconds.")
+    db_idle_in_transaction_timeout_seconds: float = Field(default=10.0, ge=0, description="PostgreSQL idle_in_transaction_session_timeout: a session idle inside a transaction longer than this is ended by the server (its locks released), seconds.")
+    db_connect_timeout_seconds: int = Field(default=10, ge=0, description="libpq connect_timeout: longest wait to open a connection, whole seconds.")
+
+    # Storage
+    event_partition_size: int = Field(default=1_000_000, ge=1000, description="Positions per partition of the events table (the unit backfill db prune drops).")
+    snapshot_keep: int = Field(default=3, ge=1, description="Snapshots kept per projection; older ones are deleted when a new one is saved.")
+
     @model_validator(mode="after")
     def _database_url_from_file(self) -> "Settings":
         """database_url unset and database_url_file set: read the URL from the file.
