@@ -101,6 +101,14 @@ class Settings(BaseSettings):
 
     # Storage
     event_partition_size: int = Field(default=1_000_000, ge=1000, description="Positions per partition of the events table (the unit backfill db prune drops).")
+    snapshot_every_events: int = Field(
+        default=100_000, ge=1,
+        description="The leader snapshots the projection after this many new events (start-up loads the newest "
+        "snapshot and folds only the tail).",
+    )
+    snapshot_every_seconds: float = Field(
+        default=900.0, gt=0, description="... or after this many seconds when anything new was folded, seconds."
+    )
     snapshot_keep: int = Field(default=3, ge=1, description="Snapshots kept per projection; older ones are deleted when a new one is saved.")
 
     @model_validator(mode="after")

@@ -23,6 +23,10 @@ def _example(cls: type, n: int) -> Any:
         text = str(info.annotation)
         if "atetime" in text:
             values[name] = T0 + timedelta(seconds=n)
+        elif "bool" in text:
+            values[name] = n % 2 == 0
+        elif "float" in text:
+            values[name] = n + 0.25
         elif "dict" in text:
             values[name] = {"spec": {"nested": [1, 2.5, None, True, "héllo ✓"]}, "n": n}
         elif "int" in text:
