@@ -50,6 +50,7 @@ from .actor import FINALIZER, Actor
 from .kinds import KINDS
 from .metrics import Metrics
 from .preempt import Preemptor
+from .ratelimit import TokenBucket
 from .spool import Spool
 from .translate import Translator
 from .watchers import Watcher
@@ -131,6 +132,7 @@ class Controller:
             timeout=settings.api_timeout_seconds,
             cached=self._cached_object,
             remember=self._remember_object,
+            limiter=TokenBucket(settings.api_qps, settings.api_burst),
         )
         self.preemptor = Preemptor(lambda: self.world, self.spool, self.actor.preempt, self.is_leader, clock)
         self.translator = Translator(self._known_last_active, signal_granularity=settings.foreground_signal_granularity_seconds)
