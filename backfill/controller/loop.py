@@ -301,6 +301,16 @@ class Controller:
         if snap is not None:
             self.world, self.position, self.snapshot_position = snap, snap.position, snap.position
             log.info(f"loaded the snapshot at position {snap.position}", extra={"position": snap.position})
+        else:
+            first = getattr(self.events, "first_position", lambda: 0)()
+            if first > 1:
+                from . import ControllerConfigError
+
+                raise ControllerConfigError(
+                    f"the event log was pruned (it starts at position {first}) and holds no snapshot of this release "
+                    f"(version {snapshots.code_version()}): start the release that pruned it once more to write one, or "
+                    "load the exported events back before starting this one"
+                )
         with paused_gc():
             self.catch_up()
         self._runs_checkpoint = 0
