@@ -53,6 +53,8 @@ from backfill.core.jobtemplate import API_GROUP, API_VERSION, build_job
 from backfill.core.state import World
 from backfill.core.timefmt import rfc3339
 
+from .crash import crash_point
+
 log = logging.getLogger("backfill.controller.actor")
 
 FINALIZER = "modelbackfill.ai.flexinfer/finalizer"
@@ -360,6 +362,8 @@ class Actor:
         positions = self.append_records([encode(e, k) for e, k in records])
         admitted = [c for c, p in zip(cmds, positions) if p is not None]
         self.appended += len(admitted)
+        if admitted:
+            crash_point("admit/decision-appended")
         for c, p in zip(cmds, positions):
             ns, name = c.key
             if p is None:
@@ -429,8 +433,10 @@ class Actor:
             self._limiter.acquire()
         self._guard()
         try:
+            crash_point("admit/create-sent")
             created = self.batch.create_namespaced_job(ns, body, _request_timeout=self.timeout)
             job_uid = created.metadata.uid
+            crash_point("admit/create-answered")
         except ApiException as exc:
             if exc.status == 409:
                 try:
@@ -452,6 +458,7 @@ class Actor:
             reject(0, type(exc).__name__, _first_line(exc), permanent=False)
             return
         self._observed(ev.JobCreated(at=self.clock(), uid=job_uid, **common))
+        crash_point("admit/jobcreated-appended")
 
     # -- cancel / delete ----------------------------------------------------------------------
 
@@ -490,7 +497,9 @@ class Actor:
         ns, name = key
         self._guard()
         try:
+            crash_point("cancel/delete-sent")
             self.batch.delete_namespaced_job(job_name, ns, propagation_policy="Background", _request_timeout=self.timeout)
+            crash_point("cancel/delete-answered")
         except ApiException as exc:
             if exc.status != 404:
                 raise
@@ -599,6 +608,11 @@ class Actor:
                 )
                 if self._remember is not None and isinstance(written, dict):
                     self._remember(key, written)
+                phase = merged.get("phase")
+                if phase in ("Starting", "Running"):
+                    crash_point("admit/status-written")
+                elif phase == "Cancelling":
+                    crash_point("cancel/status-written")
                 break
             except ApiException as exc:
                 if exc.status == 404:

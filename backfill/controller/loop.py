@@ -47,6 +47,7 @@ from backfill.store import EventStore, RunStore
 from backfill.store import projection as snapshots
 
 from .actor import FINALIZER, Actor
+from .crash import crash_point
 from .kinds import KINDS
 from .metrics import Metrics
 from .preempt import Preemptor
@@ -272,6 +273,10 @@ class Controller:
                         self._count(before, row, e)
             if rows:
                 self.runs.apply(rows, RUNS_CHECKPOINT, batch[-1][0])
+                if any(r.result is None for r in rows):
+                    crash_point("admit/runrow-written")
+                if any(r.result is not None for r in rows):
+                    crash_point("cancel/runrow-written")
             self.world = world
             self.position = batch[-1][0]
         return keys

@@ -39,6 +39,7 @@ from backfill.core.decisions import decision_record
 from backfill.core.projector import affected, decide, fold, only_position_moved
 from backfill.core.state import Key, World
 
+from .crash import crash_point
 from .spool import Entry, Spool
 
 log = logging.getLogger("backfill.controller.preempt")
@@ -209,3 +210,4 @@ class Preemptor:
             return decision_record(c, at=now, basis=basis, cause=basis if cause is _BASIS else resolve(cause))
 
         self._spool.put_decision(make, deps)
+        crash_point("cancel/decision-appended")
