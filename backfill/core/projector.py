@@ -28,7 +28,7 @@ The phase machine (seed 000 "Expected phases"):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Callable, Iterable, Mapping
 
 from . import events as ev
@@ -47,6 +47,7 @@ from .commands import (
 from .jobtemplate import gpu_requests, job_name, template_problem
 from .spec import parse_spec
 from .status import status_from_verdict
+from .timefmt import plus_seconds
 from .state import (
     LIVE,
     CANCELLING,
@@ -671,28 +672,28 @@ def evaluate(world: World, key: Key, now: datetime, reserved: set | None = None)
     a = b.live_attempt
     if a is not None:
         if a.lifecycle == CANCELLING:
-            due = a.cancelled_at + timedelta(seconds=RETRY_SECONDS)  # type: ignore[operator]
+            due = plus_seconds(a.cancelled_at, RETRY_SECONDS)  # type: ignore[arg-type]
             cmds = (DeleteJob(key, a.job_name),) if now >= due else ()
             return Verdict(
                 CANCELLING,
                 a.cancel_reason,
                 a.cancel_message or "cancelling the background Job",
                 cmds,
-                wake_at=due if now < due else now + timedelta(seconds=RETRY_SECONDS),
+                wake_at=due if now < due else plus_seconds(now, RETRY_SECONDS),
             )
         cond = _cancel_condition(world, b, a, now)
         if cond is not None:
             reason, message, cause = cond
             return Verdict(CANCELLING, reason, message, (Cancel(key, b.uid, a.number, a.job_name, reason, message, cause),))
         if a.lifecycle == STARTING:
-            due = a.admitted_at + timedelta(seconds=RETRY_SECONDS)
+            due = plus_seconds(a.admitted_at, RETRY_SECONDS)
             cmds = (CreateJob(key, a.number, a.job_name),) if now >= due else ()
             return Verdict(
                 STARTING,
                 "Admitted",
                 f"creating Job {a.job_name}",
                 cmds,
-                wake_at=due if now < due else now + timedelta(seconds=RETRY_SECONDS),
+                wake_at=due if now < due else plus_seconds(now, RETRY_SECONDS),
             )
         return Verdict(RUNNING, "JobActive", f"background Job {a.job_name} is active")
     if b.deleting:
@@ -715,7 +716,7 @@ def evaluate(world: World, key: Key, now: datetime, reserved: set | None = None)
     if b.succeeded_generation == b.generation and b.succeeded_at is not None:
         if spec.repeat_after == 0:
             return Verdict(SUCCEEDED, "Completed", "the Job completed (one-shot)", unblock)
-        next_run = b.succeeded_at + timedelta(seconds=spec.repeat_after)
+        next_run = plus_seconds(b.succeeded_at, spec.repeat_after)
         if now < next_run:
             return Verdict(
                 SUCCEEDED, REPEAT_SCHEDULED, "the Job completed; repeats after the cooldown", unblock, next_run, None, next_run
@@ -737,7 +738,7 @@ def evaluate(world: World, key: Key, now: datetime, reserved: set | None = None)
             WAITING, CONCURRENT_BACKFILL, "another backfill is active on the same model or node", unblock, next_run=next_run
         )
     since, cause = _idle_since(world, m, now)
-    due = since + timedelta(seconds=spec.idle_for)
+    due = plus_seconds(since, spec.idle_for)
     if next_run is not None and next_run > due:
         due = next_run
     if now < due:
