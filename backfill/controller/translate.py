@@ -15,6 +15,7 @@ Model, so only a time moving forward is foreground demand).
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from datetime import datetime
 from typing import Any, Mapping
@@ -68,6 +69,7 @@ class Translator:
 
     def __init__(self) -> None:
         self._last_active: dict[str, datetime] = {}
+        self._last_unreadable: dict[str, str] = {}  # uid -> digest of the last unreadable lastActiveTime
         self._lock = threading.Lock()
 
     # -- ModelBackfill ------------------------------------------------------------------------
@@ -104,6 +106,7 @@ class Translator:
         if kind == DELETED:
             with self._lock:
                 self._last_active.pop(uid, None)
+                self._last_unreadable.pop(uid, None)
             return [(ev.ModelDeleted(at=now, namespace=ns, model=name), f"model/{uid}/deleted")]
         status = obj.get("status") or {}
         out: list[Pair] = []
@@ -133,7 +136,23 @@ class Translator:
                         f"fg/{uid}/{raw}",
                     )
                 )
+        elif raw is not None and raw != "":
+            out.extend(self._unreadable_demand(ns, name, uid, raw, now))
         return out
+
+    def _unreadable_demand(self, ns: str, name: str, uid: str, raw: Any, now: datetime) -> list[Pair]:
+        """Fail safe (issue: hostile input): a ``lastActiveTime`` that changed but cannot be read
+        counts as foreground demand *now*, and says so (``source="lastActiveTime-unreadable"``).
+
+        Keyed by a digest of the raw value, so a re-delivery or relist of the same unreadable
+        value is stored once; a different unreadable value is demand again."""
+        digest = hashlib.sha256(repr(raw).encode("utf-8", "backslashreplace")).hexdigest()[:16]
+        with self._lock:
+            if self._last_unreadable.get(uid) == digest:
+                return []
+            self._last_unreadable[uid] = digest
+        event = ev.ForegroundRequest(at=now, namespace=ns, model=name, source="lastActiveTime-unreadable")
+        return [(event, f"fg/{uid}/unreadable/{digest}")]
 
     # -- GamingSession ------------------------------------------------------------------------
 
