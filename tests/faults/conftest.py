@@ -20,10 +20,15 @@ REPLICAS = ("replica-a", "replica-b")
 @pytest.fixture(scope="session")
 def fault_cluster(request: pytest.FixtureRequest):
     """A kube-apiserver + etcd for the fault tests only: it may be SIGSTOPped, writes an audit
-    log of every mutating request, and knows one bearer-token identity per replica."""
+    log of every mutating request, knows one bearer-token identity per replica, and serves
+    watches from etcd (no watch cache)."""
     from tests.envtest.cluster import WRITES_AUDIT_POLICY, LocalCluster, ensure_binaries
 
-    cluster = LocalCluster(ensure_binaries(), audit_policy=WRITES_AUDIT_POLICY, users=REPLICAS)
+    # --watch-cache=false: watches are served by etcd itself, so compacting etcd expires a
+    # resourceVersion for real (410 Gone) instead of the watch cache replaying it.
+    cluster = LocalCluster(
+        ensure_binaries(), ["--watch-cache=false"], audit_policy=WRITES_AUDIT_POLICY, users=REPLICAS
+    )
     try:
         cluster.start()
         cluster.apply_crds(ENVTEST_CRD_PATHS)

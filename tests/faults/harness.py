@@ -262,7 +262,7 @@ class JobPlayer:
         self.kube.job_status(
             name,
             {
-                "active": 0, "succeeded": 1, "completionTime": t, "startTime": t,
+                "active": 0, "succeeded": 1, "completionTime": t, **self._start(name, t),
                 "conditions": [
                     {"type": "SuccessCriteriaMet", "status": "True", "lastTransitionTime": t},
                     {"type": "Complete", "status": "True", "lastTransitionTime": t},
@@ -275,13 +275,18 @@ class JobPlayer:
         self.kube.job_status(
             name,
             {
-                "active": 0, "failed": 1, "startTime": t,
+                "active": 0, "failed": 1, **self._start(name, t),
                 "conditions": [
                     {"type": "FailureTarget", "status": "True", "reason": reason, "lastTransitionTime": t},
                     {"type": "Failed", "status": "True", "reason": reason, "lastTransitionTime": t},
                 ],
             },
         )  # fmt: skip
+
+    def _start(self, name: str, t: str) -> dict[str, str]:
+        """``{"startTime": t}`` unless the Job has one already (it is immutable once set)."""
+        job = self.kube.job(name)
+        return {} if job is not None and job.status is not None and job.status.start_time else {"startTime": t}
 
     def collect_garbage(self) -> list[str]:
         """Delete every owned Job whose controller owner (a ModelBackfill uid) no longer exists;
