@@ -180,3 +180,30 @@ def test_expired_resource_version_then_demand_is_cancelled(fault_cluster, kube: 
     assert [e.reason for _, e in of_type(events, "AttemptCancelled")] == ["ForegroundDemand"]
     assert log_invariants(pg.url, schema, all_ended=False) == []
     assert_replay_clean(pg.url, schema)
+
+
+def test_apiserver_restarted_under_the_controller(fault_cluster, kube: Kube, player: JobPlayer, controllers):
+    """Every watch ends with the apiserver; the controller reconnects (relists), records a Job
+    that completed as the apiserver came back as succeeded, and cancels the next demand."""
+    pg, schema = controllers.pg, controllers.schema
+    declare(kube, [("bf-1", "m1"), ("bf-2", "m2")])
+    proc = controllers().start()
+    proc.wait_ready()
+    job1 = start_running(kube, player, "bf-1")
+    job2 = start_running(kube, player, "bf-2")
+    down = fault_cluster.restart_apiserver()
+    player.succeed(job1)  # the first thing the restarted apiserver sees
+    print(f"apiserver restarted: unreachable {down:.2f} s")
+    seconds = timed(proc.ready, timeout=RECOVER_SECONDS, what="/readyz 200 after the apiserver restart")
+    print(f"apiserver restarted: controller ready {seconds:.2f} s after it came back")
+    demand(kube, "m2")
+    seconds = timed(lambda: kube.job(job2) is None, timeout=CANCEL_BOUND_SECONDS, what=f"{job2} deleted after the restart")
+    print(f"apiserver restarted: demand -> Job gone {seconds:.2f} s")
+    wait_for(lambda: [e for _, e in of_type(log_events(pg.url, schema), "JobSucceeded") if e.name == job1],
+             timeout=10, what=f"JobSucceeded {job1}")  # fmt: skip
+    events = log_events(pg.url, schema)
+    assert [e for _, e in of_type(events, "JobDeleted") if e.name == job1] == []
+    assert _no_duplicates(events) == []
+    assert cluster_invariants(kube) == []
+    assert log_invariants(pg.url, schema, all_ended=False) == []
+    assert_replay_clean(pg.url, schema)
