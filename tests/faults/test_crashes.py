@@ -171,8 +171,7 @@ def test_crash_during_admission(kube: Kube, player: JobPlayer, controllers, tmp_
 @pytest.mark.parametrize("step", CANCEL_STEPS)
 def test_crash_during_cancellation(kube: Kube, player: JobPlayer, controllers, tmp_path, step):
     pg, schema = controllers.pg, controllers.schema
-    declare(kube, [("bf", "gemma")], idle_for="30s")
-    kube.patch("modelbackfills", "bf", {"spec": {"idleFor": "2s"}})
+    declare(kube, [("bf", "gemma")])
     proc = _crash_at(controllers, step, tmp_path).start()
     job = start_running(kube, player, "bf")
     demand(kube, "gemma")
