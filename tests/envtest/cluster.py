@@ -365,13 +365,14 @@ class LocalCluster:
         self._start_apiserver(port=int(self.host.rsplit(":", 1)[1]))
         return time.monotonic() - t0
 
-    def kubeconfig_for(self, user: str) -> str:
-        """Path of a kubeconfig authenticating as ``user`` (one of ``users``); written once."""
+    def kubeconfig_for(self, user: str, server: str | None = None) -> str:
+        """Path of a kubeconfig authenticating as ``user`` (one of ``users``), talking to
+        ``server`` (default: the apiserver itself; e.g. a proxy in front of it)."""
         assert self.workdir is not None, "cluster not started"
         token = self.user_tokens[user]
-        path = self.workdir / f"kubeconfig-{user}"
-        if not path.exists():
-            self._write_kubeconfig(path, user, token)
+        suffix = "" if server is None else "-" + server.rsplit(":", 1)[-1]
+        path = self.workdir / f"kubeconfig-{user}{suffix}"
+        self._write_kubeconfig(path, user, token, server)
         return str(path)
 
     def audit_events(
@@ -681,7 +682,9 @@ class LocalCluster:
         except (OSError, ssl.SSLError) as exc:
             return 0, str(exc)
 
-    def _write_kubeconfig(self, path: Path | None = None, user: str = "admin", token: str | None = None) -> None:
+    def _write_kubeconfig(
+        self, path: Path | None = None, user: str = "admin", token: str | None = None, server: str | None = None
+    ) -> None:
         import yaml
 
         assert self.workdir is not None
@@ -691,7 +694,7 @@ class LocalCluster:
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [
-                {"name": "envtest", "cluster": {"server": self.host, "certificate-authority-data": ca_data}}
+                {"name": "envtest", "cluster": {"server": server or self.host, "certificate-authority-data": ca_data}}
             ],
             "users": [{"name": user, "user": {"token": token}}],
             "contexts": [{"name": "envtest", "context": {"cluster": "envtest", "user": user}}],

@@ -76,15 +76,15 @@ def player(kube) -> JobPlayer:
 
 @pytest.fixture
 def controllers(fault_cluster, fault_ns, controlled_pg, tmp_path):
-    """``controllers(identity="replica-a", **env) -> ControllerProcess`` (not started) on the
-    test namespace and the controllable PostgreSQL; every process is killed afterwards and its
+    """``controllers(identity="replica-a", server=None, **env) -> ControllerProcess`` (not
+    started; ``server``: talk to the apiserver through e.g. a proxy) on the test namespace and the controllable PostgreSQL; every process is killed afterwards and its
     log tail printed when the test failed."""
     pg, schema = controlled_pg
     made: list[ControllerProcess] = []
 
-    def make(identity: str = REPLICAS[0], **env: str) -> ControllerProcess:
+    def make(identity: str = REPLICAS[0], server: str | None = None, **env: str) -> ControllerProcess:
         proc = ControllerProcess(
-            kubeconfig=fault_cluster.kubeconfig_for(identity),
+            kubeconfig=fault_cluster.kubeconfig_for(identity, server),
             database_url=pg.url,
             schema=schema,
             namespace=fault_ns,

@@ -207,3 +207,39 @@ def test_apiserver_restarted_under_the_controller(fault_cluster, kube: Kube, pla
     assert cluster_invariants(kube) == []
     assert log_invariants(pg.url, schema, all_ended=False) == []
     assert_replay_clean(pg.url, schema)
+
+
+@pytest.fixture
+def proxy(fault_cluster):
+    from .proxy import TcpProxy
+
+    p = TcpProxy("127.0.0.1", int(fault_cluster.host.rsplit(":", 1)[1])).start()
+    try:
+        yield p
+    finally:
+        p.stop()
+
+
+def test_half_open_connections_are_abandoned(fault_cluster, kube: Kube, player: JobPlayer, controllers, proxy):
+    """Every connection of the controller to the apiserver goes half-open (data and FIN
+    discarded for good, no RST) for longer than the watch timeout; new connections work again
+    afterwards. Only client-side timeouts get it out: it must reconnect, relist, and cancel the
+    next demand promptly."""
+    pg, schema = controllers.pg, controllers.schema
+    declare(kube, [("bf", "gemma")])
+    proc = controllers(server=proxy.url).start()
+    proc.wait_ready()
+    job = start_running(kube, player, "bf")
+    proxy.partition(drop=True)
+    time.sleep(PAUSE_SECONDS)
+    status, _ = proc.http("/readyz")
+    proxy.heal()
+    print(f"half-open for {PAUSE_SECONDS:.0f} s: /readyz {status} at the end")
+    demand(kube, "gemma")
+    seconds = timed(lambda: kube.job(job) is None, timeout=WATCH_TIMEOUT + CANCEL_BOUND_SECONDS,
+                    what=f"Job {job} deleted after the connections went half-open")  # fmt: skip
+    print(f"half-open: demand -> Job gone {seconds:.2f} s after the heal")
+    assert status == 503, f"/readyz {status} with every watch stalled for {PAUSE_SECONDS:.0f} s"
+    wait_for(lambda: of_type(log_events(pg.url, schema), "JobDeleted"), timeout=10, what="JobDeleted in the log")
+    assert _no_duplicates(log_events(pg.url, schema)) == []
+    assert_replay_clean(pg.url, schema)

@@ -175,3 +175,48 @@ def test_leader_paused_in_a_wave_of_cancels(fault_cluster, kube: Kube, player: J
     )  # fmt: skip
     assert log_invariants(pg.url, schema, all_ended=False) == []
     assert_replay_clean(pg.url, schema)
+
+
+@pytest.fixture
+def proxy(fault_cluster):
+    from .proxy import TcpProxy
+
+    p = TcpProxy("127.0.0.1", int(fault_cluster.host.rsplit(":", 1)[1])).start()
+    try:
+        yield p
+    finally:
+        p.stop()
+
+
+def test_leader_partitioned_from_the_apiserver(fault_cluster, kube: Kube, player: JobPlayer, controllers, proxy):
+    """Only the leader loses the apiserver (its connections go silent, the process runs on):
+    it must stop acting before the standby may take over, report not ready, and make no Job
+    create/delete, status write or Event after the partition heals; the standby cancels."""
+    pg, schema = controllers.pg, controllers.schema
+    declare(kube, [("bf-1", "m1")])
+    a = controllers("replica-a", server=proxy.url).start()
+    a.wait_ready()
+    wait_for(lambda: holder(kube) == "replica-a", timeout=10, what="replica-a holds the Lease")
+    b = controllers("replica-b").start()
+    b.wait_ready()
+    job = start_running(kube, player, "bf-1")
+
+    proxy.partition()
+    cut_at = datetime.now(timezone.utc)
+    try:
+        taken = timed(lambda: holder(kube) == "replica-b", timeout=PAUSE_SECONDS, what="replica-b takes the Lease over")
+        demand(kube, "m1")
+        seconds = timed(lambda: kube.job(job) is None, timeout=CANCEL_BOUND_SECONDS, what=f"replica-b deletes {job}")
+        print(f"leader partitioned: replica-b took over after {taken:.2f} s, cancelled {seconds:.2f} s after the demand")
+        status, body = a.http("/readyz")
+        print(f"partitioned leader /readyz: {status} {body.strip()!r}")
+    finally:
+        proxy.heal()
+    time.sleep(AFTER_RESUME_SECONDS)
+    assert a.alive, a.tail()
+    late = actions(fault_cluster, "replica-a", kube.ns, since=cut_at + IN_FLIGHT)
+    assert late == [], "replica-a acted after it lost the Lease:\n" + "\n".join(late)
+    assert cluster_invariants(kube) == []
+    assert log_invariants(pg.url, schema, all_ended=False) == []
+    assert_replay_clean(pg.url, schema)
+    assert status == 503, f"the partitioned replica said it was ready: {status} {body!r}"
