@@ -76,7 +76,7 @@ def test_random_crashes_over_a_workload(kube: Kube, player: JobPlayer, controlle
         for b, m in PAIRS:
             r = rng.random()
             if r < 0.4:
-                demanded[m] = [j.metadata.name for j in kube.jobs() if _label(j) == b and j.metadata.deletion_timestamp is None]
+                demanded[m] = [j.metadata.name for j in player.live() if _label(j) == b]  # not finished, not Terminating
                 demand(kube, m)
             elif r < 0.5:
                 live = [j.metadata.name for j in player.live() if _label(j) == b]
