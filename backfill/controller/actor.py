@@ -1,17 +1,33 @@
-"""The actor: turns the projector's commands into decision events and Kubernetes calls.
+"""The actor: turns the projector's commands into Kubernetes calls and decision events.
 
-Rules: a decision event is appended *before* the call it announces (so the log explains every
-mutation); a decision whose idempotency key is already stored (another instance decided the
-same thing) is not acted on again, except deletes, which are always safe. Before every mutation
-``can_act()`` (leader election) is checked. It never writes Model, GamingSession, GPULease or
-CronJob objects.
+Two asymmetric rules:
+
+- **Starting is fail-closed.** An admission's decision event is appended to the log (synchronously)
+  *before* the Job create it announces: what the log cannot explain is never started, and a store
+  that is down means no start. The same holds for Block, Unblock and ReleaseFinalizer.
+- **Stopping is fail-safe.** :meth:`Actor.preempt` (called by the preemptor) sends the Job DELETEs
+  first, in parallel, and the decision goes to the spool beside them; nothing on that path waits
+  for the database, a status write or an Event.
+
+Observations the actor makes itself (``JobCreated``, ``JobDeleted`` on a 404, ``JobCreateRejected``
+of a refused create) go through the spool too, in order with the watchers' events.
+
+Re-issued creates and deletes (``CreateJob``/``DeleteJob``, emitted on every decide while one is
+outstanding) are paced per Job: the first goes out at once (so a restarted controller finishes a
+recorded decision immediately), later ones back off exponentially up to ``RETRY_MAX_SECONDS``.
+
+Every API call carries a client-side timeout (``_request_timeout``). Before every mutation
+``can_act()`` (leader election, an in-memory check) is asked. It never writes Model,
+GamingSession, GPULease or CronJob objects.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, Callable, Iterable, Mapping
@@ -31,6 +47,7 @@ from backfill.core.commands import (
     WakeAt,
     WriteStatus,
 )
+from backfill.core.decisions import decision_record
 from backfill.core.events import encode
 from backfill.core.jobtemplate import API_GROUP, API_VERSION, build_job
 from backfill.core.state import World
@@ -42,6 +59,8 @@ FINALIZER = "modelbackfill.ai.flexinfer/finalizer"
 PLURAL = "modelbackfills"
 COMPONENT = "modelbackfill-controller"
 CONFLICT_RETRIES = 5
+#: Largest pause between two re-issues of the same create or delete, seconds.
+RETRY_MAX_SECONDS = 30.0
 
 
 class NotLeader(Exception):
@@ -112,10 +131,16 @@ class Actor:
 
     Args:
         api: a kubernetes ApiClient.
-        append: ``(records) -> positions`` (EventStore.append).
+        append: ``(records) -> positions``, synchronous (EventStore.append): decisions that allow
+            a mutation (admit, block, unblock, finalizer release) are durable before it.
+        observe: ``(pairs) -> entries``, asynchronous (Spool.put): the actor's own observations.
         clock: aware UTC now.
-        can_act: leader check (always True without leader election).
+        can_act: leader check (always True without leader election); in memory.
         identity: reported as the Events' reporting instance.
+        timeout: client-side timeout of every API call, seconds.
+        cached: ``key -> ModelBackfill object | None``, the latest copy seen (spares the GET
+            before a status PUT); None: always GET.
+        remember: ``(key, object)``, told the object a status PUT returned (the newest copy).
     """
 
     def __init__(
@@ -125,22 +150,32 @@ class Actor:
         clock: Callable[[], datetime],
         can_act: Callable[[], bool] = lambda: True,
         identity: str = COMPONENT,
+        *,
+        observe: Callable[[list], Any] | None = None,
+        timeout: float = 10.0,
+        cached: Callable[[tuple[str, str]], Mapping[str, Any] | None] | None = None,
+        remember: Callable[[tuple[str, str], Any], None] | None = None,
     ) -> None:
         self.api = api
         self.batch = client.BatchV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.core = client.CoreV1Api(api)
         self.append_records = append
+        self._observe = observe
         self.clock = clock
         self.can_act = can_act
         self.identity = identity
+        self.timeout = timeout
+        self._cached = cached
+        self._remember = remember
         self._written: dict[tuple[str, str], Mapping[str, Any]] = {}
         self._lock = threading.Lock()
+        self._pace: dict[tuple[str, str, str], tuple[float, float]] = {}  # (verb, ns, job) -> (next allowed, pause)
         self.appended = 0
         self._decided_at: datetime | None = None
         self.statuses = StatusWriter(self.write_status)
         self._side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="k8s-events")
-        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="job-deletes")
+        self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="job-deletes")
 
     def close(self) -> None:
         """Stop the status writer and the side threads (pending Events are still sent)."""
@@ -158,19 +193,50 @@ class Actor:
             raise NotLeader("leader lease not held")
 
     def _append(self, event: Any, key: str | None = None) -> int | None:
+        """Append a decision synchronously (it must be durable before the call it allows)."""
         self._guard()
         pos = self.append_records([encode(event, key)])[0]
         if pos is not None:
             self.appended += 1
         return pos
 
+    def _record(self, cmd: Any, world: World) -> int | None:
+        """Append ``cmd``'s decision record (decided on ``world`` at the decide time)."""
+        event, key = decision_record(cmd, at=self._decision_time(), basis=world.position)
+        return self._append(event, key)
+
+    def _observed(self, event: Any) -> None:
+        """An observation of the actor's own (JobCreated, JobDeleted, JobCreateRejected): spooled in order
+        with the watchers' events; synchronous when no spool is wired (tests)."""
+        if self._observe is not None:
+            self._observe([(event, event.natural_key())])
+            self.appended += 1
+        else:
+            self._append(event)
+
+    def due(self, verb: str, ns: str, job: str) -> bool:
+        """Whether a (re-)issued ``verb`` ("create"/"delete") of Job ``ns/job`` may go out now;
+        marks it issued. The first is always due; then 1 s, 2 s, 4 s ... up to
+        ``RETRY_MAX_SECONDS`` apart."""
+        now = time.monotonic()
+        with self._lock:
+            allowed, pause = self._pace.get((verb, ns, job), (0.0, 0.5))
+            if now < allowed:
+                return False
+            pause = min(pause * 2, RETRY_MAX_SECONDS)
+            self._pace[(verb, ns, job)] = (now + pause, pause)
+            if len(self._pace) > 10_000:  # forget the oldest (Jobs long gone)
+                for k in sorted(self._pace, key=lambda k: self._pace[k][0])[:5_000]:
+                    del self._pace[k]
+            return True
+
     def _event(self, ns: str, name: str, uid: str, reason: str, message: str, type_: str = "Normal") -> None:
-        """A core/v1 Event on the ModelBackfill (best effort)."""
+        """A core/v1 Event on the ModelBackfill (best effort, on the side thread)."""
         now = rfc3339(self.clock().replace(microsecond=0))
         body = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{name}.", "namespace": ns},
+            "metadata": {"generateName": f"{name[:200]}.", "namespace": ns},
             "involvedObject": {
                 "apiVersion": f"{API_GROUP}/{API_VERSION}",
                 "kind": "ModelBackfill",
@@ -188,10 +254,11 @@ class Actor:
             "reportingComponent": COMPONENT,
             "reportingInstance": self.identity[:128],
         }
+
         def create() -> None:
             try:
                 self._guard()
-                self.core.create_namespaced_event(ns, body)
+                self.core.create_namespaced_event(ns, body, _request_timeout=self.timeout)
             except Exception as exc:  # noqa: BLE001 - an Event is informative only
                 log.warning(f"event {reason} on {ns}/{name} not recorded: {exc}".splitlines()[0])
 
@@ -206,31 +273,21 @@ class Actor:
         now: datetime | None = None,
         interrupted: Callable[[], bool] = lambda: False,
     ) -> list[tuple[str, str]]:
-        """Run ``commands`` in order; one failing command is logged and does not stop the rest.
+        """Run ``commands`` (the reconcile loop's: never a ``Cancel``) in order; one failing
+        command is logged and does not stop the rest.
 
         ``now`` is the time ``decide`` was called with: decision events carry it as ``at`` so
-        ``backfill replay`` re-derives them at exactly that time (default: the clock). Leading
-        ``Cancel`` commands are executed together (one append, parallel deletes). After each
-        other command, ``interrupted()`` is asked; when it is true (new events are waiting) the
-        rest is left undone, so a cancel never queues behind a run of admissions.
+        ``backfill replay`` re-derives them at exactly that time (default: the clock). Re-issued
+        deletes go first. After each other command ``interrupted()`` is asked; when it is true
+        (new events are waiting) the rest is left undone.
 
         Returns:
             The keys whose commands were left undone (decide them again: ``decide`` is pure,
             and nothing was recorded for them).
         """
         self._decided_at = now
-        todo = [c for c in commands if not isinstance(c, WakeAt)]
-        cancels = [c for c in todo if isinstance(c, Cancel)]
-        if cancels:
-            try:
-                self._guard()
-                self.cancel_many(cancels, world)
-            except NotLeader:
-                log.info("not the leader any more: commands skipped")
-                return []
-            except Exception as exc:  # noqa: BLE001 - the projector re-issues DeleteJob
-                log.error(f"cancel failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
-            todo = [c for c in todo if not isinstance(c, Cancel)]
+        todo = [c for c in commands if not isinstance(c, (WakeAt, Cancel))]
+        todo.sort(key=lambda c: 0 if isinstance(c, DeleteJob) else 1)  # stable: per-key order kept
         for i, cmd in enumerate(todo):
             try:
                 self._guard()
@@ -238,12 +295,12 @@ class Actor:
             except NotLeader:
                 log.info("not the leader any more: commands skipped")
                 return []
-            except Exception as exc:  # noqa: BLE001 - retried by the projector's retry timers
+            except Exception as exc:  # noqa: BLE001 - re-issued by the next decide
                 log.error(
                     f"{type(cmd).__name__} failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
-                    extra={"backfill": f"{cmd.key[0]}/{cmd.key[1]}"},
+                    extra={"backfill": f"{cmd.key[0]}/{cmd.key[1]}", "position": world.position, "decision": type(cmd).__name__},
                 )
-            if not isinstance(cmd, WriteStatus) and interrupted():
+            if not isinstance(cmd, (WriteStatus, DeleteJob)) and interrupted():
                 # every remaining key, status-only ones too: they are decided again next pass
                 return sorted({c.key for c in todo[i + 1 :]})
         return []
@@ -255,11 +312,12 @@ class Actor:
         elif t is Admit:
             self.admit(cmd, world)
         elif t is CreateJob:
-            b = world.backfills[cmd.key]
-            self.create_job(cmd.key, b.uid, cmd.attempt, cmd.job_name, world)
+            if self.due("create", cmd.key[0], cmd.job_name):
+                b = world.backfills[cmd.key]
+                self.create_job(cmd.key, b.uid, cmd.attempt, cmd.job_name, world)
         elif t is DeleteJob:
-            b = world.backfills[cmd.key]
-            self.delete_job(cmd.key, cmd.job_name, b.uid)
+            if self.due("delete", cmd.key[0], cmd.job_name):
+                self.delete_job(cmd.key, cmd.job_name)
         elif t is Block:
             self.block(cmd, world)
         elif t is Unblock:
@@ -272,25 +330,11 @@ class Actor:
     # -- admit / create -----------------------------------------------------------------------
 
     def admit(self, cmd: Admit, world: World) -> None:
-        """Record ``AttemptAdmitted`` (at the decide time, with basis and cause), emit an Event, create the Job.
-
-        A decision already stored (another instance admitted it) creates nothing."""
+        """Record ``AttemptAdmitted`` (at the decide time, on ``world``'s position as its basis),
+        emit an Event, create the Job. A decision already stored (another instance admitted it)
+        creates nothing here (the re-issued CreateJob does, if it is still outstanding)."""
         ns, name = cmd.key
-        now = self._decision_time()
-        decision = ev.AttemptAdmitted(
-            at=now,
-            namespace=ns,
-            backfill=name,
-            cause=cmd.cause,
-            basis=world.position,
-            uid=cmd.uid,
-            attempt=cmd.attempt,
-            generation=cmd.generation,
-            job_name=cmd.job_name,
-            model=cmd.model,
-            node=cmd.node,
-        )
-        if self._append(decision) is None:
+        if self._record(cmd, world) is None:
             log.info(f"attempt {cmd.attempt} already admitted elsewhere", extra={"backfill": f"{ns}/{name}"})
             return
         log.info(
@@ -298,138 +342,145 @@ class Actor:
             extra={"backfill": f"{ns}/{name}", "position": world.position, "decision": "AttemptAdmitted"},
         )
         self._event(ns, name, cmd.uid, "Admitted", f"idle window complete; creating Job {cmd.job_name} (attempt {cmd.attempt})")
+        self.due("create", ns, cmd.job_name)  # the first create is this one
         self.create_job(cmd.key, cmd.uid, cmd.attempt, cmd.job_name, world)
 
     def create_job(self, key: tuple[str, str], uid: str, attempt: int, job_name: str, world: World) -> None:
-        """Create the attempt's Job from the CronJob template in ``world``; record ``JobCreated``.
+        """Create the attempt's Job from the CronJob template in ``world``; observe ``JobCreated``.
 
-        AlreadyExists with our controller ownerReference counts as created; a Job of another
-        owner, a template that cannot be built, or a 400/403/404/422 records ``JobFailed``
-        (reason ``CreateFailed``). Other API errors propagate (the projector retries)."""
+        AlreadyExists with our controller ownerReference counts as created. Any refusal observes
+        ``JobCreateRejected`` (never ``JobFailed``: no Job exists) with the HTTP status, the API
+        server's reason and message, and whether it is permanent
+        (:func:`~backfill.core.events.create_rejection_is_permanent`: 400/422, or a template
+        that cannot be built) or transient (403 quota, 404, 409 of a foreign Job, 429, 5xx, no
+        response), so the projector blocks or backs off. Only a lost lease (``NotLeader``)
+        propagates."""
         ns, name = key
         b = world.backfills.get(key)
         spec = b.spec if b is not None else None
         template = world.templates.get((ns, spec.template_ref)) if spec is not None else None
         common = dict(namespace=ns, backfill=name, name=job_name)
+        rej = b.rejection if b is not None else None
+        number = rej.count + 1 if rej is not None and rej.attempt == attempt else 1
+
+        def reject(code: int, reason: str, message: str, permanent: bool, retry_after: float | None = None) -> None:
+            log.error(
+                f"Job {job_name} refused ({'permanent' if permanent else 'transient'}): HTTP {code} {reason}: {message}",
+                extra={"backfill": f"{ns}/{name}", "position": world.position, "decision": "JobCreateRejected"},
+            )
+            self._observed(
+                ev.JobCreateRejected(
+                    at=self.clock(), attempt=attempt, rejection=number, code=code, reason=reason, message=message[:1024],
+                    permanent=permanent, template_pos=template.pos if template is not None else 0,
+                    retry_after=retry_after, **common,
+                )
+            )
+
         if spec is None or template is None or template.job_template is None:
-            self._append(ev.JobFailed(at=self.clock(), reason="CreateFailed", **common))
+            ref = spec.template_ref if spec is not None else "?"
+            reject(0, "TemplateNotFound", f"CronJob {ns}/{ref} not found", permanent=True)
             return
         try:
             body = build_job(template.job_template, namespace=ns, backfill=name, backfill_uid=uid, attempt=attempt, spec=spec)
         except ValueError as exc:
-            log.error(f"cannot build Job {job_name}: {exc}", extra={"backfill": f"{ns}/{name}"})
-            self._append(ev.JobFailed(at=self.clock(), reason="CreateFailed", **common))
+            reject(0, "InvalidTemplate", str(exc), permanent=True)
             return
         self._guard()
         try:
-            created = self.batch.create_namespaced_job(ns, body)
+            created = self.batch.create_namespaced_job(ns, body, _request_timeout=self.timeout)
             job_uid = created.metadata.uid
         except ApiException as exc:
             if exc.status == 409:
-                existing = self.batch.read_namespaced_job(job_name, ns)
-                owners = existing.metadata.owner_references or []
-                if any(o.uid == uid and o.controller for o in owners):
-                    job_uid = existing.metadata.uid
-                else:
-                    log.error(f"Job {job_name} exists and is not ours", extra={"backfill": f"{ns}/{name}"})
-                    self._append(ev.JobFailed(at=self.clock(), reason="CreateFailed", **common))
+                try:
+                    existing = self.batch.read_namespaced_job(job_name, ns, _request_timeout=self.timeout)
+                except Exception as read_exc:  # noqa: BLE001 - a transient refusal, retried
+                    reject(409, "AlreadyExists", f"Job {job_name} exists and could not be read: {_first_line(read_exc)}", False)
                     return
-            elif exc.status in (400, 403, 404, 422):
-                log.error(f"Job {job_name} rejected: HTTP {exc.status} {exc.reason}", extra={"backfill": f"{ns}/{name}"})
-                self._append(ev.JobFailed(at=self.clock(), reason="CreateFailed", **common))
-                return
+                owners = existing.metadata.owner_references or []
+                if not any(o.uid == uid and o.controller for o in owners):
+                    reject(409, "AlreadyExists", f"Job {job_name} exists and is not owned by this ModelBackfill", False)
+                    return
+                job_uid = existing.metadata.uid
             else:
-                raise
-        self._append(ev.JobCreated(at=self.clock(), uid=job_uid, **common))
+                code = int(exc.status or 0)
+                reason, message = _status_of(exc)
+                reject(code, reason, message, ev.create_rejection_is_permanent(code), _retry_after(exc))
+                return
+        except Exception as exc:  # noqa: BLE001 - no response (timeout, connection): transient
+            reject(0, type(exc).__name__, _first_line(exc), permanent=False)
+            return
+        self._observed(ev.JobCreated(at=self.clock(), uid=job_uid, **common))
 
     # -- cancel / delete ----------------------------------------------------------------------
 
-    def cancel_many(self, cmds: list[Cancel], world: World) -> None:
-        """Record the cancel decisions (one append), delete the Jobs (Background, in parallel),
-        then emit the Events (on the side thread): nothing but the deletes waits on the API.
-
-        A decision already stored (another instance decided it) still deletes: deletes are safe.
-        """
-        decisions = [
-            ev.AttemptCancelled(
-                at=self._decision_time(),
-                namespace=c.key[0],
-                backfill=c.key[1],
-                cause=c.cause,
-                basis=world.position,
-                uid=c.uid,
-                attempt=c.attempt,
-                job_name=c.job_name,
-                reason=c.reason,
-                message=c.message,
-            )
-            for c in cmds
-        ]
-        self._guard()
-        positions = self.append_records([encode(d) for d in decisions])
-        self.appended += sum(p is not None for p in positions)
+    def preempt(self, cmds: list[Cancel], world: World) -> None:
+        """Delete the Jobs of ``cmds`` now (Background propagation, in parallel when several),
+        then log and emit the Events (side thread). Never raises and never touches the store:
+        the preemptor spools the decisions beside these calls."""
+        try:
+            self._guard()
+        except NotLeader:
+            log.info("not the leader any more: cancels skipped")
+            return
+        for c in cmds:
+            self.due("delete", c.key[0], c.job_name)  # this is the first delete
         if len(cmds) == 1:
             errors = [self._try_delete(cmds[0])]
         else:
             errors = list(self._pool.map(self._try_delete, cmds))
-        for c, pos, error in zip(cmds, positions, errors):
+        for c, error in zip(cmds, errors):
             ns, name = c.key
+            extra = {"backfill": f"{ns}/{name}", "position": c.cause, "decision": "AttemptCancelled"}
             if error is not None:
-                log.error(f"deleting Job {c.job_name} failed: {error}", extra={"backfill": f"{ns}/{name}"})
-            if pos is not None:
-                log.info(
-                    f"cancelled attempt {c.attempt} ({c.reason}): {c.message}",
-                    extra={"backfill": f"{ns}/{name}", "position": c.cause, "decision": "AttemptCancelled"},
-                )
-                self._event(ns, name, c.uid, c.reason, f"cancelled Job {c.job_name}: {c.message}", "Warning")
+                log.error(f"deleting Job {c.job_name} failed (re-issued): {error}", extra=extra)
+            log.info(f"cancelled attempt {c.attempt} ({c.reason}): {c.message}", extra=extra)
+            self._event(ns, name, c.uid, c.reason, f"cancelled Job {c.job_name}: {c.message}", "Warning")
 
     def _try_delete(self, cmd: Cancel) -> str | None:
         try:
-            self.delete_job(cmd.key, cmd.job_name, cmd.uid)
+            self.delete_job(cmd.key, cmd.job_name)
             return None
-        except Exception as exc:  # noqa: BLE001 - retried by the projector's DeleteJob timer
+        except Exception as exc:  # noqa: BLE001 - re-issued by the next decide (DeleteJob)
             return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 
-    def delete_job(self, key: tuple[str, str], job_name: str, uid: str) -> None:
-        """Delete the Job with ``propagationPolicy=Background``; a 404 records ``JobDeleted``."""
+    def delete_job(self, key: tuple[str, str], job_name: str) -> None:
+        """Delete the Job with ``propagationPolicy=Background``; a 404 observes ``JobDeleted``."""
         ns, name = key
         self._guard()
         try:
-            self.batch.delete_namespaced_job(job_name, ns, propagation_policy="Background")
+            self.batch.delete_namespaced_job(job_name, ns, propagation_policy="Background", _request_timeout=self.timeout)
         except ApiException as exc:
             if exc.status != 404:
                 raise
-            self._append(ev.JobDeleted(at=self.clock(), namespace=ns, backfill=name, name=job_name))
+            self._observed(ev.JobDeleted(at=self.clock(), namespace=ns, backfill=name, name=job_name))
 
     # -- block / unblock ----------------------------------------------------------------------
 
     def block(self, cmd: Block, world: World) -> None:
         """Record ``BackfillBlocked`` (once per reason, cause and generation) and emit a Warning Event."""
         ns, name = cmd.key
-        b = world.backfills.get(cmd.key)
-        uid = b.uid if b is not None else ""
-        decision = ev.BackfillBlocked(at=self._decision_time(), namespace=ns, backfill=name, cause=cmd.cause, basis=world.position, reason=cmd.reason, message=cmd.message)
-        key = f"decision/{ns}/{name}/{uid}/block/{cmd.reason}/{cmd.cause}/{b.generation if b else 0}"
-        if self._append(decision, key) is not None:
-            log.info(f"blocked: {cmd.reason}: {cmd.message}", extra={"backfill": f"{ns}/{name}", "decision": "BackfillBlocked"})
-            self._event(ns, name, uid, cmd.reason, cmd.message, "Warning")
+        if self._record(cmd, world) is not None:
+            log.info(
+                f"blocked: {cmd.reason}: {cmd.message}",
+                extra={"backfill": f"{ns}/{name}", "position": cmd.cause, "decision": "BackfillBlocked"},
+            )
+            self._event(ns, name, cmd.uid, cmd.reason, cmd.message, "Warning")
 
     def unblock(self, cmd: Unblock, world: World) -> None:
         """Record ``BackfillUnblocked`` and emit an ``Unblocked`` Event."""
         ns, name = cmd.key
-        b = world.backfills.get(cmd.key)
-        uid = b.uid if b is not None else ""
-        decision = ev.BackfillUnblocked(at=self._decision_time(), namespace=ns, backfill=name, cause=cmd.cause, basis=world.position)
-        if self._append(decision, f"decision/{ns}/{name}/{uid}/unblock/{cmd.cause}") is not None:
-            self._event(ns, name, uid, "Unblocked", "the blocking condition is gone")
+        if self._record(cmd, world) is not None:
+            log.info("unblocked", extra={"backfill": f"{ns}/{name}", "position": cmd.cause, "decision": "BackfillUnblocked"})
+            self._event(ns, name, cmd.uid, "Unblocked", "the blocking condition is gone")
 
     # -- finalizer ----------------------------------------------------------------------------
 
     def _update_finalizers(self, ns: str, name: str, uid: str, add: bool) -> bool:
         """Add or remove our finalizer with optimistic concurrency; False if the object is gone."""
+        t = self.timeout
         for _ in range(CONFLICT_RETRIES):
             try:
-                obj = self.custom.get_namespaced_custom_object(API_GROUP, API_VERSION, ns, PLURAL, name)
+                obj = self.custom.get_namespaced_custom_object(API_GROUP, API_VERSION, ns, PLURAL, name, _request_timeout=t)
             except ApiException as exc:
                 if exc.status == 404:
                     return False
@@ -446,7 +497,7 @@ class Actor:
             obj["metadata"]["finalizers"] = finalizers
             self._guard()
             try:
-                self.custom.replace_namespaced_custom_object(API_GROUP, API_VERSION, ns, PLURAL, name, obj)
+                self.custom.replace_namespaced_custom_object(API_GROUP, API_VERSION, ns, PLURAL, name, obj, _request_timeout=t)
                 return True
             except ApiException as exc:
                 if exc.status == 404:
@@ -463,40 +514,47 @@ class Actor:
         """Remove our finalizer from the ModelBackfill and record ``FinalizerReleased``."""
         ns, name = cmd.key
         self._update_finalizers(ns, name, cmd.uid, add=False)
-        self._append(
-            ev.FinalizerReleased(at=self._decision_time(), namespace=ns, backfill=name, uid=cmd.uid, cause=world.position, basis=world.position)
-        )
-        log.info("finalizer released", extra={"backfill": f"{ns}/{name}", "decision": "FinalizerReleased"})
+        self._record(cmd, world)
+        log.info("finalizer released", extra={"backfill": f"{ns}/{name}", "position": world.position, "decision": "FinalizerReleased"})
 
     # -- status -------------------------------------------------------------------------------
 
     def write_status(self, key: tuple[str, str], status: Mapping[str, Any]) -> None:
-        """Write ``status`` through the status subresource.
+        """Write ``status`` through the status subresource (a PUT with the object's resourceVersion).
 
-        Skips a status identical to the last one written for ``key``. Fields of the current
-        status that the projector does not manage are kept, foreign conditions are kept, and
-        the Ready condition keeps its ``lastTransitionTime`` while its status is unchanged.
-        A 409 Conflict is retried on a fresh read.
+        Skips a status identical to the last one written for ``key``. The object comes from the
+        watch's cache when there is one (no GET before the PUT); a 409 Conflict is retried on a
+        fresh GET. Fields of the current status that the projector does not manage are kept,
+        foreign conditions are kept, and the Ready condition keeps its ``lastTransitionTime``
+        while its status is unchanged.
         """
         with self._lock:
             if self._written.get(key) == status:
                 return
         ns, name = key
+        t = self.timeout
+        obj = self._cached(key) if self._cached is not None else None
         for _ in range(CONFLICT_RETRIES):
-            try:
-                obj = self.custom.get_namespaced_custom_object(API_GROUP, API_VERSION, ns, PLURAL, name)
-            except ApiException as exc:
-                if exc.status == 404:
-                    return
-                raise
+            if obj is None:
+                try:
+                    obj = self.custom.get_namespaced_custom_object(API_GROUP, API_VERSION, ns, PLURAL, name, _request_timeout=t)
+                except ApiException as exc:
+                    if exc.status == 404:
+                        return
+                    raise
             current = obj.get("status") or {}
             merged = merge_status(current, status, self.clock())
             if merged == current:
                 break
-            obj["status"] = merged
+            body = dict(obj)
+            body["status"] = merged
             self._guard()
             try:
-                self.custom.replace_namespaced_custom_object_status(API_GROUP, API_VERSION, ns, PLURAL, name, obj)
+                written = self.custom.replace_namespaced_custom_object_status(
+                    API_GROUP, API_VERSION, ns, PLURAL, name, body, _request_timeout=t
+                )
+                if self._remember is not None and isinstance(written, dict):
+                    self._remember(key, written)
                 break
             except ApiException as exc:
                 if exc.status == 404:
@@ -504,6 +562,7 @@ class Actor:
                 if exc.status != 409:
                     raise
                 log.info("status conflict; retrying on a fresh read", extra={"backfill": f"{ns}/{name}"})
+                obj = None
         else:
             raise RuntimeError(f"status of {ns}/{name}: too many conflicts")
         with self._lock:
@@ -517,6 +576,35 @@ class Actor:
                 self._written.clear()
             else:
                 self._written.pop(key, None)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc)
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _status_of(exc: ApiException) -> tuple[str, str]:
+    """(reason, message) of an API error: the ``metav1.Status`` body if there is one."""
+    try:
+        body = json.loads(exc.body) if exc.body else {}
+    except (TypeError, ValueError):
+        body = {}
+    if not isinstance(body, dict):
+        body = {}
+    reason = str(body.get("reason") or exc.reason or "")
+    message = str(body.get("message") or (exc.body if isinstance(exc.body, str) else "") or exc.reason or "")
+    return reason, message.strip()
+
+
+def _retry_after(exc: ApiException) -> float | None:
+    """The ``Retry-After`` header of an API error in seconds (delta-seconds form only), or None."""
+    headers = exc.headers or {}
+    value = headers.get("Retry-After") if hasattr(headers, "get") else None
+    try:
+        seconds = float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+    return seconds if seconds is not None and 0 <= seconds < 86400 else None
 
 
 def merge_status(current: Mapping[str, Any], desired: Mapping[str, Any], now: datetime) -> dict[str, Any]:

@@ -20,18 +20,36 @@ log = logging.getLogger("backfill.controller.http")
 REQUEST_TIMEOUT_SECONDS = 10.0
 
 
+Probe = Callable[[], "bool | tuple[bool, list[str]]"]
+
+
+def _probe(check: Probe | None) -> tuple[bool, list[str]]:
+    if check is None:
+        return True, []
+    try:
+        out = check()
+    except Exception as exc:  # noqa: BLE001 - a failing check is a failing probe, never a 500 page
+        return False, [f"check failed: {type(exc).__name__}: {exc}"]
+    if isinstance(out, tuple):
+        return bool(out[0]), list(out[1])
+    return bool(out), []
+
+
 def make_server(
     address: str,
     registry: CollectorRegistry,
-    ready: Callable[[], bool],
+    ready: Probe,
     ingest: Any = None,
     *,
     tls_cert: Path | None = None,
     tls_key: Path | None = None,
+    health: Probe | None = None,
 ) -> ThreadingHTTPServer:
     """A ThreadingHTTPServer bound to ``host:port`` (port 0: any free port); not started.
 
-    ``ready()`` answers /readyz; ``ingest`` (optional) handles POST /v1/foreground through
+    ``ready()`` answers /readyz and ``health()`` /healthz (None: always healthy); each returns a
+    bool or ``(ok, problems)``: 200 ``ok`` or 503 with one problem per line in the body.
+    ``ingest`` (optional) handles POST /v1/foreground through
     ``handle(method, headers, body, client) -> (status, dict)`` and has ``max_body_bytes``;
     without it the path is 404. With ``tls_cert`` and ``tls_key`` (PEM files) it serves HTTPS.
 
@@ -68,11 +86,14 @@ def make_server(
             path = self.path.split("?", 1)[0]
             if path == "/metrics":
                 self._send(200, generate_latest(registry), CONTENT_TYPE_LATEST)
-            elif path == "/healthz":
-                self._send(200, b"ok\n", "text/plain")
-            elif path == "/readyz":
-                ok = ready()
-                self._send(200 if ok else 503, b"ok\n" if ok else b"not ready\n", "text/plain")
+            elif path in ("/healthz", "/readyz"):
+                ok, problems = _probe(health if path == "/healthz" else ready)
+                if ok:
+                    self._send(200, b"ok\n", "text/plain")
+                else:
+                    what = "unhealthy" if path == "/healthz" else "not ready"
+                    body = "\n".join([what] + problems) + "\n"
+                    self._send(503, body.encode(), "text/plain")
             else:
                 self._json(404, {"error": "not found"})
 

@@ -3,8 +3,9 @@
 A router reports foreground requests per model, faster and finer than
 ``Model.status.lastActiveTime`` (which the platform's proxy writes about once a minute). Each
 report becomes a :class:`~backfill.core.events.ForegroundRequest` event (``source="ingest"``);
-the whole batch is appended in one transaction and the controller loop is woken so a running
-backfill Job on that model is cancelled without waiting for a poll.
+in the controller the batch goes through the same intake as the watchers' events (folded in
+memory by the preemptor, so a running backfill Job on that model is cancelled at once, even while
+the store is away) and is appended to the log behind it.
 
 This module knows nothing about HTTP servers or Kubernetes: :class:`IngestEndpoint.handle` takes
 the method, headers, body and client address and returns ``(status, json_body)``. The HTTP server
@@ -22,7 +23,8 @@ Request::
     {"reports": [{"namespace": "flexinfer-system", "model": "gemma4-26b-a4b-gptq-5930k",
                   "time": "2026-11-30T10:00:00Z", "count": 3, "id": "router-a/123"}]}
 
-Response ``202 {"accepted": 1, "duplicates": 0}``. ``id`` is optional: without it the
+Response ``202 {"accepted": 1, "duplicates": 0}``, plus ``"spooled": n`` when ``n`` of the
+accepted reports are acted on but not yet durable (the store did not answer in time). ``id`` is optional: without it the
 idempotency key is the report's (UTC) time and count, so re-sending the same batch is harmless.
 
 Order of checks: method (405), rate limit per client (429), token (401), content type (415),
@@ -221,8 +223,9 @@ class IngestEndpoint:
 
     Args:
         token: the bearer token clients must send (compared in constant time).
-        append: appends records in one transaction, returning a position or None (duplicate) per
-            record, e.g. ``EventStore.append``.
+        append: takes the records, returning per record a position, None (duplicate) or 0
+            (accepted, not yet durable), e.g. ``EventStore.append`` or the controller's
+            ``Controller.ingest_append``.
         known_model: ``(namespace, model) -> bool``: does the Model exist (e.g. from the
             controller's cache)?
         on_appended: called after an append that stored at least one new event (wakes the
@@ -345,12 +348,16 @@ class IngestEndpoint:
         except Exception as exc:  # noqa: BLE001
             return _error(503, "store_unavailable", f"{type(exc).__name__}: {exc}")
         accepted = sum(1 for p in positions if p is not None)
+        spooled = sum(1 for p in positions if p == 0)
         if accepted:
             try:
                 self._on_appended()
             except Exception:  # noqa: BLE001 - the events are stored; the loop's poll catches up
                 pass
-        return 202, {"accepted": accepted, "duplicates": len(records) - accepted}
+        body: dict[str, Any] = {"accepted": accepted, "duplicates": len(records) - accepted}
+        if spooled:
+            body["spooled"] = spooled
+        return 202, body
 
 
 # --------------------------------------------------------------------------- example client

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
@@ -12,6 +13,19 @@ from backfill.settings import Settings
 
 class KubeConfigError(Exception):
     """No usable Kubernetes configuration (one-line message)."""
+
+
+#: HTTP connections kept to the apiserver: the watches (6), the job-deletes pool (16), the status
+#: writer, the Events thread, the reconcile loop and the Lease, with room to spare. A smaller pool
+#: discards connections under a burst and pays a TLS handshake per cancel.
+CONNECTION_POOL_SIZE = 40
+
+
+def _client(load: Any) -> client.ApiClient:
+    cfg = client.Configuration()
+    load(cfg)
+    cfg.connection_pool_maxsize = CONNECTION_POOL_SIZE
+    return client.ApiClient(cfg)
 
 
 def api_client(settings: Settings) -> client.ApiClient:
@@ -25,19 +39,17 @@ def api_client(settings: Settings) -> client.ApiClient:
         if not path.is_file():
             raise KubeConfigError(f"kubeconfig {path} does not exist")
         try:
-            return config.new_client_from_config(config_file=str(path))
+            return _client(lambda cfg: config.load_kube_config(config_file=str(path), client_configuration=cfg))
         except (ConfigException, ValueError, OSError) as exc:
             raise KubeConfigError(f"kubeconfig {path}: {str(exc).splitlines()[0]}") from None
     try:
-        cfg = client.Configuration()
-        config.load_incluster_config(client_configuration=cfg)
-        return client.ApiClient(cfg)
+        return _client(lambda cfg: config.load_incluster_config(client_configuration=cfg))
     except ConfigException:
         pass
     default = Path("~/.kube/config").expanduser()
     if not default.is_file():
         raise KubeConfigError("no Kubernetes configuration: not in a cluster, no --kubeconfig and no ~/.kube/config")
     try:
-        return config.new_client_from_config(config_file=str(default))
+        return _client(lambda cfg: config.load_kube_config(config_file=str(default), client_configuration=cfg))
     except (ConfigException, ValueError, OSError) as exc:
         raise KubeConfigError(f"kubeconfig {default}: {str(exc).splitlines()[0]}") from None

@@ -1,13 +1,29 @@
-"""The reconcile loop: fold the log, keep run history and metrics, decide, act.
+"""The controller: the pieces and the one place that starts them.
 
-One thread (:meth:`Controller.run`): it reads the events appended after the last folded
-position, folds them (``backfill.core.projector.fold``), upserts the run rows together with the
-``runs`` checkpoint, counts ended/admitted attempts in the metrics, asks ``decide`` about the
-affected backfills and hands the commands to the :class:`~backfill.controller.actor.Actor`.
-It sleeps until a watcher or the event log signals, the earliest ``WakeAt`` comes due, or the
-periodic full re-check (``settings.resync_seconds``) is due: there is no fixed poll.
+Pieces and threads (each named here, and only here, :meth:`Controller.start`):
 
-On start it refolds the whole log from position 0: the log is the source of truth.
+- **watch-<kind>** (one per :data:`~backfill.controller.kinds.KINDS` entry): list + watch; their
+  events go to :meth:`Controller.observe`, which hands them to the spool and the preemptor and
+  returns at once.
+- **log-writer** (:class:`~backfill.controller.spool.Spool`): appends what this process observes
+  and the cancels it decides, in order, in the background; holds them in memory while the store
+  is away.
+- **preempt** (:class:`~backfill.controller.preempt.Preemptor`): folds observations in memory on
+  top of the durable projection and deletes a Job the moment a cancel condition holds. The only
+  thread that cancels; it touches no database.
+- **reconcile** (:meth:`Controller.run`): reads the log back (the *durable* projection), keeps
+  run rows and metrics, decides everything but cancels (admissions, blocks, statuses, finalizers,
+  re-issued creates and deletes) and hands the commands to the actor. Admissions are fail-closed:
+  only while the store answers and the spool has settled (everything observed is durable and
+  folded), on the durable projection, recorded before the Job create.
+- **log-notifier**: wakes the loop when another writer (another replica) appends to the log.
+- The actor's **status-writer**, **k8s-events** and **job-deletes** pool (see
+  :mod:`backfill.controller.actor`).
+
+On start the loop loads the newest snapshot of the projection written by this code version
+(:mod:`backfill.store.projection`) and folds only the log's tail; without one it refolds from
+position 0 (the log is the source of truth). The leader snapshots the projection every
+``snapshot_every_events`` events or ``snapshot_every_seconds``, on the reconcile thread.
 """
 
 from __future__ import annotations
@@ -20,23 +36,29 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from backfill.core import events as ev
-from backfill.core.commands import Cancel, DeleteJob, WakeAt
+from backfill.core.commands import Admit
 from backfill.core.events import decode_many
 from backfill.core.perf import paused_gc
-from backfill.core.projector import affected, decide, fold
+from backfill.core.projector import affected, decide, fold, only_position_moved
 from backfill.core.runs import run_rows
 from backfill.core.state import World
 from backfill.settings import Settings
 from backfill.store import EventStore, RunStore
+from backfill.store import projection as snapshots
 
-from .actor import Actor
+from .actor import FINALIZER, Actor
+from .kinds import KINDS
 from .metrics import Metrics
+from .preempt import Preemptor
+from .spool import Spool
 from .translate import Translator
-from .watchers import BatchAppender, Watcher, known_objects, resources, translator_for
+from .watchers import Watcher
 
 log = logging.getLogger("backfill.controller.loop")
 
 RUNS_CHECKPOINT = "runs"
+
+Key = tuple[str, str]
 
 
 def utcnow() -> datetime:
@@ -44,14 +66,22 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def _rv(obj: Any) -> int:
+    try:
+        return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
 class Controller:
     """The controller on one event store and one API server.
 
     Args:
-        settings: tunables (namespace scope, resync, back-off, watch timeout).
+        settings: tunables (namespace scope, resync, back-off, watch and API timeouts).
         api: a kubernetes ApiClient.
         events / runs: the stores.
-        metrics: where the counters go.
+        metrics: where the counters go (counted only while this replica acts, so the replicas'
+            sum is the true figure).
         clock: aware UTC now (injectable for tests).
         leader: an object with ``is_leader()``; None = always act (no leader election).
         identity: reported in Events.
@@ -80,18 +110,43 @@ class Controller:
         self.position = 0
         self.signal = threading.Event()
         self.stop_event = threading.Event()
-        self.actor = Actor(api, events.append, clock, can_act=self.is_leader, identity=identity)
-        self.translator = Translator()
+        self.spool = Spool(
+            events.append,
+            events.positions_of,
+            self.signal.set,
+            backoff_initial=settings.backoff_initial_seconds,
+            backoff_max=min(settings.backoff_max_seconds, 5.0),
+            max_records=settings.spool_max_records,
+            on_overflow_recovered=self._relist_all,
+        )
+        self._objects: dict[Key, dict] = {}
+        self._objects_lock = threading.Lock()
+        self.actor = Actor(
+            api,
+            events.append,
+            clock,
+            can_act=self.is_leader,
+            identity=identity,
+            observe=self.observe,
+            timeout=settings.api_timeout_seconds,
+            cached=self._cached_object,
+            remember=self._remember_object,
+        )
+        self.preemptor = Preemptor(lambda: self.world, self.spool, self.actor.preempt, self.is_leader, clock)
+        self.translator = Translator(self._known_last_active, signal_granularity=settings.foreground_signal_granularity_seconds)
         self.watchers: list[Watcher] = []
-        self._wakes: list[tuple[datetime, tuple[str, str]]] = []
-        self._wake_of: dict[tuple[str, str], datetime] = {}
-        self._pending_finalizers: dict[tuple[str, str], str] = {}
+        self._wakes: list[tuple[datetime, Key]] = []
+        self._wake_of: dict[Key, datetime] = {}
+        self._pending_finalizers: dict[Key, str] = {}
         self._fin_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._live = False
-        self._carry: set[tuple[str, str]] = set()  # keys whose commands an interruption left undone
-        self.appender: BatchAppender | None = None
+        self._carry: set[Key] = set()  # keys whose commands were left undone
         self._runs_checkpoint = 0  # during the start-up refold: run rows up to here are stored
+        self.store_error: str | None = None
+        self.snapshot_position = 0  # position of the newest snapshot loaded or saved
+        self._snapshot_at = time.monotonic()
+        self.last_pass = time.monotonic()
         self.error: BaseException | None = None
 
     # -- state --------------------------------------------------------------------------------
@@ -105,39 +160,113 @@ class Controller:
         """Every watcher finished its initial list."""
         return bool(self.watchers) and all(w.synced.is_set() for w in self.watchers)
 
-    def _on_backfill_object(self, kind: str, obj: dict) -> None:
+    def readiness(self) -> tuple[bool, list[str]]:
+        """``(ready, problems)`` for /readyz: not ready while a watcher has not listed or is stale,
+        or while the event log does not answer (reads or appends)."""
+        problems = [f"watcher {w.kind.name}: not synced" for w in self.watchers if not w.synced.is_set()]
+        problems += [f"watcher {w.kind.name}: stale (nothing heard for too long)" for w in self.watchers if w.stale]
+        if not self.watchers:
+            problems.append("watchers not started")
+        if self.store_error is not None:
+            problems.append(f"store: reading the event log fails: {self.store_error}")
+        if not self.spool.healthy:
+            problems.append(f"store: appends fail, {self.spool.backlog} events spooled in memory: {self.spool.last_error}")
+        return (not problems, problems)
+
+    def liveness(self) -> tuple[bool, list[str]]:
+        """``(alive, problems)`` for /healthz: fails when the reconcile loop or the preemptor has
+        not completed a pass for ``settings.health_stale_seconds`` (a wedged process)."""
+        limit = self.settings.health_stale_seconds
+        now = time.monotonic()
+        problems = []
+        if self._threads and now - self.last_pass > limit:
+            problems.append(f"reconcile loop: no pass for {now - self.last_pass:.0f}s")
+        if self._threads and now - self.preemptor.last_pass > limit:
+            problems.append(f"preemptor: no pass for {now - self.preemptor.last_pass:.0f}s")
+        return (not problems, problems)
+
+    # -- intake -------------------------------------------------------------------------------
+
+    def observe(self, pairs: list) -> list:
+        """Take observed ``(event, idempotency_key)`` pairs: spool them for the log and wake the
+        preemptor, which folds them in memory at once. Never waits on the store."""
+        entries = self.spool.put(pairs)
+        self.preemptor.signal.set()
+        return entries
+
+    def ingest_append(self, records: list, wait: float = 1.0) -> list[int | None]:
+        """The ingest endpoint's append: the reports go through :meth:`observe` (so they cancel
+        even while the store is away), then up to ``wait`` seconds for the log to store them.
+
+        Returns per record its position, None for a duplicate, or 0 when it is accepted but
+        still spooled (the store did not answer within ``wait``)."""
+        decoded = decode_many([(r.type, r.version, r.data) for r in records])
+        entries = self.observe([(e, r.idempotency_key) for e, r in zip(decoded, records)])
+        self.spool.wait_committed(entries, wait)
+        return [None if e.duplicate else (e.position or 0) for e in entries]
+
+    def _on_object(self, kind: str, obj: dict) -> None:
+        """ModelBackfill objects: keep the newest copy (status PUTs need no GET) and queue the
+        finalizer for a live object that lacks it."""
         m = obj.get("metadata") or {}
-        if kind == "DELETED" or m.get("deletionTimestamp"):
+        key = (m.get("namespace", ""), m.get("name", ""))
+        if kind == "DELETED":
+            with self._objects_lock:
+                self._objects.pop(key, None)
             return
-        if "modelbackfill.ai.flexinfer/finalizer" not in (m.get("finalizers") or []):
+        self._remember_object(key, obj)
+        if m.get("deletionTimestamp"):
+            return
+        if FINALIZER not in (m.get("finalizers") or []):
             with self._fin_lock:
-                self._pending_finalizers[(m.get("namespace", ""), m.get("name", ""))] = m.get("uid", "")
+                self._pending_finalizers[key] = m.get("uid", "")
             self.signal.set()
+
+    def _remember_object(self, key: Key, obj: dict) -> None:
+        with self._objects_lock:
+            old = self._objects.get(key)
+            if old is None or _rv(obj) >= _rv(old) or (obj.get("metadata") or {}).get("uid") != (old.get("metadata") or {}).get("uid"):
+                self._objects[key] = obj
+
+    def _cached_object(self, key: Key) -> dict | None:
+        with self._objects_lock:
+            return self._objects.get(key)
+
+    def _known_last_active(self, namespace: str, model: str) -> datetime | None:
+        m = self.world.models.get((namespace, model))
+        return m.last_active if m is not None else None
+
+    def _relist_all(self) -> None:
+        log.warning("observations were dropped while the store was away: relisting every watcher")
+        for w in self.watchers:
+            w.halt_watch()
 
     # -- folding ------------------------------------------------------------------------------
 
-    def catch_up(self) -> set[tuple[str, str]]:
+    def catch_up(self) -> set[Key]:
         """Fold every event after :attr:`position`; returns the affected backfill keys.
 
         Run rows go to the ``runs`` table with the ``runs`` checkpoint in the same transaction,
-        only when a batch changed some (no database write on the hot path otherwise). Rows at or
-        below the stored checkpoint are already there: the start-up refold skips them.
+        only when a batch changed some. Rows at or below the stored checkpoint are already
+        there: the start-up refold skips them. Metrics count only while this replica acts.
         """
-        keys: set[tuple[str, str]] = set()
+        keys: set[Key] = set()
         stored = self._runs_checkpoint
         for batch in self.events.read_payloads(self.position, batch_size=5000):
             decoded = decode_many([(t, v, d) for _, t, v, d in batch])
             world = self.world
             rows = []
+            count = self._live and self.is_leader()
             for (position, *_), e in zip(batch, decoded):
                 before = world
                 world = fold(world, e, position)
-                keys.update(affected(world, e))
+                if not only_position_moved(before, world):
+                    keys.update(affected(world, e))
                 if position <= stored:
                     continue
                 for row in run_rows(before, world, e):
                     rows.append(row)
-                    if self._live:
+                    if count:
                         self._count(before, row, e)
             if rows:
                 self.runs.apply(rows, RUNS_CHECKPOINT, batch[-1][0])
@@ -159,30 +288,40 @@ class Controller:
     # -- threads ------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Refold the log, start the watchers, the log notifier and the loop thread."""
+        """Refold the log, then start the preemptor, the watchers, the log notifier and the loop."""
         t0 = time.monotonic()
         self._runs_checkpoint = self.runs.get_checkpoint(RUNS_CHECKPOINT)
+        try:
+            snap = snapshots.latest(self.events)
+        except (ValueError, AttributeError) as exc:  # unreadable, or a store without snapshots
+            log.warning(f"no usable snapshot ({exc}); refolding the log from the start")
+            snap = None
+        if snap is not None:
+            self.world, self.position, self.snapshot_position = snap, snap.position, snap.position
+            log.info(f"loaded the snapshot at position {snap.position}", extra={"position": snap.position})
         with paused_gc():
             self.catch_up()
         self._runs_checkpoint = 0
         self._live = True
-        log.info(f"refolded the log up to position {self.position} in {time.monotonic() - t0:.2f}s", extra={"position": self.position})
-        res = resources(self.api)
-        self.appender = BatchAppender(self.events.append, self.signal, self.settings)
-        for kind in ("cronjob", "model", "gaming", "lease", "job", "backfill"):
+        log.info(
+            f"folded the log up to position {self.position} in {time.monotonic() - t0:.2f}s "
+            f"({'from the snapshot at ' + str(self.snapshot_position) if self.snapshot_position else 'from the start'})",
+            extra={"position": self.position},
+        )
+        self.preemptor.start()
+        for kind in KINDS:
             w = Watcher(
                 kind,
-                res[kind],
+                self.api,
                 namespace=self.settings.namespace,
-                translate=translator_for(self.translator, kind),
-                known=lambda kind=kind: known_objects(self.world, kind),
-                append=self.appender.append_sync,
-                append_async=self.appender.append_async,
-                signal=self.signal,
+                translate=kind.translate(self.translator),
+                known=lambda kind=kind: kind.known(self.world),
+                observe=self.observe,
+                committed=self.spool.wait_committed,
                 clock=self.clock,
                 settings=self.settings,
                 stop=self.stop_event,
-                on_object=self._on_backfill_object if kind == "backfill" else None,
+                on_object=self._on_object if kind.name == "backfill" else None,
             )
             self.watchers.append(w)
             w.start()
@@ -191,17 +330,18 @@ class Controller:
             self._threads.append(t)
             t.start()
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop the watchers, the loop, the appender and the actor's threads (each joined within ``timeout``)."""
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop every thread (each joined within ``timeout`` seconds in all); the spool commits
+        what it holds when the store answers."""
         self.stop_event.set()
         self.signal.set()
         for w in self.watchers:
             w.halt()
         deadline = time.monotonic() + timeout
+        self.preemptor.stop(max(0.1, deadline - time.monotonic()))
         for t in self._threads + self.watchers:
             t.join(timeout=max(0.0, deadline - time.monotonic()))
-        if self.appender is not None:
-            self.appender.stop()
+        self.spool.stop(max(0.5, deadline - time.monotonic()))
         self.actor.close()
 
     def _notify(self) -> None:
@@ -214,9 +354,9 @@ class Controller:
                     # Let the loop fold it before waiting again.
                     end = time.monotonic() + 1.0
                     while self.position <= after and time.monotonic() < end and not self.stop_event.is_set():
-                        time.sleep(0.01)
+                        self.stop_event.wait(0.01)
             except Exception as exc:  # noqa: BLE001
-                log.warning(f"event log wait failed: {exc}")
+                log.debug(f"event log wait failed: {exc}")
                 self.stop_event.wait(self.settings.backoff_initial_seconds)
 
     # -- the loop -----------------------------------------------------------------------------
@@ -228,8 +368,25 @@ class Controller:
         backoff = self.settings.backoff_initial_seconds
         while not self.stop_event.is_set():
             self.signal.clear()
+            acted = False
             try:
-                keys = self.catch_up()
+                try:
+                    keys = self.catch_up()
+                except Exception as exc:  # noqa: BLE001 - the store is away: cancels go on regardless
+                    if self.store_error is None:
+                        log.error(f"reading the event log failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+                    self.store_error = f"{type(exc).__name__}"
+                    self.last_pass = time.monotonic()
+                    self.stop_event.wait(backoff)
+                    backoff = min(backoff * 2, min(self.settings.backoff_max_seconds, 5.0))
+                    continue
+                if self.store_error is not None:
+                    log.info("the event log answers again")
+                self.store_error = None
+                backoff = self.settings.backoff_initial_seconds
+                self.spool.trim(self.position)
+                self.preemptor.settle(self.world)
+                self._maybe_snapshot()
                 keys |= self._carry
                 self._carry = set()
                 now = self.clock()
@@ -241,58 +398,88 @@ class Controller:
                 if time.monotonic() >= next_resync:
                     full = True
                     next_resync = time.monotonic() + self.settings.resync_seconds
-                acted = False
+                if full:
+                    self.preemptor.poke(None)
+                elif keys:
+                    self.preemptor.poke(keys)
                 if self.synced and self.is_leader():
-                    acted = self._finalizers()
+                    self._finalizers()
                     if full or keys:
                         if full:
                             self.actor.forget()
                         before = self.actor.appended
                         self.step(None if full else keys, now)
                         full = False
-                        acted = acted or self.actor.appended > before
+                        acted = self.actor.appended > before
                 else:
                     full = True  # decide everything (statuses included) once synced / leading
-                backoff = self.settings.backoff_initial_seconds
             except Exception as exc:  # noqa: BLE001 - the loop must not die
                 log.exception(f"reconcile failed: {type(exc).__name__}: {exc}")
                 full = True
                 self.stop_event.wait(backoff)
                 backoff = min(backoff * 2, self.settings.backoff_max_seconds)
                 continue
+            finally:
+                self.last_pass = time.monotonic()
             if acted:
                 continue  # fold our own decisions before deciding again
-            timeout = next_resync - time.monotonic()
+            timeout = min(next_resync - time.monotonic(), 5.0)  # a pass at least every 5 s (liveness)
             if self._wakes:
                 timeout = min(timeout, (self._wakes[0][0] - self.clock()).total_seconds())
-            if not self.synced or (self.leader is not None and not self.is_leader()):
+            if self._carry or not self.synced or (self.leader is not None and not self.is_leader()):
                 timeout = min(timeout, 0.5)
             self.signal.wait(max(0.0, timeout))
 
+    def _maybe_snapshot(self) -> None:
+        """Snapshot the projection (leader only) when enough events or time passed since the last."""
+        new = self.position - self.snapshot_position
+        due = new >= self.settings.snapshot_every_events or (
+            new > 0 and time.monotonic() - self._snapshot_at >= self.settings.snapshot_every_seconds
+        )
+        if not due or not self.is_leader():
+            return
+        t0 = time.monotonic()
+        try:
+            snapshots.save(self.events, self.world)
+        except Exception as exc:  # noqa: BLE001 - a snapshot is an optimisation: try again later
+            log.warning(f"saving the snapshot failed: {type(exc).__name__}: {exc}", extra={"position": self.position})
+        else:
+            log.info(f"snapshot at position {self.world.position} in {time.monotonic() - t0:.2f}s", extra={"position": self.world.position})
+            self.snapshot_position = self.world.position
+        self._snapshot_at = time.monotonic()
+
     def step(self, keys: Any, now: datetime) -> list:
-        """Decide for ``keys`` (None: all) at ``now`` and execute; returns the commands."""
+        """Decide for ``keys`` (None: all) on the durable projection at ``now`` and execute
+        everything but cancels (the preemptor's); returns the commands decided.
+
+        Admissions go out only while the spool has settled (nothing observed is missing from
+        the durable projection); otherwise their keys are decided again on a later pass."""
         try:
             commands = decide(self.world, now, keys, status=True)
         except Exception as exc:  # noqa: BLE001 - one bad backfill must not starve the others
-            log.error(f"decide failed ({type(exc).__name__}: {exc}); deciding backfill by backfill")
+            log.error(f"decide failed ({type(exc).__name__}: {exc}); deciding backfill by backfill", extra={"position": self.world.position})
             commands = []
             for key in sorted(self.world.backfills if keys is None else keys):
                 try:
                     commands.extend(decide(self.world, now, [key], status=True))
                 except Exception as exc1:  # noqa: BLE001
-                    log.error(f"decide failed: {type(exc1).__name__}: {exc1}", extra={"backfill": f"{key[0]}/{key[1]}"})
+                    log.error(
+                        f"decide failed: {type(exc1).__name__}: {exc1}",
+                        extra={"backfill": f"{key[0]}/{key[1]}", "position": self.world.position},
+                    )
         for c in commands:
-            if isinstance(c, WakeAt) and self._wake_of.get(c.key) != c.at:
+            if type(c).__name__ == "WakeAt" and self._wake_of.get(c.key) != c.at:
                 self._wake_of[c.key] = c.at
                 heapq.heappush(self._wakes, (c.at, c.key))
-        # Foreground first: cancels and deletes before anything else of this step (a stable
-        # sort, so each backfill's own commands keep their order). Commands left undone because
-        # new events arrived are decided again on the next pass.
-        ordered = sorted(commands, key=lambda c: 0 if isinstance(c, (Cancel, DeleteJob)) else 1)
-        self._carry.update(self.actor.execute(ordered, self.world, now, interrupted=self.signal.is_set))
+        todo = commands
+        if any(isinstance(c, Admit) for c in commands) and not self.spool.settled(self.position):
+            held = {c.key for c in commands if isinstance(c, Admit)}
+            self._carry |= held
+            todo = [c for c in commands if c.key not in held]
+        self._carry.update(self.actor.execute(todo, self.world, now, interrupted=self.signal.is_set))
         return commands
 
-    def _finalizers(self) -> bool:
+    def _finalizers(self) -> None:
         with self._fin_lock:
             pending = dict(self._pending_finalizers)
             self._pending_finalizers.clear()
@@ -300,7 +487,6 @@ class Controller:
             try:
                 self.actor.ensure_finalizer(ns, name, uid)
             except Exception as exc:  # noqa: BLE001
-                log.warning(f"adding the finalizer to {ns}/{name} failed: {exc}")
+                log.warning(f"adding the finalizer to {ns}/{name} failed: {exc}", extra={"backfill": f"{ns}/{name}"})
                 with self._fin_lock:
                     self._pending_finalizers.setdefault((ns, name), uid)
-        return False

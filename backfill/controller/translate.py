@@ -10,24 +10,28 @@ by a relist, maps to the same key and is stored once. State observations are key
 ``uid``; Job facts by their natural keys.
 
 :class:`Translator` keeps the little memory a translation needs (the last ``lastActiveTime`` per
-Model, so only a time moving forward is foreground demand).
+Model, so only a time moving forward is foreground demand); ``known_last_active`` seeds it from
+the log, so a relist after a restart does not take the unchanged value for a new request.
 """
 
 from __future__ import annotations
 
 import hashlib
 import threading
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Mapping
 
 from backfill.core import events as ev
-from backfill.core.jobtemplate import BACKFILL_LABEL
-from backfill.core.timefmt import parse_rfc3339
+from backfill.core.jobtemplate import backfill_of_job
+from backfill.core.timefmt import parse_rfc3339, plus_seconds
 
 Pair = tuple[Any, str]
 
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
+#: Seconds by which ``Model.status.lastActiveTime`` may lag the real last request
+#: (cluster-contract: the proxy writes it at most about once a minute). Settings override it.
+DEFAULT_SIGNAL_GRANULARITY = 60.0
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -50,26 +54,44 @@ def _ident(obj: Mapping[str, Any]) -> tuple[str, str, str, str]:
 
 def model_node(obj: Mapping[str, Any]) -> str:
     """The Model's node: ``status.gpu.node``, else ``spec.nodeSelector["kubernetes.io/hostname"]``."""
-    status = obj.get("status") or {}
-    node = (status.get("gpu") or {}).get("node") if isinstance(status.get("gpu"), Mapping) else None
+    status = obj.get("status")
+    gpu = status.get("gpu") if isinstance(status, Mapping) else None
+    node = gpu.get("node") if isinstance(gpu, Mapping) else None
     if node:
         return str(node)
-    spec = obj.get("spec") or {}
-    return str((spec.get("nodeSelector") or {}).get(HOSTNAME_LABEL) or "")
+    spec = obj.get("spec")
+    selector = spec.get("nodeSelector") if isinstance(spec, Mapping) else None
+    return str(selector.get(HOSTNAME_LABEL) or "") if isinstance(selector, Mapping) else ""
 
 
 def model_shared(obj: Mapping[str, Any]) -> str:
     """A Model's shared-GPU group, ``spec.gpu.shared`` ("" when absent or malformed)."""
-    gpu = (obj.get("spec") or {}).get("gpu") or {}
+    spec = obj.get("spec")
+    gpu = spec.get("gpu") if isinstance(spec, Mapping) else None
     return str(gpu.get("shared") or "") if isinstance(gpu, Mapping) else ""
 
 
 class Translator:
-    """Turns watch events into log events. Thread-safe (one lock around its small memory)."""
+    """Turns watch events into log events. Thread-safe (one lock around its small memory).
 
-    def __init__(self) -> None:
+    Args:
+        known_last_active: optional ``(namespace, model) -> datetime | None``, the latest
+            ``lastActiveTime`` the log holds for a Model (the projection's ``ModelState.last_active``).
+        signal_granularity: seconds added to a ``lastActiveTime`` to make the busy span of its
+            ForegroundRequest (``busy_until = lastActiveTime + granularity``): the proxy writes
+            the field at most about once a minute, so the real last request may be that much
+            later, and an idle window counted from the bare value could start early. Only this
+            signal is padded; ingest reports carry their own times. The padding is stored in
+            the event, so replay reproduces every decision whatever the setting is later.
+    """
+
+    def __init__(self, known_last_active: Any = None, *, signal_granularity: float = DEFAULT_SIGNAL_GRANULARITY) -> None:
+        if not signal_granularity >= 0:
+            raise ValueError(f"signal_granularity {signal_granularity!r} must be >= 0 seconds")
+        self._pad = timedelta(seconds=signal_granularity)
         self._last_active: dict[str, datetime] = {}
         self._last_unreadable: dict[str, str] = {}  # uid -> digest of the last unreadable lastActiveTime
+        self._known = known_last_active
         self._lock = threading.Lock()
 
     # -- ModelBackfill ------------------------------------------------------------------------
@@ -101,14 +123,16 @@ class Translator:
 
     def model(self, kind: str, obj: Mapping[str, Any], now: datetime) -> list[Pair]:
         """Model -> ModelReady/ModelNotReady/ModelDeleted, and a ForegroundRequest when
-        ``status.lastActiveTime`` moved forward (key ``fg/{uid}/{lastActiveTime}``)."""
+        ``status.lastActiveTime`` moved forward (key ``fg/{uid}/{lastActiveTime}``; busy until
+        ``lastActiveTime`` + the signal granularity)."""
         ns, name, uid, rv = _ident(obj)
         if kind == DELETED:
             with self._lock:
                 self._last_active.pop(uid, None)
                 self._last_unreadable.pop(uid, None)
             return [(ev.ModelDeleted(at=now, namespace=ns, model=name), f"model/{uid}/deleted")]
-        status = obj.get("status") or {}
+        status = obj.get("status")
+        status = status if isinstance(status, Mapping) else {}
         out: list[Pair] = []
         node, shared = model_node(obj), model_shared(obj)
         if status.get("phase") == "Ready":
@@ -126,13 +150,21 @@ class Translator:
         if active is not None:
             with self._lock:
                 prev = self._last_active.get(uid)
+                if prev is None and self._known is not None:
+                    prev = self._known(ns, name)
                 moved = prev is None or active > prev
                 if moved:
                     self._last_active[uid] = active
             if moved:
                 out.append(
                     (
-                        ev.ForegroundRequest(at=active, namespace=ns, model=name, source="lastActiveTime"),
+                        ev.ForegroundRequest(
+                            at=active,
+                            namespace=ns,
+                            model=name,
+                            source="lastActiveTime",
+                            busy_until=plus_seconds(active, self._pad.total_seconds()) if self._pad else None,
+                        ),
                         f"fg/{uid}/{raw}",
                     )
                 )
@@ -211,10 +243,11 @@ class Translator:
 
     def job(self, kind: str, obj: Mapping[str, Any], now: datetime) -> list[Pair]:
         """An owned Job (labelled with its ModelBackfill) -> JobCreated/JobRunning/JobSucceeded/
-        JobFailed/JobDeleted, each with its natural key."""
+        JobFailed/JobDeleted, each with its natural key. The backfill is the Job's controller
+        ownerReference (its full name, even past 63 characters; the label may be hashed)."""
         ns, name, uid, _ = _ident(obj)
         m = _meta(obj)
-        backfill = (m.get("labels") or {}).get(BACKFILL_LABEL)
+        backfill = backfill_of_job(m)
         if not backfill:
             return []
         common = dict(namespace=ns, backfill=backfill, name=name, uid=uid)

@@ -1,9 +1,10 @@
 """What :func:`backfill.core.projector.decide` asks the actor to do.
 
-Commands are plain frozen dataclasses. The actor turns ``Admit``, ``Cancel``, ``Block``,
-``Unblock`` and ``ReleaseFinalizer`` into decision events (appended before it acts) and
-Kubernetes calls; ``CreateJob`` and ``DeleteJob`` are idempotent retries of a create/delete
-that has not been observed yet; ``WriteStatus`` carries the derived status; ``WakeAt`` asks to
+Commands are plain frozen dataclasses. ``Admit``, ``Cancel``, ``Block``, ``Unblock`` and
+``ReleaseFinalizer`` are *decisions*: :func:`backfill.core.decisions.decision_record` turns each
+into the one decision event (and idempotency key) that the actor, the simulator and the tests all
+append. ``CreateJob`` and ``DeleteJob`` are idempotent re-issues of a create/delete that has not
+been observed yet (emitted on every decide while it is outstanding; the actor paces them); ``WriteStatus`` carries the derived status; ``WakeAt`` asks to
 be called again at a time (UTC) when something becomes due without any new event.
 """
 
@@ -65,12 +66,16 @@ class DeleteJob:
 
 @dataclass(frozen=True, slots=True)
 class Block:
-    """Record that the declaration is Blocked for ``reason`` (and emit a Kubernetes Event)."""
+    """Record that the declaration is Blocked for ``reason`` (and emit a Kubernetes Event).
+
+    ``uid``/``generation`` identify the object and spec the block is about (idempotency key)."""
 
     key: Key
     reason: str
     message: str
     cause: int
+    uid: str = ""
+    generation: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +84,7 @@ class Unblock:
 
     key: Key
     cause: int
+    uid: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,8 @@ CronJob", which is what ``kubectl create job --from=cronjob/NAME`` does, plus th
   replaced and its ``valueFrom`` removed; a missing one is appended;
 - ``FLEXINFER_WORKLOAD_CLASS=background`` is forced into every init and regular container;
 - a GPU request or limit (a resource name containing ``gpu`` or starting with
-  ``nvidia.com/mig-``, nonzero quantity) anywhere in the pod template is refused.
+  ``nvidia.com/mig-``, nonzero quantity as Kubernetes parses it, :mod:`.quantity`) anywhere in
+  the pod template is refused.
 """
 
 from __future__ import annotations
@@ -20,17 +21,20 @@ from __future__ import annotations
 import copy
 import functools
 import hashlib
-import re
 from typing import Any, Mapping
 
+from .quantity import is_zero
 from .spec import BACKGROUND_CLASS, RESERVED_ENV, Spec
 
 API_GROUP = "ai.flexinfer"
 API_VERSION = "v1alpha2"
+#: Label on every owned Job: the ModelBackfill's name, or for a name over 63 characters its
+#: first characters and a hash (:func:`backfill_label_value`). The Job watcher selects on this key.
 BACKFILL_LABEL = "modelbackfill.ai.flexinfer/name"
+#: Label on every owned Job: the ModelBackfill's uid (36 characters, always a valid label value).
+UID_LABEL = "modelbackfill.ai.flexinfer/uid"
 ATTEMPT_LABEL = "modelbackfill.ai.flexinfer/attempt"
-_MAX_NAME = 63
-_ZERO = re.compile(r"^[+]?0*(\.0*)?([a-zA-Z]{0,2}i?)?$")
+_MAX_NAME = 63  # Job names and label values (Kubernetes IsValidLabelValue: at most 63 characters)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -50,15 +54,45 @@ def job_name(backfill: str, uid: str, attempt: int) -> str:
     return backfill[: _MAX_NAME - len(suffix)].rstrip("-.") + suffix
 
 
+def backfill_label_value(backfill: str) -> str:
+    """The value of :data:`BACKFILL_LABEL` for a ModelBackfill name (valid for any name the CRD takes).
+
+    A name of at most 63 characters is used as is (a DNS subdomain is a valid label value). A
+    longer one (up to 253) becomes its first characters, cut at 56 and stripped of a trailing
+    ``-``/``.``, plus ``-`` and 6 hex of its sha256, so the value stays a valid label value and
+    distinct names stay (almost surely) distinct. The controller never reads the name back from
+    the label: :func:`backfill_of_job` uses the ownerReference.
+    """
+    if len(backfill) <= _MAX_NAME:
+        return backfill
+    digest = hashlib.sha256(backfill.encode()).hexdigest()[:6]
+    return backfill[: _MAX_NAME - 7].rstrip("-.") + "-" + digest
+
+
+def backfill_of_job(metadata: Mapping[str, Any]) -> str | None:
+    """The name of the ModelBackfill that owns a Job (API JSON ``metadata``), or None.
+
+    The controller ownerReference of kind ModelBackfill in group ``ai.flexinfer`` names it in
+    full, whatever its length; a Job without one falls back to the :data:`BACKFILL_LABEL` value
+    (a short name). Never raises on malformed metadata.
+    """
+    for ref in metadata.get("ownerReferences") or []:
+        if (
+            isinstance(ref, Mapping)
+            and ref.get("controller")
+            and ref.get("kind") == "ModelBackfill"
+            and str(ref.get("apiVersion", "")).split("/")[0] == API_GROUP
+            and ref.get("name")
+        ):
+            return str(ref["name"])
+    labels = metadata.get("labels")
+    value = labels.get(BACKFILL_LABEL) if isinstance(labels, Mapping) else None
+    return str(value) if value else None
+
+
 def _is_gpu_resource(name: str) -> bool:
     n = name.lower()
     return "gpu" in n or n.startswith("nvidia.com/mig-")
-
-
-def _nonzero(quantity: Any) -> bool:
-    if isinstance(quantity, (int, float)):
-        return quantity != 0
-    return not _ZERO.match(str(quantity).strip())
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
@@ -87,7 +121,7 @@ def gpu_requests(job_template: Mapping[str, Any]) -> list[str]:
             res = _mapping(c.get("resources"))
             for section in ("requests", "limits"):
                 for rname, qty in _mapping(res.get(section)).items():
-                    if _is_gpu_resource(str(rname)) and _nonzero(qty):
+                    if _is_gpu_resource(str(rname)) and not is_zero(qty):
                         found.append(f"{c.get('name', '?')}: {section} {rname}={qty}")
     return found
 
@@ -166,7 +200,8 @@ def build_job(
         raise ValueError("GPU resources are forbidden: " + "; ".join(gpus))
     meta_in = job_template.get("metadata") or {}
     labels = dict(meta_in.get("labels") or {})
-    labels[BACKFILL_LABEL] = backfill
+    labels[BACKFILL_LABEL] = backfill_label_value(backfill)
+    labels[UID_LABEL] = backfill_uid
     labels[ATTEMPT_LABEL] = str(attempt)
     metadata: dict[str, Any] = {
         "name": job_name(backfill, backfill_uid, attempt),

@@ -11,9 +11,10 @@ Rules (seed 000 "Contract", cluster-contract.md "ModelBackfill"):
   ``activeDeadlineSeconds``.
 - ``repeatAfter``: Go duration; 0 or absent keeps the declaration one-shot; a nonzero value must
   be at least one minute (reason ``InvalidRepeatAfter``).
-- ``env``: at most 32 literal variables; every name a valid environment variable name
-  (Kubernetes' ``IsEnvVarName``: ``[-._a-zA-Z][-._a-zA-Z0-9]*``) and never the reserved
-  ``FLEXINFER_WORKLOAD_CLASS`` (reason ``InvalidEnvironment``).
+- ``env``: at most 32 literal variables; every name a valid environment variable name by
+  Kubernetes' strict (portable) rule, :func:`is_env_var_name`, and never the reserved
+  ``FLEXINFER_WORKLOAD_CLASS`` (reason ``InvalidEnvironment``). The strict rule, not the relaxed
+  one a newer apiserver may apply, so a declaration behaves the same on every cluster.
 - ``suspend``: bool, default false.
 """
 
@@ -32,6 +33,16 @@ MAX_ENV = 32  # seed: "env can override up to 32 literal environment variables"
 RESERVED_ENV = "FLEXINFER_WORKLOAD_CLASS"  # seed: reserved so declarations cannot weaken safety
 BACKGROUND_CLASS = "background"
 _ENV_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*")
+
+
+def is_env_var_name(name: str) -> bool:
+    """Kubernetes' strict ``IsEnvVarName`` (apimachinery ``pkg/util/validation``).
+
+    A name matches ``[-._a-zA-Z][-._a-zA-Z0-9]*`` (ASCII; a C identifier with ``-`` and ``.``
+    allowed) and is not ``.``, not ``..`` and does not start with ``..`` (``hasChDirPrefix``).
+    """
+    return bool(_ENV_NAME.fullmatch(name)) and name not in (".", "..") and not name.startswith("..")
+
 
 # Stable Blocked reasons for spec problems (cluster-contract "Blocked reasons in use upstream",
 # plus InvalidSpec for malformed required fields and durations).
@@ -135,7 +146,7 @@ def parse_spec(raw: Mapping[str, Any] | None) -> Spec | SpecProblem:
     pairs: list[tuple[str, str]] = []
     for name in sorted(env, key=str):
         value = env[name]
-        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+        if not isinstance(name, str) or not is_env_var_name(name):
             return SpecProblem(INVALID_ENVIRONMENT, f"spec.env key {name!r} is not a valid environment variable name")
         if name == RESERVED_ENV:
             return SpecProblem(

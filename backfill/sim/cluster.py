@@ -12,8 +12,17 @@ Semantics (issue #3, so that any correct implementation gives the same numbers):
   cancel latency Δ it keeps running Δ seconds into the busy span (foreground overlap; all its
   running seconds are wasted).
 - After a success the next admission is at completion + repeatAfter if the model is still idle
-  then; after a preemption it takes a fresh full idle window. A run longer than maxRunDuration
+  then; after a preemption it takes a fresh full idle window, and not before the preempted Job
+  is gone (an arrival at the instant it is gone still wins). A run longer than maxRunDuration
   ends as ``deadline_exceeded`` at admission + maxRunDuration (and the declaration is Failed).
+- Shards (issue #11 part 2, ``SimParams.shards`` = N): the job is N equal shards of job/N seconds
+  (rounded to the microsecond) run one after another. At a preemption the shards finished at or
+  before the arrival are kept (useful seconds), the running shard's seconds and the cancel-latency
+  overlap are wasted, and the next attempt (after a fresh full idle window and the same gates)
+  runs only the remaining shards; the job succeeds, and the cooldown starts, when the last shard
+  completes. A ``deadline_exceeded`` attempt keeps nothing (the declaration is Failed). The
+  projector knows nothing of shards: only the simulated Job's duration shrinks. (The live
+  controller's resumable Indexed Jobs are issue #11 part 1, not yet built.)
 
 The simulated cluster plays the actor and the Kubernetes side: it records the projector's
 decisions as events, "creates" the Job at once (``JobCreated``), completes it after the job
@@ -32,6 +41,7 @@ from typing import Any, Callable
 from ..core import events as ev
 from ..core.commands import Admit, Block, Cancel, ReleaseFinalizer, Unblock, WakeAt
 from ..core.projector import FOREGROUND_DEMAND, decide, fold
+from ..core.decisions import decision_record
 from ..core.runs import RunRow, row_of
 from ..core.state import World
 from ..core.durations import format_duration
@@ -78,6 +88,12 @@ class SimParams:
         repeat_after: spec.repeatAfter (0 = one-shot).
         job: how long the background work takes when undisturbed.
         cancel_latency: seconds from the cancel decision to the Job being gone (Δ).
+        signal_granularity: seconds added to the end of every busy span the projector sees, as
+            the controller pads a coarse ``Model.status.lastActiveTime`` (setting
+            ``foreground_signal_granularity_seconds``); 0 = an exact signal (a trace, or ingest).
+            Preemption still follows the real arrivals: this only delays the idle windows.
+        shards: N >= 1 equal shards the job is made of (1 = not resumable: a preemption loses
+            the whole attempt).
         namespace: namespace of the simulated objects.
     """
 
@@ -86,7 +102,13 @@ class SimParams:
     repeat_after: float = 0.0
     job: float = 900.0
     cancel_latency: float = 0.0
+    signal_granularity: float = 0.0
+    shards: int = 1
     namespace: str = "sim"
+
+    def shard_us(self) -> int:
+        """One shard's duration in integer microseconds (job / shards, rounded)."""
+        return round(self.job * 1e6 / self.shards)
 
     def spec(self, model: str) -> dict[str, Any]:
         """The ModelBackfill spec the simulation applies for ``model`` (Go durations)."""
@@ -109,12 +131,16 @@ class SimResult:
         events: ``(position, event, idempotency_key)`` in log order (positions 1..N).
         runs: the final run row per attempt, in admission order.
         overlap: foreground-overlap seconds per model (Δ per foreground preemption).
+        useful: useful seconds per ended attempt, keyed ``(backfill name, attempt)``: the
+            shards it completed (a whole succeeded job with one shard; 0 when preempted
+            without shards or deadline-exceeded).
         world: the final projected world.
     """
 
     events: list[tuple[int, Any, str]] = field(default_factory=list)
     runs: list[RunRow] = field(default_factory=list)
     overlap: dict[str, float] = field(default_factory=dict)
+    useful: dict[tuple[str, int], float] = field(default_factory=dict)
     world: World = field(default_factory=World)
 
 
@@ -145,9 +171,12 @@ def _simulate(trace: Trace, params: SimParams, progress: Callable[[int], None] |
         A :class:`SimResult`. Deterministic for the same inputs.
     """
     ns = params.namespace
-    job_us = round(params.job * 1e6)
+    if params.shards < 1:
+        raise ValueError("shards must be >= 1")
+    shard_us = params.shard_us()
     max_us = round(params.max_run * 1e6)
     delta_us = round(params.cancel_latency * 1e6)
+    pad_us = round(params.signal_granularity * 1e6)
     result = SimResult()
     log = result.events
     world = World()
@@ -159,6 +188,9 @@ def _simulate(trace: Trace, params: SimParams, progress: Callable[[int], None] |
     wakes: dict[tuple[str, str], int] = {}
     cancelled: set[tuple[str, int]] = set()
     overlap = result.overlap
+    useful = result.useful
+    left: dict[str, int] = {}  # backfill name -> shards still to run in the current job
+    started: dict[tuple[str, int], tuple[int, int]] = {}  # (name, attempt) -> (admitted us, shards)
 
     def append(event: Any, key: str | None = None) -> None:
         nonlocal world
@@ -188,31 +220,21 @@ def _simulate(trace: Trace, params: SimParams, progress: Callable[[int], None] |
                 wakes[cmd.key] = at
                 push(at, _WAKE, "wake", cmd.key)
             elif t is Admit:
-                basis = world.position
-                append(
-                    ev.AttemptAdmitted(
-                        at=now, namespace=ns, backfill=cmd.key[1], cause=cmd.cause, basis=basis, uid=cmd.uid,
-                        attempt=cmd.attempt, generation=cmd.generation, job_name=cmd.job_name, model=cmd.model, node=cmd.node,
-                    )
-                )
+                append(*decision_record(cmd, at=now, basis=world.position))
                 append(ev.JobCreated(at=now, namespace=ns, backfill=cmd.key[1], name=cmd.job_name, uid=f"job-{cmd.job_name}"))
+                todo = left.get(cmd.key[1], params.shards)
+                started[(cmd.key[1], cmd.attempt)] = (now_us, todo)
+                job_us = todo * shard_us
                 if job_us <= max_us:
                     push(now_us + job_us, _JOB_END, "succeed", (cmd.key, cmd.attempt, cmd.job_name))
                 else:
                     push(now_us + max_us, _JOB_END, "deadline", (cmd.key, cmd.attempt, cmd.job_name))
             elif t is Cancel:
-                append(
-                    ev.AttemptCancelled(
-                        at=now, namespace=ns, backfill=cmd.key[1], cause=cmd.cause, basis=world.position, uid=cmd.uid,
-                        attempt=cmd.attempt, job_name=cmd.job_name, reason=cmd.reason, message=cmd.message,
-                    )
-                )
+                append(*decision_record(cmd, at=now, basis=world.position))
                 cancelled.add((cmd.key[1], cmd.attempt))
                 push(now_us + delta_us, _JOB_END, "gone", (cmd.key, cmd.attempt, cmd.job_name, now_us, cmd.reason))
-            elif t is Block:
-                append(ev.BackfillBlocked(at=now, namespace=ns, backfill=cmd.key[1], cause=cmd.cause, basis=world.position, reason=cmd.reason, message=cmd.message), f"sim/block/{cmd.key[1]}/{len(log)}")
-            elif t is Unblock:
-                append(ev.BackfillUnblocked(at=now, namespace=ns, backfill=cmd.key[1], cause=cmd.cause, basis=world.position), f"sim/unblock/{cmd.key[1]}/{len(log)}")
+            elif t is Block or t is Unblock:
+                append(*decision_record(cmd, at=now, basis=world.position))
             elif t is ReleaseFinalizer:  # pragma: no cover - nothing is deleted in a simulation
                 pass
 
@@ -236,8 +258,9 @@ def _simulate(trace: Trace, params: SimParams, progress: Callable[[int], None] |
         if kind == "arrival":
             model, i, d = payload
             now = to_dt(now_us)
+            end_us = now_us + round(d * 1e6) + pad_us
             e = ev.ForegroundRequest(
-                at=now, namespace=ns, model=model, source="trace", busy_until=to_dt(now_us + round(d * 1e6)) if d else None
+                at=now, namespace=ns, model=model, source="trace", busy_until=to_dt(end_us) if end_us > now_us else None
             )
             append(e, f"trace/{ns}/{model}/{i}")
             act(now_us, world.backfills_of_model(ns, model))
@@ -255,16 +278,26 @@ def _simulate(trace: Trace, params: SimParams, progress: Callable[[int], None] |
             now = to_dt(now_us)
             if kind == "succeed":
                 append(ev.JobSucceeded(at=now, namespace=ns, backfill=key[1], name=name, uid=f"job-{name}"))
+                useful[(key[1], attempt)] = started[(key[1], attempt)][1] * shard_us / 1e6
+                left[key[1]] = params.shards  # the next job starts from the first shard
             else:
+                useful[(key[1], attempt)] = 0.0
                 append(ev.JobFailed(at=now, namespace=ns, backfill=key[1], name=name, uid=f"job-{name}", reason="DeadlineExceeded"))
             act(now_us, (key,))
         elif kind == "gone":
             key, attempt, name, cancel_us, reason = payload
+            admitted_us, todo = started[(key[1], attempt)]
+            kept = min(todo - 1, (cancel_us - admitted_us) // shard_us)  # shards done by the cancel
+            useful[(key[1], attempt)] = kept * shard_us / 1e6
+            left[key[1]] = todo - kept
             append(ev.JobDeleted(at=to_dt(now_us), namespace=ns, backfill=key[1], name=name, uid=f"job-{name}"))
             if reason == FOREGROUND_DEMAND:
                 model = model_of[key]
                 overlap[model] = overlap.get(model, 0.0) + (now_us - cancel_us) / 1e6
-            act(now_us, (key,))
+            if now_us < horizon[model_of[key]]:  # nothing is admitted at or after the last arrival
+                push(now_us, _WAKE, "gone-wake", key)  # an arrival at this same instant comes first
+        elif kind == "gone-wake":
+            act(now_us, (payload,))
         elif kind == "setup":
             model = payload
             now = to_dt(now_us)

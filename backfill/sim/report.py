@@ -1,99 +1,80 @@
-"""Per-model simulation results, the clairvoyant bound, and the timeline plot."""
+"""Per-model simulation results (with the clairvoyant bound of :mod:`.bound`) and the timeline plot."""
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
+from .bound import clairvoyant, gaps_us, spans_us
 from .cluster import SimParams, SimResult
+from .sweep import Outcome
 from .traces import Trace
 
 
-def busy_spans(requests: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """Merge sorted ``(arrival, service)`` requests into busy spans ``(start, end)``, seconds.
-
-    A request keeps its model busy over [t, t+d]; overlapping or touching spans merge.
-    """
-    spans: list[list[float]] = []
-    for t, d in requests:
-        end = t + d
-        if spans and t <= spans[-1][1]:
-            if end > spans[-1][1]:
-                spans[-1][1] = end
-        else:
-            spans.append([t, end])
-    return [(a, b) for a, b in spans]
-
-
-def gaps(requests: list[tuple[float, float]]) -> list[float]:
-    """Idle gaps between consecutive busy spans, seconds (first to last span only)."""
-    spans = busy_spans(requests)
-    return [nxt[0] - cur[1] for cur, nxt in zip(spans, spans[1:])]
-
-
-def clairvoyant_jobs(gap: float, params: SimParams) -> int:
-    """Jobs a clairvoyant scheduler packs into one gap: floor((g + repeatAfter) / (job + repeatAfter)).
-
-    Zero when the job cannot finish within maxRunDuration (it would always hit its deadline).
-    """
-    if params.job > params.max_run or params.job + params.repeat_after <= 0:
-        return 0
-    return max(0, math.floor((gap + params.repeat_after) / (params.job + params.repeat_after)))
-
-
 @dataclass(frozen=True)
-class ModelReport:
-    """One model's numbers (seconds for every duration)."""
+class ModelReport(Outcome):
+    """One model's numbers (seconds for every duration): an :class:`~backfill.sim.sweep.Outcome`
+    (attempts, succeeded, preempted, deadline_exceeded, useful, wasted, overlap) and more.
+
+    ``useful`` counts completed work (a succeeded job, or the finished shards of a preempted
+    attempt with ``--shards``); ``wasted`` every other second background Jobs ran. ``bound_jobs``
+    / ``bound_useful`` are the clairvoyant optimum (:mod:`backfill.sim.bound`) and ``idle`` the
+    total idle seconds between the model's first and last busy span.
+    """
 
     model: str
     requests: int
     idle_windows: int
-    attempts: int
-    succeeded: int
-    preempted: int
-    deadline_exceeded: int
-    useful: float
-    wasted: float
-    overlap: float
     bound_jobs: int
     bound_useful: float
+    idle: float
 
     @property
     def ratio(self) -> float | None:
         """Useful seconds over the clairvoyant bound's useful seconds (None when the bound is 0)."""
         return self.useful / self.bound_useful if self.bound_useful else None
 
+    @property
+    def idle_share(self) -> float | None:
+        """Useful seconds over all idle seconds (None when there is no idle time)."""
+        return self.useful / self.idle if self.idle else None
+
+    def as_dict(self) -> dict:
+        """The fields (``model`` first) plus ``ratio`` and ``idle_share`` (for JSON)."""
+        return {"model": self.model} | self.__dict__ | {"ratio": self.ratio, "idle_share": self.idle_share}
+
 
 def summarize(trace: Trace, params: SimParams, result: SimResult) -> list[ModelReport]:
-    """Per-model reports, sorted by model name.
+    """Per-model reports, in the trace's model order (sorted by name).
 
     ``idle_windows`` counts gaps longer than idleFor (where an admission is possible);
-    ``useful`` is the running time of succeeded attempts, ``wasted`` that of every other ended
-    attempt; ``overlap`` the seconds a preempted Job kept running into foreground demand.
+    ``useful`` is :attr:`SimResult.useful` summed over the ended attempts, ``wasted`` the rest of
+    their running time; ``overlap`` the seconds a preempted Job kept running into foreground demand.
     """
     by_model: dict[str, list] = {}
     for r in result.runs:
         by_model.setdefault(r.model, []).append(r)
     out = []
     for model, reqs in trace.requests.items():
-        g = gaps(reqs)
-        runs = by_model.get(model, [])
-        bound = sum(clairvoyant_jobs(x, params) for x in g)
+        g = gaps_us(reqs)
+        runs = [r for r in by_model.get(model, []) if r.result is not None]
+        useful = sum(result.useful.get((r.backfill, r.attempt), 0.0) for r in runs)
+        bound = clairvoyant(g, job=params.job, shards=params.shards, repeat_after=params.repeat_after, max_run=params.max_run)
         out.append(
             ModelReport(
                 model=model,
                 requests=len(reqs),
-                idle_windows=sum(1 for x in g if x > params.idle_for),
-                attempts=len(runs),
+                idle_windows=sum(1 for a, b in g if b - a > params.idle_for * 1e6),
+                attempts=len(by_model.get(model, [])),
                 succeeded=sum(1 for r in runs if r.result == "succeeded"),
                 preempted=sum(1 for r in runs if r.result == "preempted"),
                 deadline_exceeded=sum(1 for r in runs if r.result == "deadline_exceeded"),
-                useful=sum(r.running_seconds for r in runs if r.result == "succeeded"),
-                wasted=sum(r.running_seconds for r in runs if r.result not in (None, "succeeded")),
+                useful=useful,
+                wasted=sum(r.running_seconds for r in runs) - useful,
                 overlap=result.overlap.get(model, 0.0),
-                bound_jobs=bound,
-                bound_useful=bound * params.job,
+                bound_jobs=bound.jobs,
+                bound_useful=bound.useful,
+                idle=bound.idle,
             )
         )
     return out
@@ -101,13 +82,8 @@ def summarize(trace: Trace, params: SimParams, result: SimResult) -> list[ModelR
 
 def total(reports: list[ModelReport]) -> ModelReport:
     """The sum over all models (model name ``TOTAL``)."""
-    return ModelReport(
-        "TOTAL",
-        *(sum(getattr(r, f) for r in reports) for f in (
-            "requests", "idle_windows", "attempts", "succeeded", "preempted", "deadline_exceeded",
-            "useful", "wasted", "overlap", "bound_jobs", "bound_useful",
-        )),
-    )
+    names = [f.name for f in fields(ModelReport) if f.name != "model"]
+    return ModelReport(model="TOTAL", **{n: sum(getattr(r, n) for r in reports) for n in names})
 
 
 def plot(trace: Trace, result: SimResult, path: Path, max_models: int = 12) -> int:
@@ -150,7 +126,7 @@ def plot(trace: Trace, result: SimResult, path: Path, max_models: int = 12) -> i
     to_num = mdates.date2num
     seen: set[str] = set()
     for row, model in enumerate(reversed(models)):
-        spans = busy_spans(trace.requests[model])
+        spans = [(a / 1e6, b / 1e6) for a, b in spans_us(trace.requests[model])]
         ax.broken_barh(
             [(to_num(datetime.fromtimestamp(a, timezone.utc)), max((b - a) / 86400, min_w)) for a, b in spans],
             (row - 0.38, 0.34), facecolors="0.35", linewidth=0,

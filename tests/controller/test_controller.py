@@ -40,7 +40,7 @@ def test_seed_example_end_to_end(kube, start_controller):
         init=True,
     )
     kube.model("gemma", node="node-a")
-    c = start_controller()
+    c = start_controller(foreground_signal_granularity_seconds=3)  # lastActiveTime may lag by up to 3 s
     mbf = kube.backfill("model-eval-gemma", env={"MODELS": "gemma=vllm", "GAUNTLET_API": "chat"})
     uid = mbf["metadata"]["uid"]
 
@@ -88,9 +88,10 @@ def test_seed_example_end_to_end(kube, start_controller):
     assert reg.get_sample_value("flexinfer_model_backfill_completions_total", {**labels, "result": "preempted"}) == 1
 
     second = wait_for(
-        lambda: [j for j in kube.jobs() if j.metadata.name.endswith("-2")], timeout=10, what="second Job (attempt 2)"
+        lambda: [j for j in kube.jobs() if j.metadata.name.endswith("-2")], timeout=15, what="second Job (attempt 2)"
     )[0]
-    assert (second.metadata.creation_timestamp - last_active).total_seconds() >= 2
+    # a fresh idleFor (2 s) counted from lastActiveTime + its granularity (3 s)
+    assert (second.metadata.creation_timestamp - last_active).total_seconds() >= 5
     wait_for(lambda: reg.get_sample_value("flexinfer_model_backfill_starts_total", labels) == 2, what="starts_total 2")
 
 
@@ -102,9 +103,8 @@ def test_blocked_reasons(kube, start_controller):
     cases = {
         "no-template": ({"template": "missing"}, "TemplateNotFound"),
         "gpu": ({"template": "gpu-template"}, "GPURequestForbidden"),
-        "bad-env": ({"env": {"BAD NAME": "x"}}, "InvalidEnvironment"),
-        "reserved-env": ({"env": {"FLEXINFER_WORKLOAD_CLASS": "foreground"}}, "InvalidEnvironment"),
-        "repeat": ({"repeatAfter": "30s"}, "InvalidRepeatAfter"),
+        # InvalidEnvironment / InvalidRepeatAfter: the CRD now rejects them at admission (422,
+        # tests/ship/test_crd_admission.py); the controller's own checks are in tests/core.
         "no-model": ({"model": "ghost"}, "ModelNotFound"),
     }
     for name, (spec, _) in cases.items():

@@ -35,8 +35,16 @@ def _decisions(controller, cls) -> list:
     return [e for e in decode_many([(r.type, r.version, r.data) for r in rows]) if isinstance(e, cls)]
 
 
-def _cancels(controller, name: str) -> list[tuple[int, str]]:
-    return [(x.attempt, x.reason) for x in _decisions(controller, ev.AttemptCancelled) if x.backfill == name]
+def _cancels(controller, name: str, timeout: float = 5.0) -> list[tuple[int, str]]:
+    """The recorded cancels of ``name``; waits up to ``timeout`` for the first one, because a cancel
+    is made durable beside the Job DELETE, not before it (the test may see the Job gone first)."""
+    def read():
+        return [(x.attempt, x.reason) for x in _decisions(controller, ev.AttemptCancelled) if x.backfill == name]
+
+    deadline = time.monotonic() + timeout
+    while not (found := read()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return found
 
 
 def _admits(controller, name: str) -> list:

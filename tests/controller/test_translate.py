@@ -49,7 +49,12 @@ def test_last_active_time_only_moving_forward_is_foreground_demand():
     fg = [(e, k) for e, k in out if isinstance(e, ev.ForegroundRequest)]
     assert fg == [
         (
-            ev.ForegroundRequest(at=datetime(2026, 1, 2, 3, tzinfo=timezone.utc), namespace="ns", model="gemma"),
+            ev.ForegroundRequest(
+                at=datetime(2026, 1, 2, 3, tzinfo=timezone.utc),
+                namespace="ns",
+                model="gemma",
+                busy_until=datetime(2026, 1, 2, 3, 1, tzinfo=timezone.utc),  # + the 60 s signal granularity
+            ),
             "fg/u1/2026-01-02T03:00:00Z",
         )
     ]

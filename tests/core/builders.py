@@ -54,21 +54,20 @@ class Log:
             ev.ForegroundRequest(at=t(at), namespace=NS, model=model, busy_until=t(busy) if busy is not None else None)
         )
 
-    def admit(self, cmd, at):
-        return self.add(
-            ev.AttemptAdmitted(
-                at=t(at), namespace=cmd.key[0], backfill=cmd.key[1], cause=cmd.cause, uid=cmd.uid, attempt=cmd.attempt,
-                generation=cmd.generation, job_name=cmd.job_name, model=cmd.model, node=cmd.node,
-            )
-        )
+    def admit(self, cmd, at, basis=None):
+        """Record ``cmd`` (an Admit) as the controller does, decided on the state at ``basis``
+        (default: the position just before this record)."""
+        return self._decision(cmd, at, basis)
 
-    def cancel(self, cmd, at):
-        return self.add(
-            ev.AttemptCancelled(
-                at=t(at), namespace=cmd.key[0], backfill=cmd.key[1], cause=cmd.cause, uid=cmd.uid, attempt=cmd.attempt,
-                job_name=cmd.job_name, reason=cmd.reason, message=cmd.message,
-            )
-        )
+    def cancel(self, cmd, at, basis=None):
+        """Record ``cmd`` (a Cancel) as the controller does (see :meth:`admit`)."""
+        return self._decision(cmd, at, basis)
+
+    def _decision(self, cmd, at, basis):
+        from backfill.core.decisions import decision_record
+
+        e, _key = decision_record(cmd, at=t(at), basis=self.world.position if basis is None else basis)
+        return self.add(e)
 
     def job(self, kind, name, at, backfill="b", **kw):
         cls = getattr(ev, kind)

@@ -75,13 +75,15 @@ def test_idle_window_starts_when_the_model_becomes_ready():
 # --------------------------------------------------------------------------- Starting / Running
 
 
-def test_starting_until_the_job_is_observed_and_create_is_retried():
+def test_starting_until_the_job_is_observed_and_create_is_reissued_at_once():
+    # The re-issue is emitted on every decide until the Job is observed (the actor paces the
+    # calls), so a controller restarted after recording the admission creates the Job at once.
     log = base()
     (cmd,) = log.decide(600)
     log.admit(cmd, 600)
     assert phase(log, 600) == ("Starting", "Admitted")
-    assert kinds(log.decide(600)) == ["WakeAt"]
-    assert log.decide(600 + RETRY_SECONDS) [0] == CreateJob(KEY, 1, cmd.job_name)
+    assert log.decide(600) == [CreateJob(KEY, 1, cmd.job_name), WakeAt(KEY, t(600 + RETRY_SECONDS))]
+    assert log.decide(600 + RETRY_SECONDS)[0] == CreateJob(KEY, 1, cmd.job_name)
     log.job("JobCreated", cmd.job_name, 601)
     assert phase(log, 601) == ("Running", "JobActive")
     assert status_of(log.world, KEY, t(601))["jobName"] == cmd.job_name
@@ -108,13 +110,14 @@ def test_foreground_demand_cancels_and_retry_needs_a_fresh_window():
     assert log.decide(1300)[0].attempt == 2
 
 
-def test_delete_is_retried_while_cancelling():
+def test_delete_is_reissued_while_cancelling():
     log, admit = running(base())
     log.request(700)
     (cancel,) = log.decide(700)
     log.cancel(cancel, 700)
-    assert kinds(log.decide(710)) == ["WakeAt"]
-    assert log.decide(700 + RETRY_SECONDS)[0] == DeleteJob(KEY, admit.job_name)
+    assert log.decide(710) == [DeleteJob(KEY, admit.job_name), WakeAt(KEY, t(710 + RETRY_SECONDS))]
+    log.job("JobDeleted", admit.job_name, 711)
+    assert "DeleteJob" not in kinds(log.decide(712))
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,118 @@
+"""The watched kinds, each described once (Kueue registers each integration once).
+
+A :class:`Kind` says everything the controller needs about one watched resource: how to list
+and watch it (namespaced and cluster-wide), how an object becomes events (a
+:class:`~backfill.controller.translate.Translator` method), which objects the folded log
+believes exist (for a relist to notice what vanished while nobody watched), and the "gone" event
+for such an object. Adding a watched kind is one entry in :data:`KINDS` (plus its translation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Callable, Iterable
+
+from kubernetes import client
+
+from backfill.core import events as ev
+from backfill.core.jobtemplate import BACKFILL_LABEL, backfill_of_job
+from backfill.core.state import World
+
+from .translate import Pair, Translator, vanished
+
+GROUP, VERSION = "ai.flexinfer", "v1alpha2"
+
+Known = tuple[str, str, str]  # (namespace, name, uid)
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One watched resource.
+
+    Attributes:
+        name: short name used in logs and metrics (``model``, ``job``, ...).
+        plural: the API resource name (``models``, ``jobs``, ...).
+        custom: True for an ``ai.flexinfer/v1alpha2`` custom resource, False for ``batch/v1``.
+        label_selector: restricts the list/watch (owned Jobs only), or "".
+        translate: the :class:`Translator` method ``(type, obj, now) -> [(event, key)]``.
+        known: ``world -> [(namespace, name, uid)]`` the log believes exist.
+        vanish: ``(namespace, name, uid, now, list_resource_version) -> (event, key)``, the event
+            for a known object a list did not return.
+        list_name: the name a listed object is matched under against ``known``.
+    """
+
+    name: str
+    plural: str
+    custom: bool
+    translate: Callable[[Translator], Callable[[str, dict, datetime], list[Pair]]]
+    known: Callable[[World], Iterable[Known]]
+    vanish: Callable[[str, str, str, datetime, str], Pair]
+    label_selector: str = ""
+    list_name: Callable[[dict], str] = lambda obj: (obj.get("metadata") or {}).get("name", "")
+
+    def list_functions(self, api: Any) -> tuple[Callable[..., Any], Callable[..., Any], tuple, dict]:
+        """``(namespaced, cluster_wide, leading_args, kwargs)`` of the kubernetes client for this kind.
+
+        A namespaced call takes ``*leading_args, namespace, **kwargs``; a cluster-wide one
+        ``*leading_args, **kwargs`` (custom objects: ``group, version, [namespace,] plural``)."""
+        kwargs: dict[str, Any] = {"label_selector": self.label_selector} if self.label_selector else {}
+        if self.custom:
+            co = client.CustomObjectsApi(api)
+
+            def namespaced(ns: str, **kw: Any) -> Any:
+                return co.list_namespaced_custom_object(GROUP, VERSION, ns, self.plural, **kw)
+
+            def cluster(**kw: Any) -> Any:
+                return co.list_cluster_custom_object(GROUP, VERSION, self.plural, **kw)
+
+            return namespaced, cluster, (), kwargs
+        batch = client.BatchV1Api(api)
+        if self.plural == "cronjobs":
+            return batch.list_namespaced_cron_job, batch.list_cron_job_for_all_namespaces, (), kwargs
+        return batch.list_namespaced_job, batch.list_job_for_all_namespaces, (), kwargs
+
+
+def _vanish(kind: str) -> Callable[[str, str, str, datetime, str], Pair]:
+    return lambda ns, name, uid, now, rv: vanished(kind, ns, name, uid, now, rv)
+
+
+def _job_vanished(ns: str, name: str, uid: str, now: datetime, rv: str) -> Pair:
+    backfill, job = name.split("/", 1)
+    e = ev.JobDeleted(at=now, namespace=ns, backfill=backfill, name=job, uid=uid)
+    return e, e.natural_key()
+
+
+def _known_jobs(world: World) -> list[Known]:
+    """Live attempts whose Job was observed, as (namespace, "backfill/job", job uid)."""
+    return [
+        (ns, f"{name}/{a.job_name}", a.job_uid)
+        for (ns, name), a in world.live.items()
+        if a.created_at is not None or a.started_at is not None
+    ]
+
+
+def _job_list_name(obj: dict) -> str:
+    """The name a listed Job is matched under against :func:`_known_jobs` ("backfill/job")."""
+    m = obj.get("metadata") or {}
+    return f"{backfill_of_job(m) or ''}/{m.get('name', '')}"  # the ownerReference: the full name
+
+
+KINDS: tuple[Kind, ...] = (
+    Kind(
+        "cronjob", "cronjobs", False, lambda t: t.cronjob,
+        lambda w: [(ns, n, "") for (ns, n), t in w.templates.items() if t.job_template is not None], _vanish("cronjob"),
+    ),
+    Kind(
+        "model", "models", True, lambda t: t.model,
+        lambda w: [(ns, n, "") for (ns, n), m in w.models.items() if m.exists], _vanish("model"),
+    ),
+    Kind("gaming", "gamingsessions", True, lambda t: t.gaming_session, lambda w: [(ns, n, "") for (ns, n) in w.gaming], _vanish("gaming")),
+    Kind("lease", "gpuleases", True, lambda t: t.gpu_lease, lambda w: [(ns, n, "") for (ns, n) in w.leases], _vanish("lease")),
+    Kind("job", "jobs", False, lambda t: t.job, _known_jobs, _job_vanished, BACKFILL_LABEL, _job_list_name),
+    Kind(
+        "backfill", "modelbackfills", True, lambda t: t.backfill,
+        lambda w: [(b.namespace, b.name, b.uid) for b in w.backfills.values() if not b.gone], _vanish("backfill"),
+    ),
+)
+"""Every watched kind, in start order (templates and models before the declarations using them)."""

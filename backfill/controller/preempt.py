@@ -1,0 +1,207 @@
+"""The preemptor: foreground always wins, through memory only.
+
+Design choice (issue 8). A cancel must never wait on anything that can be down or slow: the
+database, a lock, a status write, a lease renewal. Two shapes were possible: a separate guard
+with its own model/node -> Job index, or the projector itself run on an in-memory projection.
+This is the second, because it keeps every cancel rule in one place (``backfill.core``): the
+guard would have been a second, drifting copy of the cancel conditions, and ``backfill replay``
+could not have explained its decisions.
+
+How: the reconcile loop keeps the *durable* projection (the log as read back from the store).
+The preemptor keeps an *optimistic* one: the durable projection plus every event this process
+observed that the durable projection does not contain yet (the :class:`~.spool.Spool`'s
+unfolded entries, folded in arrival order at provisional positions above the durable one). On
+every new observation it folds it, asks the pure ``decide`` about the backfills it affects and
+executes only the ``Cancel`` commands: the decision is spooled (in memory) and the Job DELETE
+goes out at once. The decision is appended *behind* the events that caused it (``cause``/``basis`` point at their spool entries and are
+resolved to real positions when the writer commits them), so replay checks it against exactly
+the state it was made on, even when PostgreSQL was away while it was made.
+
+Every cancel, including those derived from the durable projection (events other replicas or a
+resync brought), is made here: the reconcile loop pokes the keys its catch-up affected and never
+cancels itself. Everything else (admissions, blocks, statuses, finalizers, re-issued deletes) is
+the loop's, on the durable projection: admissions are fail-closed and need the durable log.
+
+Threads: one, "preempt". It touches no database; its only I/O is the Job DELETE (with a
+client-side timeout) and, through the actor's side thread, a Kubernetes Event.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import datetime
+from typing import Any, Callable, Iterable
+
+from backfill.core.commands import Cancel
+from backfill.core.decisions import decision_record
+from backfill.core.projector import affected, decide, fold, only_position_moved
+from backfill.core.state import Key, World
+
+from .spool import Entry, Spool
+
+log = logging.getLogger("backfill.controller.preempt")
+
+#: Seconds after which a cancel that the durable projection still does not show is decided again.
+INFLIGHT_SECONDS = 60.0
+
+
+class Preemptor:
+    """Decides and executes cancels on the optimistic projection (see the module docstring).
+
+    Args:
+        durable: ``() -> World``, the reconcile loop's latest durable projection (an immutable
+            value, read without a lock).
+        spool: where observations wait for the store, and where cancel decisions go.
+        execute: ``(cancels: [Cancel], world) -> None`` deletes the Jobs (the actor), raising
+            nothing.
+        can_act: the leader check (in memory; never a round trip).
+        clock: aware UTC now.
+    """
+
+    def __init__(
+        self,
+        durable: Callable[[], World],
+        spool: Spool,
+        execute: Callable[[list[Cancel], World], None],
+        can_act: Callable[[], bool],
+        clock: Callable[[], datetime],
+    ) -> None:
+        self._durable = durable
+        self._spool = spool
+        self._execute = execute
+        self._can_act = can_act
+        self._clock = clock
+        self.signal = threading.Event()
+        self._lock = threading.Lock()
+        self._poked: set[Key] = set()
+        self._poke_all = True
+        self._base: World | None = None
+        self._opt: World = World()
+        self._folded_seq = 0
+        self._entry_at: dict[int, Entry] = {}
+        self._folded: list[Entry] = []  # entries folded onto the base, in order
+        self.inflight: dict[tuple[Key, int], float] = {}  # (key, attempt) -> monotonic time decided
+        self.cancels = 0
+        self.last_pass = time.monotonic()
+        self.error: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="preempt", daemon=True)
+
+    def start(self) -> None:
+        """Start the "preempt" thread."""
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the thread (a cancel in progress finishes)."""
+        self._stop.set()
+        self.signal.set()
+        self._thread.join(timeout)
+
+    def poke(self, keys: Iterable[Key] | None = None) -> None:
+        """Re-check ``keys`` (None: every backfill) on the next pass, and wake the thread."""
+        with self._lock:
+            if keys is None:
+                self._poke_all = True
+            else:
+                self._poked.update(keys)
+        self.signal.set()
+
+    def settle(self, durable: World) -> None:
+        """Forget in-flight cancels the durable projection now shows (or that are too old)."""
+        now = time.monotonic()
+        with self._lock:
+            for (key, attempt), t0 in list(self.inflight.items()):
+                b = durable.backfills.get(key)
+                a = b.attempt if b is not None else None
+                shown = a is None or a.number != attempt or a.lifecycle not in ("Starting", "Running")
+                if shown or now - t0 > INFLIGHT_SECONDS:
+                    del self.inflight[(key, attempt)]
+
+    # -- the pass -----------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.signal.wait(1.0)
+            self.signal.clear()
+            if self._stop.is_set():
+                return
+            try:
+                self.run_once()
+                self.error = None
+            except Exception as exc:  # noqa: BLE001 - the cancel path must not die
+                self.error = f"{type(exc).__name__}: {exc}"
+                log.exception(f"preemption pass failed: {self.error}")
+                self._base = None  # rebuild the optimistic projection next time
+                self._stop.wait(0.05)
+            self.last_pass = time.monotonic()
+
+    def run_once(self) -> list[Cancel]:
+        """One pass: fold new observations, decide cancels for what they affect, execute them.
+
+        Returns the cancels executed (for tests)."""
+        durable = self._durable()
+        with self._lock:
+            keys, self._poked = self._poked, set()
+            everything, self._poke_all = self._poke_all, False
+        if durable is not self._base:
+            self._base, self._opt, self._folded_seq, self._entry_at, self._folded = durable, durable, 0, {}, []
+        opt = self._opt
+        for entry in self._spool.unfolded(durable.position):
+            if entry.seq <= self._folded_seq:
+                continue
+            pos = opt.position + 1 if opt.position >= durable.position else durable.position + 1
+            before = opt
+            opt = fold(opt, entry.event, pos)
+            self._entry_at[pos] = entry
+            self._folded.append(entry)
+            self._folded_seq = entry.seq
+            if not only_position_moved(before, opt):
+                keys.update(affected(opt, entry.event))
+        self._opt = opt
+        if not keys and not everything:
+            return []
+        if not self._can_act():
+            return []
+        now = self._clock()
+        cancels = [
+            c
+            for c in decide(opt, now, None if everything else keys)
+            if isinstance(c, Cancel) and (c.key, c.attempt) not in self.inflight
+        ]
+        if not cancels:
+            return []
+        t0 = time.monotonic()
+        with self._lock:
+            for c in cancels:
+                self.inflight[(c.key, c.attempt)] = t0
+        # Spool the decisions first (memory only: nothing waits for the store), so the log has
+        # each cancel before the Job's deletion that the watch will report.
+        for c in cancels:
+            self._record(c, opt, durable, now)
+        self._execute(cancels, opt)
+        self.cancels += len(cancels)
+        return cancels
+
+    def _ref(self, position: int | None, durable: World) -> Any:
+        """A position of the optimistic projection as a reference the spool resolves."""
+        if position is None or position <= durable.position:
+            return position or 0
+        return self._entry_at[position]
+
+    def _record(self, c: Cancel, opt: World, durable: World, now: datetime) -> None:
+        """Spool ``c``'s decision. Its basis is the highest log position among everything the
+        optimistic projection holds: an entry that turns out to be a duplicate (a re-observed
+        ``JobCreated``, an event another replica stored first) resolves to its *earlier* stored
+        position, so the last entry alone could name a state older than the attempt itself."""
+        cause = self._ref(c.cause, durable)
+        folded = list(self._folded)
+        floor = durable.position
+        deps = folded + ([cause] if isinstance(cause, Entry) else [])
+
+        def make(resolve: Callable[[Any], int]) -> tuple[Any, str]:
+            basis = max([floor] + [resolve(e) for e in folded])
+            return decision_record(c, at=now, basis=basis, cause=resolve(cause))
+
+        self._spool.put_decision(make, deps)

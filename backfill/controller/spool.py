@@ -1,0 +1,274 @@
+"""The spool: every event this process observes or decides, appended to the log in order, in
+the background.
+
+Why a spool (issue 8, "foreground always wins"): a cancel must never wait on the database. The
+watchers and the ingest endpoint hand their events to the spool and, at the same moment, to the
+:class:`~backfill.controller.preempt.Preemptor`, which folds them in memory and deletes a Job on
+demand at once. The spool makes the same events durable behind it: one writer thread appends
+them in arrival order, as many per transaction as have queued up (group commit), and retries
+with capped back-off while the store is down or hanging, keeping them in memory.
+
+Decisions made on events that are not durable yet (a cancel decided while PostgreSQL is away)
+are spooled as *deferred* entries: their ``cause`` and ``basis`` point at earlier entries, and
+the writer fills in those entries' log positions once they are committed, then appends the
+decision after them. So ``backfill replay`` sees every cancel after the events that caused it,
+with the positions it was decided on, however long the store was away.
+
+Bounds: at most ``max_records`` observations wait in memory. Past that new observations are
+dropped (decisions never are), counted in :attr:`Spool.dropped` (the metric
+``backfill_spool_dropped_total``) and logged once per episode; when the backlog has drained,
+``on_overflow_recovered`` runs (the controller relists every watcher, so the log records the
+cluster's current state again). Admissions never rely on the spool: the reconcile loop admits
+only when it is :meth:`Spool.settled` (everything observed is durable and folded).
+
+Thread-safety: every method may be called from any thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable, Iterable, Sequence
+
+from backfill.core.events import encode
+
+log = logging.getLogger("backfill.controller.spool")
+
+
+class Entry:
+    """One spooled event.
+
+    Attributes:
+        seq: arrival number in this process (1, 2, ...).
+        event: the typed event (None for a deferred decision until it is built).
+        record: the :class:`~backfill.core.records.EventRecord` to append (None until built).
+        position: the log position once committed (an earlier position when the key was
+            already stored, e.g. by another replica); None while not committed.
+        duplicate: the key was already stored (nothing new was appended).
+    """
+
+    __slots__ = ("seq", "event", "record", "position", "duplicate", "_make", "_deps")
+
+    def __init__(self, seq: int, event: Any = None, record: Any = None, make: Any = None, deps: Sequence["Entry"] = ()) -> None:
+        self.seq = seq
+        self.event = event
+        self.record = record
+        self.position: int | None = None
+        self.duplicate = False
+        self._make = make
+        self._deps = tuple(deps)
+
+
+Resolve = Callable[[Any], int]
+"""Maps a reference (an :class:`Entry` or a position) to a committed log position."""
+
+
+class Spool:
+    """Ordered, bounded, in-memory queue of appends with one writer thread ("log-writer").
+
+    Args:
+        append: ``records -> [position | None]`` in one transaction (``EventStore.append``).
+        positions_of: ``idempotency keys -> {key: position}`` for keys that were already stored.
+        on_commit: called after every committed batch (wakes the reconcile loop).
+        backoff_initial / backoff_max: retry back-off of a failed append, seconds.
+        max_records: most observations held while the store does not accept them.
+        on_overflow_recovered: called once the backlog drained after observations were dropped.
+    """
+
+    def __init__(
+        self,
+        append: Callable[[list], list],
+        positions_of: Callable[[Sequence[str]], dict[str, int]],
+        on_commit: Callable[[], None],
+        *,
+        backoff_initial: float = 0.2,
+        backoff_max: float = 5.0,
+        max_records: int = 100_000,
+        on_overflow_recovered: Callable[[], None] = lambda: None,
+    ) -> None:
+        self._append = append
+        self._positions_of = positions_of
+        self._on_commit = on_commit
+        self._backoff = (backoff_initial, backoff_max)
+        self.max_records = max_records
+        self._on_overflow_recovered = on_overflow_recovered
+        self._cond = threading.Condition()
+        self._entries: list[Entry] = []  # not yet trimmed, in order
+        self._next = 0  # index in _entries of the first entry not yet committed
+        self._seq = 0
+        self._stopped = False
+        self.dropped = 0
+        self._overflowed = False
+        self.last_error: str | None = None
+        self.failing_since: float | None = None  # monotonic time of the first failure in a row
+        self.committed = 0
+        self._thread = threading.Thread(target=self._run, name="log-writer", daemon=True)
+        self._thread.start()
+
+    # -- producers ----------------------------------------------------------------------------
+
+    def put(self, pairs: Iterable[tuple[Any, str | None]]) -> list[Entry]:
+        """Spool observed ``(event, idempotency_key)`` pairs; returns their entries (in order).
+
+        Never blocks on the store. Past :attr:`max_records` waiting observations the pairs are
+        dropped (counted in :attr:`dropped`) and the returned list is shorter."""
+        records = [(e, encode(e, k)) for e, k in pairs]
+        out: list[Entry] = []
+        with self._cond:
+            room = self.max_records - (len(self._entries) - self._next)
+            if room < len(records):
+                lost = len(records) - max(0, room)
+                records = records[: max(0, room)]
+                self.dropped += lost
+                if not self._overflowed:
+                    log.error(
+                        f"spool full ({self.max_records} events waiting for the store): dropping observations; "
+                        "the watchers relist once the store accepts the backlog"
+                    )
+                self._overflowed = True
+            for e, r in records:
+                self._seq += 1
+                entry = Entry(self._seq, e, r)
+                self._entries.append(entry)
+                out.append(entry)
+            if out:
+                self._cond.notify_all()
+        return out
+
+    def put_decision(self, make: Callable[[Resolve], tuple[Any, str]], deps: Sequence[Entry] = ()) -> Entry:
+        """Spool a decision built by ``make(resolve)`` once every entry in ``deps`` is committed.
+
+        ``make`` receives ``resolve(ref) -> position`` (``ref``: an :class:`Entry` or an int) and
+        returns ``(event, idempotency_key)``. Decisions are never dropped."""
+        with self._cond:
+            self._seq += 1
+            entry = Entry(self._seq, make=make, deps=deps)
+            self._entries.append(entry)
+            self._cond.notify_all()
+        return entry
+
+    # -- consumers ----------------------------------------------------------------------------
+
+    def unfolded(self, position: int) -> list[Entry]:
+        """Observation entries the durable projection (folded up to ``position``) lacks, in order:
+        not committed yet, or committed after ``position``. Deferred decisions are left out."""
+        with self._cond:
+            return [
+                e
+                for e in self._entries
+                if e.event is not None and e._make is None and (e.position is None or e.position > position)
+            ]
+
+    def settled(self, position: int) -> bool:
+        """True when every spooled entry is committed at or before ``position`` (nothing this
+        process observed is missing from a projection folded up to there)."""
+        with self._cond:
+            if self._next < len(self._entries):
+                return False
+            return all(e.position is not None and e.position <= position for e in self._entries)
+
+    def trim(self, position: int) -> None:
+        """Forget committed entries at or before ``position`` (folded into the durable projection)."""
+        with self._cond:
+            i = 0
+            while i < self._next and (self._entries[i].position or 0) <= position:
+                i += 1
+            if i:
+                del self._entries[:i]
+                self._next -= i
+
+    def wait_committed(self, entries: Sequence[Entry], timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds until every entry in ``entries`` is committed."""
+        with self._cond:
+            return self._cond.wait_for(lambda: all(e.position is not None for e in entries) or self._stopped, timeout) and all(
+                e.position is not None for e in entries
+            )
+
+    @property
+    def backlog(self) -> int:
+        """Entries waiting for the store."""
+        with self._cond:
+            return len(self._entries) - self._next
+
+    @property
+    def healthy(self) -> bool:
+        """False while appends are failing (the store is down, hanging or refusing)."""
+        return self.failing_since is None
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Commit what is queued (best effort within ``timeout`` seconds), then stop the writer."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            self._cond.wait_for(lambda: self._next >= len(self._entries) or self.failing_since is not None, timeout)
+            self._stopped = True
+            self._cond.notify_all()
+        self._thread.join(max(0.0, deadline - time.monotonic()))
+
+    # -- the writer ---------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        backoff = self._backoff[0]
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._next < len(self._entries) or self._stopped)
+                if self._stopped:
+                    return
+                todo = self._entries[self._next :]
+            try:
+                self._write(todo)
+            except Exception as exc:  # noqa: BLE001 - keep the entries and retry
+                text = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                if self.failing_since is None:
+                    self.failing_since = time.monotonic()
+                    log.error(f"the event log does not accept appends ({text}); spooling in memory")
+                self.last_error = text
+                with self._cond:
+                    if self._cond.wait_for(lambda: self._stopped, backoff):
+                        return
+                backoff = min(backoff * 2, self._backoff[1])
+                continue
+            if self.failing_since is not None:
+                log.info(f"the event log accepts appends again after {time.monotonic() - self.failing_since:.1f}s")
+            self.failing_since, self.last_error, backoff = None, None, self._backoff[0]
+            recovered = False
+            with self._cond:
+                if self._overflowed and self._next >= len(self._entries):
+                    self._overflowed, recovered = False, True
+            if recovered:
+                self._on_overflow_recovered()
+
+    def _write(self, todo: list[Entry]) -> None:
+        """Append ``todo`` in order; a deferred decision waits until its dependencies are committed."""
+        chunk: list[Entry] = []
+        for entry in todo:
+            if entry._make is not None:
+                if any(d.position is None for d in entry._deps) and chunk:
+                    self._commit(chunk)
+                    chunk = []
+                event, key = entry._make(_resolve)
+                entry.event, entry.record, entry._make = event, encode(event, key), None
+            chunk.append(entry)
+        if chunk:
+            self._commit(chunk)
+
+    def _commit(self, chunk: list[Entry]) -> None:
+        positions = self._append([e.record for e in chunk])
+        dups = [e.record.idempotency_key for e, p in zip(chunk, positions) if p is None]
+        known = self._positions_of(dups) if dups else {}
+        with self._cond:
+            for e, p in zip(chunk, positions):
+                e.position = p if p is not None else known.get(e.record.idempotency_key, 0)
+                e.duplicate = p is None
+            self._next += len(chunk)
+            self.committed += len(chunk)
+            self._cond.notify_all()
+        self._on_commit()
+
+
+def _resolve(ref: Any) -> int:
+    if isinstance(ref, Entry):
+        if ref.position is None:
+            raise RuntimeError("a deferred decision's dependency is not committed")  # never: committed first
+        return ref.position
+    return int(ref)

@@ -1,0 +1,66 @@
+"""Decision records: the one place a decision command becomes the event that records it.
+
+The actor (live controller), the simulator and the tests all append what
+:func:`decision_record` returns, so a decision has one shape and one idempotency key wherever it
+is made (eventsourcing: "the domain builds its own records"). ``basis`` is the log position the
+deciding state was folded up to and ``at`` the time ``decide`` was called with: ``backfill
+replay`` re-derives the decision from exactly that state at exactly that time.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from . import events as ev
+from .commands import Admit, Block, Cancel, ReleaseFinalizer, Unblock
+
+#: The command types that are decisions (recorded in the log); the others are re-issues or hints.
+DECISION_COMMANDS = (Admit, Cancel, Block, Unblock, ReleaseFinalizer)
+
+
+def decision_record(cmd: Any, *, at: datetime, basis: int, cause: int | None = None) -> tuple[Any, str]:
+    """The decision event for ``cmd`` and its idempotency key.
+
+    Args:
+        cmd: an :data:`DECISION_COMMANDS` instance from ``decide``.
+        at: the decision time (the ``now`` given to ``decide``), timezone-aware UTC.
+        basis: the log position the deciding state was folded up to.
+        cause: overrides ``cmd.cause`` (the controller resolves a cause that was not yet durable
+            when it decided); None keeps the command's.
+
+    Returns:
+        ``(event, idempotency_key)``. Keys: one admit and one cancel per attempt of an object
+        (uid); one block per reason, cause and generation; one unblock per cause; one finalizer
+        release per object.
+
+    Raises:
+        TypeError: ``cmd`` is not a decision.
+    """
+    ns, name = cmd.key
+    t = type(cmd)
+    if t is Admit:
+        e: Any = ev.AttemptAdmitted(
+            at=at, namespace=ns, backfill=name, cause=cmd.cause if cause is None else cause, basis=basis,
+            uid=cmd.uid, attempt=cmd.attempt, generation=cmd.generation, job_name=cmd.job_name,
+            model=cmd.model, node=cmd.node,
+        )
+        return e, e.natural_key()
+    if t is Cancel:
+        e = ev.AttemptCancelled(
+            at=at, namespace=ns, backfill=name, cause=cmd.cause if cause is None else cause, basis=basis,
+            uid=cmd.uid, attempt=cmd.attempt, job_name=cmd.job_name, reason=cmd.reason, message=cmd.message,
+        )
+        return e, e.natural_key()
+    if t is Block:
+        c = cmd.cause if cause is None else cause
+        e = ev.BackfillBlocked(at=at, namespace=ns, backfill=name, cause=c, basis=basis, reason=cmd.reason, message=cmd.message)
+        return e, f"decision/{ns}/{name}/{cmd.uid}/block/{cmd.reason}/{c}/{cmd.generation}"
+    if t is Unblock:
+        c = cmd.cause if cause is None else cause
+        e = ev.BackfillUnblocked(at=at, namespace=ns, backfill=name, cause=c, basis=basis)
+        return e, f"decision/{ns}/{name}/{cmd.uid}/unblock/{c}"
+    if t is ReleaseFinalizer:
+        e = ev.FinalizerReleased(at=at, namespace=ns, backfill=name, uid=cmd.uid, cause=basis, basis=basis)
+        return e, e.natural_key()
+    raise TypeError(f"{t.__name__} is not a decision command")

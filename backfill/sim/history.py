@@ -1,0 +1,181 @@
+"""A model's foreground history from the event log, for ``backfill recommend``.
+
+Reads with the store's existing API (:meth:`backfill.store.EventStore.read` filtered by stream):
+the ``ForegroundRequest`` events of one model become a trace (arrival ``at``, service time
+``busy_until - at``, 0 when unknown), and for a ModelBackfill also its latest spec, the running
+seconds of its succeeded runs and the cancel latencies it measured.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core import events as ev
+from ..core.durations import format_duration
+from ..core.projector import FOREGROUND_DEMAND
+from ..core.spec import Spec, parse_spec
+from .traces import Trace
+
+
+class HistoryError(ValueError):
+    """The log holds nothing to recommend from (unknown ModelBackfill, no foreground request...)."""
+
+
+@dataclass
+class History:
+    """What the log says about one model (and, with ``--backfill``, one declaration).
+
+    Attributes:
+        trace: the model's foreground requests as a one-model :class:`Trace` (seconds, UTC).
+        spec: the declaration's latest valid spec, or None (``--model`` or an invalid spec).
+        job_seconds: running seconds of each succeeded run of the declaration.
+        cancel_latencies: seconds from each foreground request that preempted an attempt to its
+            Job being gone (``JobDeleted``), one per foreground preemption that completed.
+    """
+
+    trace: Trace
+    spec: Spec | None = None
+    job_seconds: list[float] = field(default_factory=list)
+    cancel_latencies: list[float] = field(default_factory=list)
+
+    def measured_job(self) -> float | None:
+        """Median running seconds of the succeeded runs, or None when there were none."""
+        return statistics.median(self.job_seconds) if self.job_seconds else None
+
+    def measured_latency(self) -> float | None:
+        """The 95th percentile (nearest rank) of :attr:`cancel_latencies`, seconds, or None."""
+        if not self.cancel_latencies:
+            return None
+        xs = sorted(self.cancel_latencies)
+        return xs[max(0, -(-95 * len(xs) // 100) - 1)]
+
+
+def _events(store: Any, stream: str) -> list[tuple[int, Any]]:
+    return [(r.position, ev.decode(r.type, r.version, r.data)) for r in store.read(stream_prefix=stream) if r.stream == stream]
+
+
+def read_history(store: Any, namespace: str, *, backfill: str | None = None, model: str | None = None) -> History:
+    """The history of ``backfill`` (its spec's model) or of ``model`` in ``namespace``.
+
+    Args:
+        store: a :class:`backfill.store.EventStore`.
+        namespace: the Kubernetes namespace.
+        backfill: a ModelBackfill name (its latest ``BackfillApplied`` names the model).
+        model: a Model name (when no ``backfill`` is given).
+
+    Raises:
+        HistoryError: the ModelBackfill is not in the log, its spec names no model, or the model
+            has no foreground request.
+        backfill.core.events.EventDecodeError: a stored event cannot be decoded.
+        sqlalchemy / psycopg errors: the database cannot be read.
+    """
+    spec = None
+    job_seconds: list[float] = []
+    cancels: dict[str, int] = {}  # job name -> position of the foreground request that preempted it
+    deleted: dict[str, Any] = {}
+    if backfill is not None:
+        applied = None
+        created: dict[str, Any] = {}  # job name -> creation (running seconds count from the Job's
+        running: dict[str, Any] = {}  # start, else its creation, as the runs projection does)
+        for _, e in _events(store, f"backfill/{namespace}/{backfill}"):
+            t = type(e)
+            if t is ev.BackfillApplied:
+                applied = e
+            elif t is ev.JobCreated:
+                created.setdefault(e.name, e.at)
+            elif t is ev.JobRunning:
+                running.setdefault(e.name, e.at)
+            elif t is ev.JobSucceeded and (e.name in running or e.name in created):
+                job_seconds.append((e.at - running.get(e.name, created.get(e.name))).total_seconds())
+            elif t is ev.AttemptCancelled and e.reason == FOREGROUND_DEMAND:
+                cancels[e.job_name] = e.cause
+            elif t is ev.JobDeleted:
+                deleted[e.name] = e.at
+        if applied is None:
+            raise HistoryError(f"ModelBackfill {namespace}/{backfill} is not in the log")
+        parsed = parse_spec(applied.spec)
+        if isinstance(parsed, Spec):
+            spec = parsed
+            model = parsed.model_ref
+        else:
+            model = applied.spec.get("modelRef") if isinstance(applied.spec, dict) else None
+            if not isinstance(model, str) or not model:
+                raise HistoryError(f"ModelBackfill {namespace}/{backfill}: its spec names no model ({parsed.reason})")
+    assert model is not None
+    requests: list[tuple[float, float]] = []
+    at_of: dict[int, Any] = {}
+    for pos, e in _events(store, f"model/{namespace}/{model}"):
+        if type(e) is ev.ForegroundRequest:
+            at_of[pos] = e.at
+            busy = (e.busy_until - e.at).total_seconds() if e.busy_until is not None and e.busy_until > e.at else 0.0
+            requests.append((e.at.timestamp(), busy))
+    if not requests:
+        raise HistoryError(f"Model {namespace}/{model} has no foreground request in the log")
+    requests.sort()
+    latencies = [
+        (deleted[job] - at_of[cause]).total_seconds() for job, cause in cancels.items() if job in deleted and cause in at_of
+    ]
+    trace = Trace(f"log {namespace}/{model}", {model: requests})
+    return History(trace, spec, job_seconds, [x for x in latencies if x >= 0])
+
+
+@dataclass(frozen=True)
+class Input:
+    """One model's history for ``recommend``.
+
+    Attributes:
+        source: where it came from (a trace file or ``schema S, backfill NS/NAME``), for titles.
+        model: the model name.
+        requests: sorted ``(arrival_s, service_s)``.
+        spec: the declaration's spec when read for a ModelBackfill.
+        job: measured job length (median succeeded run), seconds, or None.
+        latency: measured cancel latency (p95), seconds, or None.
+        note: a line for the user about what was read, or "".
+    """
+
+    source: str
+    model: str
+    requests: list[tuple[float, float]]
+    spec: Spec | None = None
+    job: float | None = None
+    latency: float | None = None
+    note: str = ""
+
+
+def from_trace(trace: Trace, models: list[str]) -> list[Input]:
+    """The ``models`` of ``trace`` (all of a one-model trace when none is named).
+
+    Raises:
+        HistoryError: no model named and the trace has several (the message names the busiest).
+        backfill.sim.traces.TraceError: a named model has no request.
+    """
+    if not models:
+        if len(trace.requests) > 1:
+            busiest = sorted(trace.requests, key=lambda m: (-len(trace.requests[m]), m))[:5]
+            raise HistoryError(f"--model is required: {trace.name} has {len(trace.requests)} models (the busiest: {', '.join(busiest)})")
+        models = list(trace.requests)
+    tr = trace.filtered(models)
+    return [Input(tr.name, m, tr.requests[m]) for m in tr.requests]
+
+
+def from_log(store: Any, schema: str, targets: list[tuple[str, str, str]]) -> list[Input]:
+    """One :class:`Input` per ``(kind, namespace, name)`` target, kind ``backfill`` or ``model``.
+
+    Raises: as :func:`read_history`.
+    """
+    out = []
+    for kind, ns, name in targets:
+        h = read_history(store, ns, **{kind: name})
+        ((m, reqs),) = h.trace.requests.items()
+        job, latency = h.measured_job(), h.measured_latency()
+        note = (
+            f"{ns}/{name}: model {m}, {len(reqs)} foreground requests; {len(h.job_seconds)} succeeded runs"
+            + (f" (median {format_duration(job)})" if job is not None else "")
+            + f"; {len(h.cancel_latencies)} foreground cancels measured"
+            + (f" (p95 demand -> Job gone {format_duration(latency)})" if latency is not None else "")
+            if kind == "backfill" else f"{ns}/{name}: {len(reqs)} foreground requests"
+        )
+        out.append(Input(f"schema {schema}, {kind} {ns}/{name}", m, reqs, h.spec, job, latency, note))
+    return out

@@ -1,0 +1,135 @@
+"""A refused Job create on the real API server (issue 13 item 2).
+
+A ValidatingAdmissionPolicy (in-process CEL admission: no webhook server needed) refuses the
+Job, answering 422 Invalid (permanent: Blocked ``JobRejected`` with its message, until the
+CronJob changes) or 403 Forbidden (transient, like an exceeded ResourceQuota: Starting
+``CreateRetrying`` with back-off, then created once the policy is gone). Neither is ``Failed``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from backfill.core import events as ev
+from backfill.core.events import decode_many
+
+from .conftest import wait_for
+
+pytestmark = pytest.mark.kube
+
+
+class JobPolicy:
+    """A ValidatingAdmissionPolicy + binding that refuses Jobs in one namespace matching ``expression``."""
+
+    def __init__(self, kube, expression: str, message: str, reason: str) -> None:
+        self.kube, self.name = kube, f"refuse-jobs-{kube.ns}"
+        self.ar = client.AdmissionregistrationV1Api(kube.api)
+        self.ar.create_validating_admission_policy({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy", "metadata": {"name": self.name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [
+                    {"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["jobs"]}
+                ]},
+                "validations": [{"expression": expression, "message": message, "reason": reason}],
+            },
+        })
+        self.ar.create_validating_admission_policy_binding({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": self.name},
+            "spec": {"policyName": self.name, "validationActions": ["Deny"], "matchResources": {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": kube.ns}}}},
+        })
+
+    def active(self, image: str) -> bool:
+        """True once a dry-run create of a Job with ``image`` is refused (the policy is loaded)."""
+        body = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"generateName": "probe-"},
+                "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": image}]}}}}
+        try:
+            self.kube.batch.create_namespaced_job(self.kube.ns, body, dry_run="All")
+            return False
+        except ApiException as exc:
+            return exc.status in (403, 422)
+
+    def remove(self) -> None:
+        for delete in (self.ar.delete_validating_admission_policy_binding, self.ar.delete_validating_admission_policy):
+            try:
+                delete(self.name)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+
+
+@pytest.fixture
+def policies():
+    made: list[JobPolicy] = []
+    yield made
+    for p in made:
+        p.remove()
+
+
+def _events(controller, cls) -> list:
+    rows = list(controller.events.read(0))
+    return [e for e in decode_many([(r.type, r.version, r.data) for r in rows]) if isinstance(e, cls)]
+
+
+def _pod(image: str) -> dict:
+    return {"restartPolicy": "Never", "containers": [{"name": "main", "image": image}]}
+
+
+def test_a_permanent_refusal_blocks_until_the_cronjob_changes(kube, start_controller, policies):
+    policy = JobPolicy(kube, "object.spec.template.spec.containers.all(c, c.image != 'forbidden-image')",
+                       "image forbidden-image is not allowed here", "Invalid")
+    policies.append(policy)
+    wait_for(lambda: policy.active("forbidden-image"), timeout=10, what="the admission policy is active")
+    kube.cronjob("model-eval-gauntlet", pod=_pod("forbidden-image"))
+    kube.model("gemma")
+    c = start_controller()
+    kube.backfill("refused")
+
+    st = wait_for(lambda: (s := kube.status("refused")).get("phase") == "Blocked" and s, timeout=15, what="Blocked")
+    assert st["reason"] == "JobRejected"
+    assert "HTTP 422 Invalid" in st["message"] and "image forbidden-image is not allowed here" in st["message"]
+    assert kube.jobs() == []
+    assert _events(c, ev.JobFailed) == []  # no Job existed, so no Job failed
+    (rejected,) = _events(c, ev.JobCreateRejected)
+    assert (rejected.code, rejected.permanent, rejected.attempt) == (422, True, 1)
+    time.sleep(2)
+    assert kube.status("refused")["phase"] == "Blocked" and len(_events(c, ev.AttemptAdmitted)) == 1  # no retry loop
+
+    cj = kube.batch.read_namespaced_cron_job("model-eval-gauntlet", kube.ns)
+    cj.spec.job_template.spec.template.spec.containers[0].image = "busybox"
+    kube.batch.replace_namespaced_cron_job("model-eval-gauntlet", kube.ns, cj)
+    job = wait_for(kube.jobs, timeout=15, what="a Job once the CronJob is fixed")[0]
+    assert job.metadata.name.endswith("-2")
+    rows = wait_for(lambda: [r for r in c.runs.query(namespace=kube.ns) if r.result], what="the refused attempt's run row")
+    assert [(r.attempt, r.result, r.reason) for r in rows] == [(1, "cancelled", "JobRejected")]
+
+
+def test_a_transient_refusal_is_retried_with_back_off_on_the_same_attempt(kube, start_controller, policies):
+    policy = JobPolicy(kube, "false", "exceeded quota: jobs (test)", "Forbidden")
+    policies.append(policy)
+    wait_for(lambda: policy.active("busybox"), timeout=10, what="the admission policy is active")
+    kube.cronjob("model-eval-gauntlet")
+    kube.model("gemma")
+    c = start_controller()
+    kube.backfill("quota")
+
+    st = wait_for(lambda: (s := kube.status("quota")).get("reason") == "CreateRetrying" and s, timeout=15, what="CreateRetrying")
+    assert st["phase"] == "Starting" and "HTTP 403 Forbidden" in st["message"] and "exceeded quota" in st["message"]
+    assert kube.jobs() == []
+    policy.remove()
+    job = wait_for(kube.jobs, timeout=30, what="the Job once the refusal is gone")[0]
+    assert job.metadata.name.endswith("-1")  # the same attempt: a refusal burns nothing
+    kube.run_job(job.metadata.name)
+    st = wait_for(lambda: (s := kube.status("quota")).get("phase") == "Running" and s, what="Running")
+    assert st["attempts"] == 1
+    refusals = _events(c, ev.JobCreateRejected)
+    assert refusals and all(r.code == 403 and not r.permanent for r in refusals)
+    assert [r.rejection for r in refusals] == list(range(1, len(refusals) + 1))
+    labels = {"backfill": "quota", "namespace": kube.ns, "model": "gemma"}
+    for result in ("failed", "cancelled", "succeeded"):
+        assert c.metrics.registry.get_sample_value("flexinfer_model_backfill_completions_total", {**labels, "result": result}) is None

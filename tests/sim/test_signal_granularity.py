@@ -1,0 +1,30 @@
+"""``simulate --signal-granularity``: the padding of a coarse lastActiveTime delays every idle window."""
+
+from __future__ import annotations
+
+from backfill.sim.cluster import SimParams, simulate
+from backfill.sim.traces import Trace
+
+# One model: instantaneous requests at 0 s and 3600 s, one 1 s request at 10000 s, and a last one.
+TRACE = Trace("t", {"m": [(0.0, 0.0), (3600.0, 0.0), (10000.0, 1.0), (20000.0, 0.0)]})
+
+
+def _admissions(g: float) -> list[float]:
+    params = SimParams(idle_for=1800, max_run=1800, repeat_after=60, job=900, signal_granularity=g)
+    return [r.admitted_at.timestamp() for r in simulate(TRACE, params).runs]
+
+
+def test_an_exact_signal_admits_at_idle_since_plus_idle_for():
+    # after 0: 1800, then 2760 (success 2700 + 60), 3600 wins; after 3600: 5400, 6360, 7320, ...
+    admitted = _admissions(0)
+    assert admitted[:2] == [1800.0, 2760.0] and 5400.0 in admitted and 10001.0 + 1800 in admitted
+
+
+def test_every_idle_window_starts_a_granularity_later():
+    admitted = _admissions(60)
+    assert admitted[:2] == [1860.0, 2820.0] and 5460.0 in admitted and 10001.0 + 60 + 1800 in admitted
+    assert 1800.0 not in admitted
+
+
+def test_a_granularity_longer_than_the_gap_loses_the_window():
+    assert all(t > 3600 for t in _admissions(1801))  # 1801 + 1800 > 3600: the first gap is lost
