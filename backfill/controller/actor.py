@@ -176,6 +176,7 @@ class Actor:
         self._written: dict[tuple[str, str], Mapping[str, Any]] = {}
         self._lock = threading.Lock()
         self._pace: dict[tuple[str, str, str], tuple[float, float]] = {}  # (verb, ns, job) -> (next allowed, pause)
+        self._terminating_noted: set[tuple[str, str]] = set()  # (ns, job) whose JobTerminating Event was sent
         self.appended = 0
         self._decided_at: datetime | None = None
         self.statuses = StatusWriter(self.write_status)
@@ -334,6 +335,7 @@ class Actor:
                 self.create_job(cmd.key, b.uid, cmd.attempt, cmd.job_name, world)
         elif t is DeleteJob:
             if self.due("delete", cmd.key[0], cmd.job_name):
+                self._note_terminating(cmd, world)
                 self.delete_job(cmd.key, cmd.job_name)
         elif t is Block:
             self.block(cmd, world)
@@ -484,6 +486,23 @@ class Actor:
                 log.error(f"deleting Job {c.job_name} failed (re-issued): {error}", extra=extra)
             log.info(f"cancelled attempt {c.attempt} ({c.reason}): {c.message}", extra=extra)
             self._event(ns, name, c.uid, c.reason, f"cancelled Job {c.job_name}: {c.message}", "Warning")
+
+    def _note_terminating(self, cmd: DeleteJob, world: World) -> None:
+        """One Warning Event per Job that a finalizer holds after its delete (``JobTerminating``)."""
+        b = world.backfills.get(cmd.key)
+        a = b.attempt if b is not None else None
+        if a is None or a.job_name != cmd.job_name or a.terminating_since is None:
+            return
+        with self._lock:
+            if (cmd.key[0], cmd.job_name) in self._terminating_noted:
+                return
+            self._terminating_noted.add((cmd.key[0], cmd.job_name))
+        self._event(
+            cmd.key[0], cmd.key[1], b.uid, "JobTerminating",
+            f"Job {cmd.job_name} is still terminating (a finalizer holds it); the delete is retried with back-off "
+            "and nothing is admitted on its model or node until it is gone",
+            "Warning",
+        )
 
     def _try_delete(self, cmd: Cancel) -> str | None:
         try:
