@@ -78,10 +78,20 @@ class Settings(BaseSettings):
     )
     api_burst: int = Field(default=400, ge=1, description="Calls that may go at once before api_qps applies (client-go's burst).")
     api_timeout_seconds: float = Field(default=10.0, gt=0, description="Client-side timeout of every Kubernetes API call (and a watch's connect), seconds.")
+    delete_timeout_seconds: float = Field(
+        default=2.0, gt=0,
+        description="Client-side timeout of a Job DELETE (the cancel path), seconds; one that times out is sent again at "
+        "once on a fresh connection (a dead pooled connection must not hold a cancel for api_timeout_seconds).",
+    )
     spool_max_records: int = Field(
         default=100_000, ge=1,
         description="Most observed events held in memory while the event log does not accept them; past it new "
         "observations are dropped (counted) and every watcher relists once the store is back.",
+    )
+    store_stall_seconds: float = Field(
+        default=3.0, gt=0,
+        description="/readyz reports the store when a read or an append has waited this long for an answer, seconds "
+        "(a paused or hung server never answers; its own statement timeout cannot fire).",
     )
     health_stale_seconds: float = Field(
         default=120.0, gt=0,

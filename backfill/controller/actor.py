@@ -32,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, Callable, Iterable, Mapping
 
+import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -140,6 +141,8 @@ class Actor:
         can_act: leader check (always True without leader election); in memory.
         identity: reported as the Events' reporting instance.
         timeout: client-side timeout of every API call, seconds.
+        delete_timeout: client-side timeout of a Job DELETE, seconds (sent once more at once on
+            a fresh connection when it times out).
         cached: ``key -> ModelBackfill object | None``, the latest copy seen (spares the GET
             before a status PUT); None: always GET.
         remember: ``(key, object)``, told the object a status PUT returned (the newest copy).
@@ -157,6 +160,7 @@ class Actor:
         *,
         observe: Callable[[list], Any] | None = None,
         timeout: float = 10.0,
+        delete_timeout: float = 2.0,
         cached: Callable[[tuple[str, str]], Mapping[str, Any] | None] | None = None,
         remember: Callable[[tuple[str, str], Any], None] | None = None,
         limiter: Any = None,
@@ -171,6 +175,7 @@ class Actor:
         self.can_act = can_act
         self.identity = identity
         self.timeout = timeout
+        self.delete_timeout = delete_timeout
         self._cached = cached
         self._remember = remember
         self._written: dict[tuple[str, str], Mapping[str, Any]] = {}
@@ -517,7 +522,10 @@ class Actor:
         self._guard()
         try:
             crash_point("cancel/delete-sent")
-            self.batch.delete_namespaced_job(job_name, ns, propagation_policy="Background", _request_timeout=self.timeout)
+            try:
+                self.batch.delete_namespaced_job(job_name, ns, propagation_policy="Background", _request_timeout=self.delete_timeout)
+            except urllib3.exceptions.HTTPError:  # timed out or broken: a fresh connection, at once
+                self.batch.delete_namespaced_job(job_name, ns, propagation_policy="Background", _request_timeout=self.delete_timeout)
             crash_point("cancel/delete-answered")
         except ApiException as exc:
             if exc.status != 404:

@@ -131,6 +131,7 @@ class Controller:
             identity=identity,
             observe=self.observe,
             timeout=settings.api_timeout_seconds,
+            delete_timeout=settings.delete_timeout_seconds,
             cached=self._cached_object,
             remember=self._remember_object,
             limiter=TokenBucket(settings.api_qps, settings.api_burst),
@@ -147,6 +148,7 @@ class Controller:
         self._carry: set[Key] = set()  # keys whose commands were left undone
         self._runs_checkpoint = 0  # during the start-up refold: run rows up to here are stored
         self.store_error: str | None = None
+        self._reading_since: float | None = None  # monotonic start of the log read in flight
         self.snapshot_position = 0  # position of the newest snapshot loaded or saved
         self._snapshot_at = time.monotonic()
         self.last_pass = time.monotonic()
@@ -172,8 +174,16 @@ class Controller:
             problems.append("watchers not started")
         if self.store_error is not None:
             problems.append(f"store: reading the event log fails: {self.store_error}")
+        since = self._reading_since
+        stall = self.settings.store_stall_seconds
+        if since is not None and time.monotonic() - since > stall:
+            problems.append(f"store: a read of the event log has not answered for {time.monotonic() - since:.0f}s")
         if not self.spool.healthy:
             problems.append(f"store: appends fail, {self.spool.backlog} events spooled in memory: {self.spool.last_error}")
+        elif self.spool.stalled_for() > stall:
+            problems.append(
+                f"store: an append has not answered for {self.spool.stalled_for():.0f}s, {self.spool.backlog} events spooled in memory"
+            )
         return (not problems, problems)
 
     def liveness(self) -> tuple[bool, list[str]]:
@@ -388,8 +398,11 @@ class Controller:
             acted = False
             try:
                 try:
+                    self._reading_since = time.monotonic()
                     keys = self.catch_up()
+                    self._reading_since = None
                 except Exception as exc:  # noqa: BLE001 - the store is away: cancels go on regardless
+                    self._reading_since = None
                     if self.store_error is None:
                         log.error(f"reading the event log failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
                     self.store_error = f"{type(exc).__name__}"

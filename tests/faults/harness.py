@@ -56,6 +56,12 @@ FAST_SETTINGS: dict[str, str] = {
     "BACKFILL_LEASE_RENEW_SECONDS": "1",
     "BACKFILL_POLL_FALLBACK_SECONDS": "0.2",
     "BACKFILL_RESYNC_SECONDS": "60",
+    # a watch silent for 5 + 2 s is presumed dead (readiness, relist)
+    "BACKFILL_WATCH_STALE_MARGIN_SECONDS": "2",
+    # the tests bump lastActiveTime exactly when they mean a request: no coarse-signal padding
+    "BACKFILL_FOREGROUND_SIGNAL_GRANULARITY_SECONDS": "0",
+    # every replica takes part in leader election (off by default outside the Deployment)
+    "BACKFILL_LEADER_ELECT": "true",
 }
 
 STOP_TIMEOUT = 10.0  # seconds a SIGTERMed controller may take to exit
