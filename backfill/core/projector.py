@@ -68,6 +68,8 @@ from .state import (
 #: Seconds between re-checks of an attempt whose create or delete is not observed yet. The
 #: re-issue itself is emitted on every decide; the actor paces it (back-off per Job).
 RETRY_SECONDS = 30.0
+#: Seconds between re-checks of a cancelled attempt whose Job is not gone yet.
+CANCEL_RECHECK_SECONDS = 1.0
 #: Back-off of a Job create the API server refused transiently (``JobCreateRejected``), seconds:
 #: 10, 20, 40, ... at most 300, and never sooner than the server's ``Retry-After``.
 CREATE_BACKOFF_INITIAL = 10.0
@@ -490,6 +492,14 @@ def _fold_create_rejected(w: World, e: ev.JobCreateRejected, pos: int) -> World:
     return _put_backfill(w, b._replace(rejection=rej), pos)
 
 
+def _fold_job_terminating(w: World, e: ev.JobTerminating, pos: int) -> World:
+    found = _job_attempt(w, e)
+    if found is None or not found[1].live or found[1].terminating_since is not None:
+        return _at(w, pos)
+    b, a = found
+    return _put_backfill(w, b._replace(attempt=a._replace(terminating_since=e.at)), pos)
+
+
 def _fold_admitted(w: World, e: ev.AttemptAdmitted, pos: int) -> World:
     b = w.backfills.get((e.namespace, e.backfill))
     if b is None or b.uid != e.uid or e.attempt <= b.attempts:
@@ -562,6 +572,7 @@ _FOLD: dict[type, Callable[[World, Any, int], World]] = {
     ev.JobSucceeded: _fold_job_succeeded,
     ev.JobFailed: _fold_job_failed,
     ev.JobDeleted: _fold_job_deleted,
+    ev.JobTerminating: _fold_job_terminating,
     ev.JobCreateRejected: _fold_create_rejected,
     ev.AttemptAdmitted: _fold_admitted,
     ev.AttemptCancelled: _fold_cancelled,
@@ -780,15 +791,22 @@ def evaluate(world: World, key: Key, now: datetime, reserved: set | None = None)
     a = b.live_attempt
     if a is not None:
         if a.lifecycle == CANCELLING:
-            # Re-issued on every decide until the Job is observed gone: the actor paces the
-            # calls (back-off per Job), so a restarted controller deletes at once, never after
-            # a fixed timer.
+            # Re-issued on every decide until the Job is observed gone, re-checked every
+            # second: the actor paces the calls (back-off per Job), so a restarted controller
+            # deletes at once, never after a fixed timer, and a Job held by a finalizer sees
+            # its delete retried 1, 2, 4 ... s apart.
+            message = a.cancel_message or "cancelling the background Job"
+            if a.terminating_since is not None:
+                message = (
+                    f"{message}; Job {a.job_name} is still terminating (deleted at {rfc3339(a.terminating_since)}, "
+                    "held by a finalizer); the delete is retried"
+                )
             return Verdict(
                 CANCELLING,
                 a.cancel_reason,
-                a.cancel_message or "cancelling the background Job",
+                message,
                 (DeleteJob(key, a.job_name),),
-                wake_at=plus_seconds(now, RETRY_SECONDS),
+                wake_at=plus_seconds(now, CANCEL_RECHECK_SECONDS),
             )
         cond = _cancel_condition(world, b, a, now)
         if cond is not None:
