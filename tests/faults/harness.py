@@ -56,11 +56,14 @@ FAST_SETTINGS: dict[str, str] = {
     "BACKFILL_LEASE_RENEW_SECONDS": "1",
     "BACKFILL_POLL_FALLBACK_SECONDS": "0.2",
     "BACKFILL_RESYNC_SECONDS": "60",
-    # a watch silent for 5 + 2 s is presumed dead (readiness, relist)
     "BACKFILL_WATCH_STALE_MARGIN_SECONDS": "2",
-    # the tests bump lastActiveTime exactly when they mean a request: no coarse-signal padding
+    "BACKFILL_API_TIMEOUT_SECONDS": "2",
+    "BACKFILL_HEALTH_STALE_SECONDS": "20",
+    "BACKFILL_DB_CONNECT_TIMEOUT_SECONDS": "2",
+    # The tests bump lastActiveTime themselves, to the second: no padding of the busy span, so a
+    # retry after a preemption needs exactly idleFor.
     "BACKFILL_FOREGROUND_SIGNAL_GRANULARITY_SECONDS": "0",
-    # every replica takes part in leader election (off by default outside the Deployment)
+    # As in the Deployment: every replica takes part in leader election.
     "BACKFILL_LEADER_ELECT": "true",
 }
 
