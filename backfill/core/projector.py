@@ -455,6 +455,11 @@ def _fold_job_deleted(w: World, e: ev.JobDeleted, pos: int) -> World:
     if a.lifecycle == CANCELLING:
         result = "preempted" if a.cancel_reason in PREEMPTION_REASONS else "cancelled"
         return _put_backfill(w, _end(b, a, e.at, result, a.cancel_reason, pos), pos)
+    if w.models.get((b.namespace, a.model), _NO_MODEL).request_pos > a.basis:
+        # Gone while foreground demand it did not see was pending: preempted by that demand,
+        # whoever deleted it (a leader that was paused before its cancel decision reached the
+        # log, while the standby already recorded the deletion).
+        return _put_backfill(w, _end(b, a, e.at, "preempted", FOREGROUND_DEMAND, pos), pos)
     return _put_backfill(w, _end(b, a, e.at, "cancelled", "JobDeleted", pos), pos)
 
 
