@@ -73,8 +73,8 @@ class Settings(BaseSettings):
     )
     api_qps: float = Field(
         default=200.0, gt=0,
-        description="Client-side rate of the controller's Job creates and status writes, calls/s (client-go's QPS; "
-        "Job deletes are never held back).",
+        description="Client-side rate of the controller's Job creates, and separately of its status writes, calls/s "
+        "(client-go's QPS; Job deletes are never held back).",
     )
     api_burst: int = Field(default=400, ge=1, description="Calls that may go at once before api_qps applies (client-go's burst).")
     api_timeout_seconds: float = Field(default=10.0, gt=0, description="Client-side timeout of every Kubernetes API call (and a watch's connect), seconds.")

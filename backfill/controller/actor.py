@@ -146,7 +146,8 @@ class Actor:
         cached: ``key -> ModelBackfill object | None``, the latest copy seen (spares the GET
             before a status PUT); None: always GET.
         remember: ``(key, object)``, told the object a status PUT returned (the newest copy).
-        limiter: paces Job creates and status writes (``acquire()``, a
+        limiter / status_limiter: pace Job creates / status writes, each its own bucket so an
+            admission never queues behind thousands of status writes (``acquire()``, a
             :class:`~backfill.controller.ratelimit.TokenBucket`); None: unpaced. Deletes never wait.
     """
 
@@ -164,6 +165,7 @@ class Actor:
         cached: Callable[[tuple[str, str]], Mapping[str, Any] | None] | None = None,
         remember: Callable[[tuple[str, str], Any], None] | None = None,
         limiter: Any = None,
+        status_limiter: Any = None,
     ) -> None:
         self.api = api
         self.batch = client.BatchV1Api(api)
@@ -189,6 +191,7 @@ class Actor:
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="job-deletes")
         self._creates = ThreadPoolExecutor(max_workers=16, thread_name_prefix="job-creates")
         self._limiter = limiter
+        self._status_limiter = status_limiter
 
     def close(self) -> None:
         """Stop the status writer and the side threads (pending Events are still sent)."""
@@ -626,8 +629,8 @@ class Actor:
                 break
             body = dict(obj)
             body["status"] = merged
-            if self._limiter is not None:
-                self._limiter.acquire()
+            if self._status_limiter is not None:
+                self._status_limiter.acquire()
             self._guard()
             try:
                 written = self.custom.replace_namespaced_custom_object_status(

@@ -135,6 +135,7 @@ class Controller:
             cached=self._cached_object,
             remember=self._remember_object,
             limiter=TokenBucket(settings.api_qps, settings.api_burst),
+            status_limiter=TokenBucket(settings.api_qps, settings.api_burst),
         )
         self.preemptor = Preemptor(lambda: self.world, self.spool, self.actor.preempt, self.is_leader, clock)
         self.translator = Translator(self._known_last_active, signal_granularity=settings.foreground_signal_granularity_seconds)
