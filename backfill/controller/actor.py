@@ -303,9 +303,20 @@ class Actor:
             and nothing was recorded for them).
         """
         self._decided_at = now
-        todo = [c for c in commands if not isinstance(c, (WakeAt, Cancel, Admit))]
+        todo = [c for c in commands if not isinstance(c, (WakeAt, Cancel, Admit, Block, Unblock))]
         todo.sort(key=lambda c: 0 if isinstance(c, DeleteJob) else 1)  # stable: per-key order kept
         admits = [c for c in commands if isinstance(c, Admit)]
+        blocks = [c for c in commands if isinstance(c, (Block, Unblock))]
+        if blocks:  # before the admissions: an Unblock comes before the Admit it allows
+            try:
+                self._guard()
+                self.block_many(blocks, world)
+            except NotLeader:
+                log.info("not the leader any more: commands skipped")
+                return []
+            except Exception as exc:  # noqa: BLE001 - nothing recorded: decided again next pass
+                log.error(f"recording {len(blocks)} block/unblock decisions failed: {_first_line(exc)}", extra={"position": world.position})
+                return sorted({c.key for c in blocks} | {c.key for c in admits})
         for i, cmd in enumerate(todo):
             try:
                 self._guard()
@@ -464,6 +475,8 @@ class Actor:
                 reason, message = _status_of(exc)
                 reject(code, reason, message, ev.create_rejection_is_permanent(code), _retry_after(exc))
                 return
+        except NotLeader:
+            raise  # the fence refused it: nothing was sent, nothing to record
         except Exception as exc:  # noqa: BLE001 - no response (timeout, connection): transient
             reject(0, type(exc).__name__, _first_line(exc), permanent=False)
             return
@@ -538,21 +551,35 @@ class Actor:
     # -- block / unblock ----------------------------------------------------------------------
 
     def block(self, cmd: Block, world: World) -> None:
-        """Record ``BackfillBlocked`` (once per reason, cause and generation) and emit a Warning Event."""
-        ns, name = cmd.key
-        if self._record(cmd, world) is not None:
-            log.info(
-                f"blocked: {cmd.reason}: {cmd.message}",
-                extra={"backfill": f"{ns}/{name}", "position": cmd.cause, "decision": "BackfillBlocked"},
-            )
-            self._event(ns, name, cmd.uid, cmd.reason, cmd.message, "Warning")
+        """Record one ``BackfillBlocked`` (see :meth:`block_many`)."""
+        self.block_many([cmd], world)
 
     def unblock(self, cmd: Unblock, world: World) -> None:
-        """Record ``BackfillUnblocked`` and emit an ``Unblocked`` Event."""
-        ns, name = cmd.key
-        if self._record(cmd, world) is not None:
-            log.info("unblocked", extra={"backfill": f"{ns}/{name}", "position": cmd.cause, "decision": "BackfillUnblocked"})
-            self._event(ns, name, cmd.uid, "Unblocked", "the blocking condition is gone")
+        """Record one ``BackfillUnblocked`` (see :meth:`block_many`)."""
+        self.block_many([cmd], world)
+
+    def block_many(self, cmds: list[Any], world: World) -> None:
+        """Record the ``BackfillBlocked``/``BackfillUnblocked`` decisions of ``cmds`` in one append
+        (a thousand declarations unblocked at once cost one transaction), then emit their Events:
+        a Warning with the reason for a block (once per reason, cause and generation), an
+        ``Unblocked`` Event for an unblock."""
+        records = [decision_record(c, at=self._decision_time(), basis=world.position) for c in cmds]
+        self._guard()
+        positions = self.append_records([encode(e, k) for e, k in records])
+        for c, p in zip(cmds, positions):
+            if p is None:
+                continue
+            self.appended += 1
+            ns, name = c.key
+            if isinstance(c, Block):
+                log.info(
+                    f"blocked: {c.reason}: {c.message}",
+                    extra={"backfill": f"{ns}/{name}", "position": c.cause, "decision": "BackfillBlocked"},
+                )
+                self._event(ns, name, c.uid, c.reason, c.message, "Warning")
+            else:
+                log.info("unblocked", extra={"backfill": f"{ns}/{name}", "position": c.cause, "decision": "BackfillUnblocked"})
+                self._event(ns, name, c.uid, "Unblocked", "the blocking condition is gone")
 
     # -- finalizer ----------------------------------------------------------------------------
 

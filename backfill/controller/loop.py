@@ -50,6 +50,7 @@ from .actor import FINALIZER, Actor
 from .crash import crash_point
 from .kinds import KINDS
 from .metrics import Metrics
+from .fence import fence
 from .preempt import Preemptor
 from .ratelimit import TokenBucket
 from .spool import Spool
@@ -138,6 +139,8 @@ class Controller:
             status_limiter=TokenBucket(settings.api_qps, settings.api_burst),
         )
         self.preemptor = Preemptor(lambda: self.world, self.spool, self.actor.preempt, self.is_leader, clock)
+        if leader is not None:
+            fence(api, self.is_leader)  # the last check before any mutation leaves the process
         self.translator = Translator(self._known_last_active, signal_granularity=settings.foreground_signal_granularity_seconds)
         self.watchers: list[Watcher] = []
         self._wakes: list[tuple[datetime, Key]] = []
