@@ -44,6 +44,35 @@ from .commands import (
     WakeAt,
     WriteStatus,
 )
+from .verdict import (  # re-exported: the projector's names
+    IDLE_WINDOW,
+    MODEL_NOT_READY,
+    FOREGROUND_DEMAND,
+    GAMING_INTENT,
+    GPU_LEASE_ACTIVE,
+    CONCURRENT_BACKFILL,
+    SPEC_CHANGED,
+    SUSPENDED,
+    NODE_CHANGED,
+    REPEAT_SCHEDULED,
+    REPEAT_DUE,
+    DELETED,
+    TEMPLATE_NOT_FOUND,
+    GPU_REQUEST_FORBIDDEN,
+    MODEL_NOT_FOUND,
+    INVALID_TEMPLATE,
+    JOB_REJECTED,
+    CREATE_RETRYING,
+    IDLE_WINDOW_MESSAGE,
+    PREEMPTION_REASONS,
+    WAITING,
+    SUCCEEDED,
+    FAILED,
+    SUSPENDED_PHASE,
+    BLOCKED,
+    PHASES,
+    Verdict,
+)
 from .jobtemplate import gpu_requests, job_name, template_problem
 from .spec import parse_spec
 from .status import status_from_verdict
@@ -75,31 +104,6 @@ CANCEL_RECHECK_SECONDS = 1.0
 CREATE_BACKOFF_INITIAL = 10.0
 CREATE_BACKOFF_MAX = 300.0
 
-# Reasons (cluster-contract "Waiting/cancel reasons" and "Blocked reasons").
-IDLE_WINDOW = "IdleWindow"
-MODEL_NOT_READY = "ModelNotReady"
-FOREGROUND_DEMAND = "ForegroundDemand"
-GAMING_INTENT = "GamingIntent"
-GPU_LEASE_ACTIVE = "GPULeaseActive"
-CONCURRENT_BACKFILL = "ConcurrentBackfill"
-SPEC_CHANGED = "SpecChanged"
-SUSPENDED = "Suspended"
-NODE_CHANGED = "NodeChanged"
-REPEAT_SCHEDULED = "RepeatScheduled"
-REPEAT_DUE = "RepeatDue"
-DELETED = "Deleted"
-TEMPLATE_NOT_FOUND = "TemplateNotFound"
-GPU_REQUEST_FORBIDDEN = "GPURequestForbidden"
-MODEL_NOT_FOUND = "ModelNotFound"
-INVALID_TEMPLATE = "InvalidTemplate"
-JOB_REJECTED = "JobRejected"  # Blocked: the API server refused the Job permanently (e.g. 422)
-CREATE_RETRYING = "CreateRetrying"  # Starting: the create was refused transiently; retried with back-off
-
-IDLE_WINDOW_MESSAGE = "waiting for a continuous idle window"
-
-#: Cancel reasons that count as a preemption (seed: "cancelled for foreground or gaming
-#: priority"); other cancels end the attempt as ``cancelled``.
-PREEMPTION_REASONS = frozenset({FOREGROUND_DEMAND, GAMING_INTENT, GPU_LEASE_ACTIVE, CONCURRENT_BACKFILL})
 
 _NO_MODEL = ModelState()
 
@@ -652,25 +656,6 @@ def _template_ref(b: BackfillState) -> str:
 # ============================================================================ decide
 
 
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    """What the projector concludes about one backfill at ``now``.
-
-    ``phase``/``reason``/``message`` feed the status; ``commands`` are the actions (an
-    ``Unblock`` comes before the action it allows);
-    ``wake_at`` is when the verdict can change without a new event; ``idle_since`` and
-    ``next_run`` (UTC) feed ``status.idleSince`` / ``status.nextRunTime``.
-    """
-
-    phase: str
-    reason: str
-    message: str
-    commands: tuple[Command, ...] = ()
-    wake_at: datetime | None = None
-    idle_since: datetime | None = None
-    next_run: datetime | None = None
-
-
 def block_reason(world: World, b: BackfillState) -> tuple[str, str] | None:
     """Why ``b`` is Blocked, as (reason, message), or None. Order: spec, template, GPU, model."""
     if b.problem is not None:
@@ -905,12 +890,6 @@ def _create_retrying(key: Key, a: Attempt, rej: CreateRejection, now: datetime) 
     )
 
 
-WAITING = "WaitingForIdle"
-SUCCEEDED = "Succeeded"
-FAILED = "Failed"
-SUSPENDED_PHASE = "Suspended"
-BLOCKED = "Blocked"
-PHASES = ("WaitingForIdle", "Starting", "Running", "Cancelling", "Succeeded", "Failed", "Suspended", "Blocked")
 
 
 def decide(
@@ -941,3 +920,11 @@ def decide(
         if v.wake_at is not None:
             out.append(WakeAt(key, v.wake_at))
     return out
+
+
+def status_of(world: World, key: Key, now: datetime) -> dict[str, Any] | None:
+    """The status of one backfill at ``now`` (UTC), or None if the backfill is unknown or gone."""
+    v = evaluate(world, key, now)
+    if v is None:
+        return None
+    return status_from_verdict(world, world.backfills[key], v)

@@ -7,7 +7,7 @@ import pytest
 from backfill.core import events as ev
 from backfill.core.commands import Admit, Block, Cancel, CreateJob, DeleteJob, ReleaseFinalizer, Unblock, WakeAt
 from backfill.core.projector import CANCEL_RECHECK_SECONDS, RETRY_SECONDS
-from backfill.core.status import status_of
+from backfill.core.projector import status_of
 from backfill.core.timefmt import rfc3339
 
 from .builders import NS, Log, t
