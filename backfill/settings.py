@@ -39,7 +39,11 @@ class Settings(BaseSettings):
 
     # Kubernetes
     kubeconfig: Path | None = Field(default=None, description="kubeconfig file; unset: in-cluster, else ~/.kube/config.")
-    namespace: str | None = Field(default=None, description="Watch only this namespace; unset: all namespaces.")
+    namespace: str | None = Field(
+        default=None,
+        description="Watch, decide and act only in this namespace (an RFC 1123 label); unset: all namespaces.",
+        pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
+    )
 
     # HTTP
     metrics_address: str = Field(default="0.0.0.0:8080", description="host:port for /metrics, /healthz, /readyz and /v1/foreground.")

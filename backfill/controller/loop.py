@@ -138,7 +138,7 @@ class Controller:
             limiter=TokenBucket(settings.api_qps, settings.api_burst),
             status_limiter=TokenBucket(settings.api_qps, settings.api_burst),
         )
-        self.preemptor = Preemptor(lambda: self.world, self.spool, self.actor.preempt, self.is_leader, clock)
+        self.preemptor = Preemptor(lambda: self.world, self.spool, self.actor.preempt, self.is_leader, clock, scope=settings.namespace)
         if leader is not None:
             fence(api, self.is_leader)  # the last check before any mutation leaves the process
         self.translator = Translator(self._known_last_active, signal_granularity=settings.foreground_signal_granularity_seconds)
@@ -482,12 +482,22 @@ class Controller:
             self.snapshot_position = self.world.position
         self._snapshot_at = time.monotonic()
 
+    def scope(self, keys: Any) -> Any:
+        """``keys`` (None: every backfill in the projection) limited to this controller's
+        namespace (``settings.namespace``): the log may hold other namespaces' declarations (the
+        schema is shared), and a namespaced controller must decide and act only for its own."""
+        ns = self.settings.namespace
+        if not ns:
+            return keys
+        return [k for k in (self.world.backfills if keys is None else keys) if k[0] == ns]
+
     def step(self, keys: Any, now: datetime) -> list:
         """Decide for ``keys`` (None: all) on the durable projection at ``now`` and execute
         everything but cancels (the preemptor's); returns the commands decided.
 
         Admissions go out only while the spool has settled (nothing observed is missing from
         the durable projection); otherwise their keys are decided again on a later pass."""
+        keys = self.scope(keys)
         try:
             commands = decide(self.world, now, keys, status=True)
         except Exception as exc:  # noqa: BLE001 - one bad backfill must not starve the others
