@@ -306,3 +306,14 @@ def test_generation_zero_is_not_mistaken_for_a_failed_or_succeeded_generation():
     (admit,) = log.decide(600)
     assert isinstance(admit, Admit) and admit.generation == 0
     assert phase(log, 599) == ("WaitingForIdle", "IdleWindow")
+
+
+def test_a_cancelled_attempt_clears_job_name_and_started_at():
+    log, admit = running(base())
+    assert status_of(log.world, KEY, t(650))["startedAt"] is not None
+    log.request(700)
+    (cancel,) = [c for c in log.decide(700) if isinstance(c, Cancel)]
+    log.cancel(cancel, 700)
+    log.job("JobDeleted", admit.job_name, 701)
+    st = status_of(log.world, KEY, t(702))
+    assert (st["phase"], st["jobName"], st["startedAt"]) == ("WaitingForIdle", None, None)
