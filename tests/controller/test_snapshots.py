@@ -37,10 +37,11 @@ def _refold(url: str, schema: str) -> World:
 
 
 def _running_with_a_snapshot(kube, start_controller, name: str):
-    """A controller that snapshots after every event, and one running attempt of ``name``."""
+    """A controller that snapshots after every event (keeping them all, so one before any later
+    time still exists), and one running attempt of ``name``."""
     kube.cronjob("model-eval-gauntlet")
     kube.model("gemma", lastActiveTime=ts(now_s() - timedelta(minutes=5)))
-    c = start_controller(snapshot_every_events=1)
+    c = start_controller(snapshot_every_events=1, snapshot_keep=1000)
     kube.backfill(name, idleFor="1s")
     wait_for(lambda: kube.jobs(), timeout=15, what="the Job")
     wait_for(lambda: c.snapshot_position > 0, what="a snapshot")
