@@ -474,7 +474,7 @@ class Controller:
             return
         t0 = time.monotonic()
         try:
-            snapshots.save(self.events, self.world)
+            snapshots.save(self.events, self.world, keep=self.settings.snapshot_keep)
         except Exception as exc:  # noqa: BLE001 - a snapshot is an optimisation: try again later
             log.warning(f"saving the snapshot failed: {type(exc).__name__}: {exc}", extra={"position": self.position})
         else:

@@ -83,9 +83,10 @@ def latest(events: Any, before: int | None = None) -> World | None:
     return world
 
 
-def save(events: Any, world: World) -> None:
-    """Save ``world`` as the newest snapshot (with its checkpoint, in one transaction)."""
-    events.save_snapshot(PROJECTION, world.position, code_version(), dump_world(world))
+def save(events: Any, world: World, keep: int | None = None) -> None:
+    """Save ``world`` as the newest snapshot (with its checkpoint, in one transaction), keeping
+    the newest ``keep`` (None: the store's default)."""
+    events.save_snapshot(PROJECTION, world.position, code_version(), dump_world(world), keep=keep)
 
 
 def payloads(events: Any, after: int, batch_size: int = 20000) -> Iterator[list[tuple[int, Any]]]:
