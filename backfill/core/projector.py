@@ -705,6 +705,12 @@ def _active_gate(world: World, node: str, group: str, now: datetime) -> tuple[st
     return None
 
 
+def _gate_message(reason: str, g: Gate) -> str:
+    """The one wording of a holding gate, for a waiting status and for a cancel alike."""
+    what = "gaming intent" if reason == GAMING_INTENT else "an active GPU lease"
+    return f"{what} on node {g.node or '?'}{' / group ' + g.group if g.group else ''}"
+
+
 def _idle_since(world: World, m: ModelState, now: datetime) -> tuple[datetime, int]:
     """The start of the current idle window and the position of the event that set it."""
     best: tuple[datetime, int] = (m.ready_since, m.ready_pos)  # type: ignore[assignment]
@@ -755,8 +761,7 @@ def _cancel_condition(world: World, b: BackfillState, a: Attempt, now: datetime)
     gate = _active_gate(world, m.node, m.shared, now)
     if gate is not None:
         reason, g = gate
-        what = "gaming intent" if reason == GAMING_INTENT else "an active GPU lease"
-        return (reason, f"{what} on node {g.node or '?'}{' / group ' + g.group if g.group else ''}", g.pos)
+        return (reason, _gate_message(reason, g), g.pos)
     if m.request_pos > a.basis:  # a request the admitting decision did not see
         return (FOREGROUND_DEMAND, f"foreground request for Model {a.model}", m.request_pos)
     rivals = world.live_models.get((b.namespace, a.model), ())
@@ -844,8 +849,7 @@ def evaluate(world: World, key: Key, now: datetime, reserved: set | None = None)
     gate = _active_gate(world, m.node, m.shared, now)
     if gate is not None:
         reason, g = gate
-        what = "gaming intent" if reason == GAMING_INTENT else "an active GPU lease"
-        return Verdict(WAITING, reason, f"{what} on node {g.node or '?'}", unblock, g.expires_at, next_run=next_run)
+        return Verdict(WAITING, reason, _gate_message(reason, g), unblock, g.expires_at, next_run=next_run)
     other = _contender(world, key, b.namespace, spec.model_ref, m.node)
     if other is None and reserved is not None:
         if (b.namespace, spec.model_ref) in reserved or (m.node and m.node in reserved):
