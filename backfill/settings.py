@@ -25,7 +25,12 @@ class Settings(BaseSettings):
     database_url: str | None = Field(
         default=None,
         description="SQLAlchemy URL of the PostgreSQL server (postgresql+psycopg://...). "
-        "Unset: an embedded PostgreSQL server is started in data_dir.",
+        "Unset: database_url_file, else an embedded PostgreSQL server is started in data_dir.",
+    )
+    database_url_file: Path | None = Field(
+        default=None,
+        description="File holding the database URL (a mounted Secret), read when database_url is unset; "
+        "surrounding whitespace is ignored.",
     )
     data_dir: Path = Field(
         default=Path(".backfill"),
@@ -52,6 +57,11 @@ class Settings(BaseSettings):
     lease_duration_seconds: float = Field(default=15.0, gt=0, description="Lease duration, seconds.")
     lease_renew_seconds: float = Field(default=5.0, gt=0, description="How often the leader renews, seconds.")
     identity: str | None = Field(default=None, description="Leader-election identity; unset: hostname + pid.")
+    leader_elect: bool = Field(
+        default=False,
+        description="Take part in leader election on the Lease (on in the Deployment). Off: this process "
+        "acts alone, as controller-runtime's --leader-elect defaults.",
+    )
 
     # Timing
     resync_seconds: float = Field(default=60.0, gt=0, description="Safety-net re-check of every ModelBackfill, seconds.")
@@ -80,6 +90,42 @@ class Settings(BaseSettings):
         "added to the start of an idle window that comes from lastActiveTime (not from ingest reports). 0: none.",
     )
     poll_fallback_seconds: float = Field(default=1.0, gt=0, description="Event-log polling when no NOTIFY arrives, seconds.")
+
+    # Database sessions (applied by backfill.store.make_engine to every pooled connection;
+    # 0 disables a timeout). A paused or partitioned replica cannot hold the log's write lock
+    # for longer than the idle-in-transaction timeout, and no call waits on a lock forever.
+    db_lock_timeout_seconds: float = Field(default=2.0, ge=0, description="PostgreSQL lock_timeout: longest wait for any lock (the log's write lock included), seconds.")
+    db_statement_timeout_seconds: float = Field(default=10.0, ge=0, description="PostgreSQL statement_timeout: longest single statement, seconds.")
+    db_idle_in_transaction_timeout_seconds: float = Field(default=10.0, ge=0, description="PostgreSQL idle_in_transaction_session_timeout: a session idle inside a transaction longer than this is ended by the server (its locks released), seconds.")
+    db_connect_timeout_seconds: int = Field(default=10, ge=0, description="libpq connect_timeout: longest wait to open a connection, whole seconds.")
+
+    # Storage
+    event_partition_size: int = Field(default=1_000_000, ge=1000, description="Positions per partition of the events table (the unit backfill db prune drops).")
+    snapshot_every_events: int = Field(
+        default=100_000, ge=1,
+        description="The leader snapshots the projection after this many new events (start-up loads the newest "
+        "snapshot and folds only the tail).",
+    )
+    snapshot_every_seconds: float = Field(
+        default=900.0, gt=0, description="... or after this many seconds when anything new was folded, seconds."
+    )
+    snapshot_keep: int = Field(default=3, ge=1, description="Snapshots kept per projection; older ones are deleted when a new one is saved.")
+
+    @model_validator(mode="after")
+    def _database_url_from_file(self) -> "Settings":
+        """database_url unset and database_url_file set: read the URL from the file.
+
+        Raises ValueError (a one-line settings error) when the file is unreadable or empty.
+        """
+        if self.database_url is None and self.database_url_file is not None:
+            try:
+                text = Path(self.database_url_file).read_text().strip()
+            except OSError as exc:
+                raise ValueError(f"database_url_file {self.database_url_file}: {exc.strerror or exc}") from None
+            if not text:
+                raise ValueError(f"database_url_file {self.database_url_file} is empty")
+            self.database_url = text
+        return self
 
     @model_validator(mode="after")
     def _tls_pair(self) -> "Settings":

@@ -81,7 +81,7 @@ def run(
 
     from .http import make_server, serve_in_thread
     from .kube import api_client
-    from .leader import LeaderElector
+    from .leader import LeaderElector, LeaseNamespaceMissing
     from .loop import Controller
     from .metrics import Metrics
 
@@ -96,14 +96,27 @@ def run(
     runs = RunStore(engine)
     api = api_client(settings)
     identity = settings.identity or f"{socket.gethostname()}-{os.getpid()}"
-    leader = LeaderElector(
-        api,
-        name=settings.lease_name,
-        namespace=settings.lease_namespace,
-        identity=identity,
-        duration=settings.lease_duration_seconds,
-        renew=settings.lease_renew_seconds,
-    )
+    leader: LeaderElector | None = None
+    if settings.leader_elect:  # off unless asked for (controller-runtime's convention); on in the Deployment
+        leader = LeaderElector(
+            api,
+            name=settings.lease_name,
+            namespace=settings.lease_namespace,
+            identity=identity,
+            duration=settings.lease_duration_seconds,
+            renew=settings.lease_renew_seconds,
+        )
+        try:
+            leader.try_acquire()  # the first round in the foreground: a missing namespace is a setting error
+            leader.healthy = True
+        except LeaseNamespaceMissing as exc:
+            raise ControllerConfigError(
+                f"leader election: the Lease namespace {exc.namespace!r} does not exist; create it "
+                f"(kubectl create namespace {exc.namespace}), set --lease-namespace/BACKFILL_LEASE_NAMESPACE "
+                "to an existing namespace, or run without --leader-elect"
+            ) from None
+        except Exception as exc:  # noqa: BLE001 - unreachable/forbidden: the election thread keeps retrying
+            log.warning(f"leader election: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
     metrics = Metrics()
     controller = Controller(settings, api, events, runs, metrics, leader=leader, identity=identity)
     if ingest is None and settings.ingest_token_file is not None:
@@ -144,14 +157,16 @@ def run(
         signal.signal(signal.SIGINT, on_signal)
     serve_in_thread(server)
     try:
-        leader.start()
+        if leader is not None:
+            leader.start()
         controller.start()
         log.info(f"controller started as {identity}; HTTP on {settings.metrics_address}")
         while not stop.wait(1.0):
             pass
     finally:
         controller.stop()
-        leader.stop()
+        if leader is not None:
+            leader.stop()
         server.shutdown()
         server.server_close()
         events.close()

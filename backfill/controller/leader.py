@@ -5,10 +5,19 @@ when ``renewTime + leaseDurationSeconds`` has passed. :meth:`LeaderElector.is_le
 until the local renew deadline (the start of the last successful renew plus
 ``lease_duration - lease_renew``), so a leader that cannot renew stops acting before anyone
 else may take over.
+
+Every Lease call carries a client-side ``_request_timeout`` (``request_timeout`` seconds), so an
+unreachable or silent API server never blocks the election thread. While leading the thread
+renews every ``renew`` seconds; while not leading it retries every ``retry`` seconds (1 s by
+default, as client-go's ``RetryPeriod`` of 2 s in spirit): a leader whose Lease lapsed only because
+the API server was unreachable finds its own identity still in the Lease and takes it back in the
+first round after the server answers again. ``stop()`` releases a held Lease (holder cleared,
+``leaseDurationSeconds: 1``) so a standby acquires it at once instead of after the lease duration.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 import time
@@ -25,8 +34,39 @@ def _micro(t: datetime) -> str:
     return t.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def _without_retries(api: Any) -> Any:
+    """A client like ``api`` whose calls are not retried by urllib3 (3 retries by default).
+
+    A retried call would take up to four request timeouts; the election loop retries on its own,
+    so one Lease call is bounded by ``request_timeout``.
+    """
+    cfg = copy.deepcopy(api.configuration)
+    cfg.retries = 0
+    return client.ApiClient(cfg)
+
+
+class LeaseNamespaceMissing(Exception):
+    """The Lease's namespace does not exist (a configuration error, not a transient failure)."""
+
+    def __init__(self, namespace: str) -> None:
+        super().__init__(namespace)
+        self.namespace = namespace
+
+
 class LeaderElector:
-    """Acquire and renew a Lease in a background thread; ``is_leader()`` for the actor."""
+    """Acquire and renew a Lease in a background thread; ``is_leader()`` for the actor.
+
+    Args:
+        api: a ``kubernetes.client.ApiClient``.
+        name, namespace: the Lease (``coordination.k8s.io/v1``).
+        identity: this candidate's ``holderIdentity``.
+        duration: ``leaseDurationSeconds``, seconds.
+        renew: renew period while leading, seconds (must be below ``duration``).
+        retry: retry period while not leading, seconds (default ``min(1, renew)``).
+        request_timeout: client-side timeout of every Lease call, seconds (default
+            ``min(2.5, renew / 2)``), so one round (a read and a write) fits in the renew period.
+        clock: the wall clock (timezone-aware UTC) written into the Lease.
+    """
 
     def __init__(
         self,
@@ -37,12 +77,16 @@ class LeaderElector:
         identity: str,
         duration: float,
         renew: float,
+        retry: float | None = None,
+        request_timeout: float | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
     ) -> None:
         self.api = api
-        self.coord = client.CoordinationV1Api(api)
+        self.coord = client.CoordinationV1Api(_without_retries(api))
         self.name, self.namespace, self.identity = name, namespace, identity
         self.duration, self.renew = duration, renew
+        self.retry = retry if retry is not None else min(1.0, renew)
+        self.request_timeout = request_timeout if request_timeout is not None else min(2.5, renew / 2)
         self.clock = clock
         self._deadline = 0.0
         self.healthy = False  # the last attempt reached the API server
@@ -58,7 +102,7 @@ class LeaderElector:
         t0 = time.monotonic()
         now = self.clock()
         try:
-            lease = self.coord.read_namespaced_lease(self.name, self.namespace)
+            lease = self.coord.read_namespaced_lease(self.name, self.namespace, _request_timeout=self.request_timeout)
         except ApiException as exc:
             if exc.status != 404:
                 raise
@@ -69,10 +113,12 @@ class LeaderElector:
                 "spec": self._spec(now, now, 0),
             }
             try:
-                self.coord.create_namespaced_lease(self.namespace, body)
+                self.coord.create_namespaced_lease(self.namespace, body, _request_timeout=self.request_timeout)
             except ApiException as exc2:
                 if exc2.status == 409:
                     return False
+                if exc2.status == 404:  # the create of a namespaced object 404s only without its namespace
+                    raise LeaseNamespaceMissing(self.namespace) from None
                 raise
             return self._won(t0)
         spec = lease.spec
@@ -92,7 +138,7 @@ class LeaderElector:
         body = self.api.sanitize_for_serialization(lease)
         body["spec"] = self._spec(acquired, now, transitions)
         try:
-            self.coord.replace_namespaced_lease(self.name, self.namespace, body)
+            self.coord.replace_namespaced_lease(self.name, self.namespace, body, _request_timeout=self.request_timeout)
         except ApiException as exc:
             if exc.status == 409:
                 self._deadline = 0.0
@@ -116,32 +162,47 @@ class LeaderElector:
             log.info(f"acquired leader lease {self.namespace}/{self.name} as {self.identity}")
         return True
 
+    def next_wait(self) -> float:
+        """Seconds until the next round: the renew period while leading, else the retry period."""
+        return self.renew if self.is_leader() else self.retry
+
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
                 self.try_acquire()
                 self.healthy = True
+            except LeaseNamespaceMissing as exc:
+                self.healthy = False
+                log.error(f"leader election: namespace {exc.namespace} does not exist (create it or set BACKFILL_LEASE_NAMESPACE)")
             except Exception as exc:  # noqa: BLE001 - keep trying; is_leader() expires on its own
                 self.healthy = False
                 log.warning(f"leader election: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
-            self._stop.wait(self.renew)
+            self._stop.wait(self.next_wait())
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="leader", daemon=True)
         self._thread.start()
 
     def stop(self, release: bool = True) -> None:
-        """Stop renewing; when holding the lease, release it so a standby takes over at once."""
+        """Stop renewing; when holding the lease, release it so a standby takes over at once.
+
+        Takes at most about ``3 * request_timeout + 0.5`` seconds (the join of an in-flight round,
+        then one read and one replace): 8 s with the defaults, inside the Deployment's
+        terminationGracePeriodSeconds (30 s) after the controller's own stop (at most 5 s).
+        """
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=5)
+            self._thread.join(timeout=self.request_timeout + 0.5)
         if release and self.is_leader():
             self._deadline = 0.0
             try:
-                lease = self.coord.read_namespaced_lease(self.name, self.namespace)
+                lease = self.coord.read_namespaced_lease(self.name, self.namespace, _request_timeout=self.request_timeout)
                 if lease.spec.holder_identity == self.identity:
                     body = self.api.sanitize_for_serialization(lease)
                     body["spec"]["holderIdentity"] = None
-                    self.coord.replace_namespaced_lease(self.name, self.namespace, body)
+                    body["spec"]["leaseDurationSeconds"] = 1
+                    body["spec"]["renewTime"] = _micro(self.clock())
+                    self.coord.replace_namespaced_lease(self.name, self.namespace, body, _request_timeout=self.request_timeout)
+                    log.info(f"released leader lease {self.namespace}/{self.name}")
             except Exception as exc:  # noqa: BLE001
-                log.warning(f"leader election: release failed: {exc}")
+                log.warning(f"leader election: release failed: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")

@@ -20,7 +20,10 @@ Pieces and threads (each named here, and only here, :meth:`Controller.start`):
 - The actor's **status-writer**, **k8s-events** and **job-deletes** pool (see
   :mod:`backfill.controller.actor`).
 
-On start the loop refolds the whole log from position 0: the log is the source of truth.
+On start the loop loads the newest snapshot of the projection written by this code version
+(:mod:`backfill.store.projection`) and folds only the log's tail; without one it refolds from
+position 0 (the log is the source of truth). The leader snapshots the projection every
+``snapshot_every_events`` events or ``snapshot_every_seconds``, on the reconcile thread.
 """
 
 from __future__ import annotations
@@ -36,11 +39,12 @@ from backfill.core import events as ev
 from backfill.core.commands import Admit
 from backfill.core.events import decode_many
 from backfill.core.perf import paused_gc
-from backfill.core.projector import affected, decide, fold
+from backfill.core.projector import affected, decide, fold, only_position_moved
 from backfill.core.runs import run_rows
 from backfill.core.state import World
 from backfill.settings import Settings
 from backfill.store import EventStore, RunStore
+from backfill.store import projection as snapshots
 
 from .actor import FINALIZER, Actor
 from .kinds import KINDS
@@ -140,6 +144,8 @@ class Controller:
         self._carry: set[Key] = set()  # keys whose commands were left undone
         self._runs_checkpoint = 0  # during the start-up refold: run rows up to here are stored
         self.store_error: str | None = None
+        self.snapshot_position = 0  # position of the newest snapshot loaded or saved
+        self._snapshot_at = time.monotonic()
         self.last_pass = time.monotonic()
         self.error: BaseException | None = None
 
@@ -254,7 +260,8 @@ class Controller:
             for (position, *_), e in zip(batch, decoded):
                 before = world
                 world = fold(world, e, position)
-                keys.update(affected(world, e))
+                if not only_position_moved(before, world):
+                    keys.update(affected(world, e))
                 if position <= stored:
                     continue
                 for row in run_rows(before, world, e):
@@ -284,11 +291,23 @@ class Controller:
         """Refold the log, then start the preemptor, the watchers, the log notifier and the loop."""
         t0 = time.monotonic()
         self._runs_checkpoint = self.runs.get_checkpoint(RUNS_CHECKPOINT)
+        try:
+            snap = snapshots.latest(self.events)
+        except (ValueError, AttributeError) as exc:  # unreadable, or a store without snapshots
+            log.warning(f"no usable snapshot ({exc}); refolding the log from the start")
+            snap = None
+        if snap is not None:
+            self.world, self.position, self.snapshot_position = snap, snap.position, snap.position
+            log.info(f"loaded the snapshot at position {snap.position}", extra={"position": snap.position})
         with paused_gc():
             self.catch_up()
         self._runs_checkpoint = 0
         self._live = True
-        log.info(f"refolded the log up to position {self.position} in {time.monotonic() - t0:.2f}s", extra={"position": self.position})
+        log.info(
+            f"folded the log up to position {self.position} in {time.monotonic() - t0:.2f}s "
+            f"({'from the snapshot at ' + str(self.snapshot_position) if self.snapshot_position else 'from the start'})",
+            extra={"position": self.position},
+        )
         self.preemptor.start()
         for kind in KINDS:
             w = Watcher(
@@ -367,6 +386,7 @@ class Controller:
                 backoff = self.settings.backoff_initial_seconds
                 self.spool.trim(self.position)
                 self.preemptor.settle(self.world)
+                self._maybe_snapshot()
                 keys |= self._carry
                 self._carry = set()
                 now = self.clock()
@@ -409,6 +429,24 @@ class Controller:
             if self._carry or not self.synced or (self.leader is not None and not self.is_leader()):
                 timeout = min(timeout, 0.5)
             self.signal.wait(max(0.0, timeout))
+
+    def _maybe_snapshot(self) -> None:
+        """Snapshot the projection (leader only) when enough events or time passed since the last."""
+        new = self.position - self.snapshot_position
+        due = new >= self.settings.snapshot_every_events or (
+            new > 0 and time.monotonic() - self._snapshot_at >= self.settings.snapshot_every_seconds
+        )
+        if not due or not self.is_leader():
+            return
+        t0 = time.monotonic()
+        try:
+            snapshots.save(self.events, self.world)
+        except Exception as exc:  # noqa: BLE001 - a snapshot is an optimisation: try again later
+            log.warning(f"saving the snapshot failed: {type(exc).__name__}: {exc}", extra={"position": self.position})
+        else:
+            log.info(f"snapshot at position {self.world.position} in {time.monotonic() - t0:.2f}s", extra={"position": self.world.position})
+            self.snapshot_position = self.world.position
+        self._snapshot_at = time.monotonic()
 
     def step(self, keys: Any, now: datetime) -> list:
         """Decide for ``keys`` (None: all) on the durable projection at ``now`` and execute

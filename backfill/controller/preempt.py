@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterable
 
 from backfill.core.commands import Cancel
 from backfill.core.decisions import decision_record
-from backfill.core.projector import affected, decide, fold
+from backfill.core.projector import affected, decide, fold, only_position_moved
 from backfill.core.state import Key, World
 
 from .spool import Entry, Spool
@@ -152,11 +152,13 @@ class Preemptor:
             if entry.seq <= self._folded_seq:
                 continue
             pos = opt.position + 1 if opt.position >= durable.position else durable.position + 1
+            before = opt
             opt = fold(opt, entry.event, pos)
             self._entry_at[pos] = entry
             self._folded.append(entry)
             self._folded_seq = entry.seq
-            keys.update(affected(opt, entry.event))
+            if not only_position_moved(before, opt):
+                keys.update(affected(opt, entry.event))
         self._opt = opt
         if not keys and not everything:
             return []

@@ -53,17 +53,20 @@ def _ident(obj: Mapping[str, Any]) -> tuple[str, str, str, str]:
 
 def model_node(obj: Mapping[str, Any]) -> str:
     """The Model's node: ``status.gpu.node``, else ``spec.nodeSelector["kubernetes.io/hostname"]``."""
-    status = obj.get("status") or {}
-    node = (status.get("gpu") or {}).get("node") if isinstance(status.get("gpu"), Mapping) else None
+    status = obj.get("status")
+    gpu = status.get("gpu") if isinstance(status, Mapping) else None
+    node = gpu.get("node") if isinstance(gpu, Mapping) else None
     if node:
         return str(node)
-    spec = obj.get("spec") or {}
-    return str((spec.get("nodeSelector") or {}).get(HOSTNAME_LABEL) or "")
+    spec = obj.get("spec")
+    selector = spec.get("nodeSelector") if isinstance(spec, Mapping) else None
+    return str(selector.get(HOSTNAME_LABEL) or "") if isinstance(selector, Mapping) else ""
 
 
 def model_shared(obj: Mapping[str, Any]) -> str:
     """A Model's shared-GPU group, ``spec.gpu.shared`` ("" when absent or malformed)."""
-    gpu = (obj.get("spec") or {}).get("gpu") or {}
+    spec = obj.get("spec")
+    gpu = spec.get("gpu") if isinstance(spec, Mapping) else None
     return str(gpu.get("shared") or "") if isinstance(gpu, Mapping) else ""
 
 
@@ -125,7 +128,8 @@ class Translator:
             with self._lock:
                 self._last_active.pop(uid, None)
             return [(ev.ModelDeleted(at=now, namespace=ns, model=name), f"model/{uid}/deleted")]
-        status = obj.get("status") or {}
+        status = obj.get("status")
+        status = status if isinstance(status, Mapping) else {}
         out: list[Pair] = []
         node, shared = model_node(obj), model_shared(obj)
         if status.get("phase") == "Ready":

@@ -62,7 +62,8 @@ class Auditor:
     """Streaming replay. Call :meth:`feed` for every event in log order, then read the results.
 
     Attributes:
-        world: the state folded so far.
+        world: the state folded so far; pass a snapshot's world to start after it (decisions made
+            on a state before the snapshot are then unverifiable).
         trail: admits and cancels (filtered by ``backfill`` if given).
         divergences: decisions that differ from what the projector derives.
         unverifiable: positions of decisions whose basis state is no longer kept.
@@ -81,6 +82,10 @@ class Auditor:
     _pos: array = field(default_factory=lambda: array("q"))
     _at: array = field(default_factory=lambda: array("d"))
     _tid: array = field(default_factory=lambda: array("H"))
+    _start: World = field(default_factory=World)
+
+    def __post_init__(self) -> None:
+        self._start = self.world
 
     def feed(self, position: int, event: Any) -> None:
         """Fold one event; if it is a decision, check it first against its basis state."""
@@ -112,8 +117,8 @@ class Auditor:
         for world in reversed(self._states):
             if world.position <= target:
                 return world
-        if len(self._states) < WINDOW:
-            return World()  # before the first event: nothing was evicted
+        if len(self._states) < WINDOW and target >= self._start.position:
+            return self._start  # before the first event fed: nothing was evicted
         return None
 
     def _check(self, position: int, d: Any) -> None:

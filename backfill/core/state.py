@@ -1,9 +1,16 @@
 """The projected world: what the log says about models, nodes, leases, templates and backfills.
 
 Every class here is an immutable ``NamedTuple`` (``_replace`` is about 3x faster than
-``dataclasses.replace``, and the fold runs hundreds of thousands of times a second); :func:`backfill.core.projector.fold` never mutates a
-state, it returns a new one that shares what did not change (so keeping an old state is cheap,
-which ``replay`` uses to check decisions against the state they were made on).
+``dataclasses.replace``, and the fold runs hundreds of thousands of times a second);
+:func:`backfill.core.projector.fold` never mutates a state, it returns a new one that shares what
+did not change (so keeping an old state is cheap: ``replay`` checks decisions against the state
+they were made on, and the controller's preemptor folds in memory on top of the durable one).
+
+The maps of a :class:`World` are persistent hash maps (``immutables.Map``, a C HAMT): setting one
+key returns a new map in O(log n) that shares the rest, so an event costs the same with 100 or
+10,000 objects. Measured on the development machine (set one key): a dict copy costs 0.35 us at
+100 entries, 4 us at 1,000 and 48 us at 10,000; ``immutables.Map.set`` 0.23, 0.28 and 0.39 us;
+``pyrsistent.pmap.set`` 1.5-1.8 us. Reads (``get``, ``in``, iteration) are those of a Mapping.
 
 Keys are ``(namespace, name)`` tuples. Times are timezone-aware UTC datetimes; positions are log
 positions (0 = before the log / unknown).
@@ -11,15 +18,18 @@ positions (0 = before the log / unknown).
 
 from __future__ import annotations
 
-from types import MappingProxyType
 from datetime import datetime
+from types import MappingProxyType
 from typing import Any, Mapping, NamedTuple
+
+import immutables
 
 from .spec import Spec, SpecProblem
 
 Key = tuple[str, str]
 
-_EMPTY: Mapping[Any, Any] = MappingProxyType({})  # shared, immutable default
+_EMPTY: Mapping[Any, Any] = immutables.Map()  # shared, immutable default of every World map
+_NO_SPEC: Mapping[str, Any] = MappingProxyType({})
 
 # Lifecycle of the current attempt (the phase machine's job-owning part).
 IDLE = "Idle"  # no live attempt
@@ -166,7 +176,7 @@ class BackfillState(NamedTuple):
     name: str
     uid: str = ""
     generation: int = 0
-    raw_spec: Mapping[str, Any] = _EMPTY
+    raw_spec: Mapping[str, Any] = _NO_SPEC
     spec: Spec | None = None
     problem: SpecProblem | None = None
     deleting: bool = False
@@ -212,6 +222,8 @@ class World(NamedTuple):
         live: backfill key -> its live attempt (Starting/Running/Cancelling), for the
             contender gate (one active backfill Job per model and per node).
         live_models / live_nodes: (namespace, model) / node -> keys with a live attempt there.
+        node_models: node -> (namespace, model) keys of the Models on it (for
+            :meth:`backfills_on_node` without a scan).
     """
 
     position: int = 0
@@ -226,6 +238,7 @@ class World(NamedTuple):
     live: Mapping[Key, Attempt] = _EMPTY
     live_models: Mapping[Key, tuple[Key, ...]] = _EMPTY
     live_nodes: Mapping[str, tuple[Key, ...]] = _EMPTY
+    node_models: Mapping[str, tuple[Key, ...]] = _EMPTY
 
     def backfills_of_model(self, namespace: str, model: str) -> tuple[Key, ...]:
         """Keys of the backfills whose modelRef is ``model`` in ``namespace`` (sorted)."""
@@ -233,11 +246,9 @@ class World(NamedTuple):
 
     def backfills_on_node(self, node: str) -> tuple[Key, ...]:
         """Keys of the backfills whose model is on ``node`` (sorted)."""
-        out = [
-            k
-            for k, b in self.backfills.items()
-            if self.models.get((b.namespace, b.model_ref), _NO_MODEL).node == node
-        ]
+        out: set[Key] = set()
+        for model in self.node_models.get(node, ()):
+            out.update(self.model_index.get(model, ()))
         return tuple(sorted(out))
 
 

@@ -1,9 +1,12 @@
-"""The PostgreSQL store: the event log, projector checkpoints and the ``runs`` table.
+"""The store: the event log, checkpoints, snapshots and the ``runs`` table.
 
-SQLAlchemy Core on psycopg 3. Every table lives in one PostgreSQL schema chosen at run time
-(default ``backfill``); Alembic owns them (``alembic/`` + ``migrations/``, applied by
+The interface (:mod:`backfill.store.interface`: ``EventLog``, ``Snapshots``, ``RunRows``) has two
+backends built by :func:`open_store` from the settings: PostgreSQL (SQLAlchemy Core on psycopg 3;
+:class:`EventStore`, :class:`RunStore`) and in-memory (:mod:`backfill.store.memory`, for
+``memory://`` URLs and fast tests). On PostgreSQL every table lives in one schema chosen at run
+time (default ``backfill``); Alembic owns them (``alembic/`` + ``migrations/``, applied by
 :func:`upgrade`). Without a configured URL, :func:`resolve_database_url` starts an embedded
-server.
+server. Retention (partitions, ``db prune``): :mod:`backfill.store.retention`.
 """
 
 from backfill.store.engine import (
@@ -15,11 +18,18 @@ from backfill.store.engine import (
     validate_schema,
 )
 from backfill.store.eventlog import AppendTransaction, EventStore
+from backfill.store.interface import AppendTx, EventLog, RunRows, Snapshots, Store, open_store
 from backfill.store.migrate import current, downgrade, drop_schema, reset, upgrade
 from backfill.store.runs import RunStore
 from backfill.store.schema import metadata
 
 __all__ = [
+    "open_store",
+    "Store",
+    "EventLog",
+    "Snapshots",
+    "RunRows",
+    "AppendTx",
     "EventStore",
     "AppendTransaction",
     "RunStore",

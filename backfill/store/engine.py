@@ -62,25 +62,61 @@ def normalize_url(url: str) -> str:
     return f"postgresql+psycopg://{rest}"
 
 
-def make_engine(url: str, schema: str = DEFAULT_SCHEMA, **kwargs: Any) -> Engine:
+def _ms(seconds: float) -> int:
+    return max(0, round(seconds * 1000))
+
+
+def session_options(settings: Settings | None = None, *, timeouts: bool = True) -> tuple[str, int]:
+    """``(libpq options, connect_timeout)`` for the timeouts of ``settings`` (the Settings
+    defaults when None: lock 2 s, statement 10 s, idle in transaction 10 s, connect 10 s).
+
+    With ``timeouts=False`` the three server-side timeouts are off (migrations wait for each
+    other on a lock and may copy a large table; ``db prune`` may export for long); the connect
+    timeout stays.
+    """
+    from backfill.settings import Settings
+
+    s = settings if settings is not None else Settings.model_construct()
+    lock = _ms(s.db_lock_timeout_seconds) if timeouts else 0
+    statement = _ms(s.db_statement_timeout_seconds) if timeouts else 0
+    idle = _ms(s.db_idle_in_transaction_timeout_seconds) if timeouts else 0
+    options = f"-clock_timeout={lock} -cstatement_timeout={statement} -cidle_in_transaction_session_timeout={idle}"
+    return options, int(s.db_connect_timeout_seconds)
+
+
+def make_engine(
+    url: str, schema: str = DEFAULT_SCHEMA, *, settings: Settings | None = None, timeouts: bool = True, **kwargs: Any
+) -> Engine:
     """A SQLAlchemy engine (psycopg 3) whose connections use ``schema`` as their only
-    ``search_path`` entry and UTC as their time zone.
+    ``search_path`` entry, UTC as their time zone, and the session timeouts of ``settings``.
 
     Args:
         url: a PostgreSQL URL (``postgresql+psycopg://``, ``postgresql://`` or ``postgres://``).
         schema: the schema holding the store's tables; validated by :func:`validate_schema`.
+        settings: where ``db_lock_timeout_seconds``, ``db_statement_timeout_seconds``,
+            ``db_idle_in_transaction_timeout_seconds`` and ``db_connect_timeout_seconds`` come
+            from; None: their defaults. They are server settings of every connection (libpq
+            ``options``), so a lock wait raises ``LockNotAvailable`` after the lock timeout, a
+            statement is cancelled after the statement timeout, and a session left idle inside
+            a transaction (a paused replica holding the log's write lock) is ended by the
+            server.
+        timeouts: False turns the server-side timeouts off (see :func:`session_options`).
         kwargs: passed to :func:`sqlalchemy.create_engine` (e.g. ``poolclass``).
 
     The schema need not exist yet (the migrations create it), but until it does unqualified
     table names do not resolve.
     """
     validate_schema(schema)
+    timeout_options, connect_timeout = session_options(settings, timeouts=timeouts)
     connect_args = dict(kwargs.pop("connect_args", {}))
     options = connect_args.pop("options", "")
-    connect_args["options"] = f"{options} -csearch_path={schema} -ctimezone=UTC".strip()
+    connect_args["options"] = f"{options} -csearch_path={schema} -ctimezone=UTC {timeout_options}".strip()
+    if connect_timeout > 0:
+        connect_args.setdefault("connect_timeout", connect_timeout)
     kwargs.setdefault("pool_pre_ping", True)  # a long-running controller outlives DB restarts
     engine = sa.create_engine(normalize_url(url), connect_args=connect_args, **kwargs)
     engine.info_schema = schema  # type: ignore[attr-defined]  # read by the stores
+    engine.info_connect_args = dict(connect_args)  # type: ignore[attr-defined]  # the LISTEN connection
     return engine
 
 
@@ -162,6 +198,7 @@ __all__ = [
     "validate_schema",
     "normalize_url",
     "make_engine",
+    "session_options",
     "engine_schema",
     "start_embedded",
     "stop_embedded",

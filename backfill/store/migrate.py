@@ -80,7 +80,7 @@ def downgrade(url: str, schema: str = DEFAULT_SCHEMA, revision: str = "base") ->
 
 def current(url: str, schema: str = DEFAULT_SCHEMA) -> str | None:
     """The revision ``schema`` is at, or None when it was never migrated (or does not exist)."""
-    engine = make_engine(url, schema, poolclass=NullPool)
+    engine = make_engine(url, schema, poolclass=NullPool, timeouts=False)
     try:
         with engine.connect() as conn:
             ctx = MigrationContext.configure(conn, opts={"version_table_schema": schema})
@@ -99,7 +99,7 @@ def head_revision() -> str | None:
 def drop_schema(url: str, schema: str) -> None:
     """Drop ``schema`` and everything in it (no error when it does not exist)."""
     validate_schema(schema)
-    engine = make_engine(url, schema, poolclass=NullPool)
+    engine = make_engine(url, schema, poolclass=NullPool, timeouts=False)
     try:
         with engine.begin() as conn:
             conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))

@@ -8,10 +8,14 @@ create them and ``tests/store/test_migrations.py`` checks that the migrated data
 
 Tables:
 
-- ``events``: the append-only log. ``position`` is the global order (identity, never reused;
-  gaps only where an append rolled back). ``data`` is the whole event as JSON (``jsonb``).
+- ``events``: the append-only log, partitioned by ranges of ``position`` (one partition per
+  ``event_partition_size`` positions, created ahead by the appends; old ones dropped by
+  ``backfill db prune``). ``position`` is the global order (a sequence, never reused; gaps only
+  where an append rolled back). ``data`` is the whole event as JSON (``jsonb``).
+- ``event_keys``: the idempotency key of every stored event (unique), with its position.
 - ``checkpoints``: how far each projection has folded the log, written in the same transaction
-  as the projection's rows.
+  as the projection's rows (or its snapshot).
+- ``snapshots``: serialized projections (opaque bytes) at a position, per code version.
 - ``runs``: one row per Job attempt (:class:`backfill.core.runs.RunRow`).
 
 Views (created by the migrations from the DDL constants below):
@@ -36,10 +40,17 @@ from backfill.core.runs import RESULTS
 
 metadata = sa.MetaData()
 
+#: Partitioning of ``events``: by range of ``position`` (see :mod:`backfill.store.retention`).
+EVENTS_PARTITION_BY = "RANGE (position)"
+#: Name of the sequence that hands out positions (owned by ``events.position``).
+POSITION_SEQUENCE = "events_position_seq"
+
 events = sa.Table(
     "events",
     metadata,
-    sa.Column("position", sa.BigInteger, sa.Identity(always=False), primary_key=True),
+    # Default nextval('events_position_seq'), a sequence OWNED BY the column (a partitioned
+    # table cannot have an identity column before PostgreSQL 17).
+    sa.Column("position", sa.BigInteger, primary_key=True),
     sa.Column("recorded_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
     sa.Column("type", sa.Text, nullable=False),
     sa.Column("version", sa.SmallInteger, nullable=False),
@@ -47,8 +58,17 @@ events = sa.Table(
     sa.Column("idempotency_key", sa.Text, nullable=False),
     sa.Column("at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("data", pg.JSONB, nullable=False),
-    sa.UniqueConstraint("idempotency_key", name="events_idempotency_key_key"),
     sa.Index("events_stream_idx", "stream"),
+    postgresql_partition_by=EVENTS_PARTITION_BY,
+)
+
+#: Idempotency keys of the stored events: a UNIQUE key over a table partitioned by position
+#: would have to include the position, so the keys live in this unpartitioned table instead.
+event_keys = sa.Table(
+    "event_keys",
+    metadata,
+    sa.Column("idempotency_key", sa.Text, primary_key=True),
+    sa.Column("position", sa.BigInteger, nullable=False),
 )
 
 checkpoints = sa.Table(
@@ -57,6 +77,19 @@ checkpoints = sa.Table(
     sa.Column("name", sa.Text, primary_key=True),
     sa.Column("position", sa.BigInteger, nullable=False),
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
+)
+
+#: Snapshots of projections: opaque ``payload`` bytes of the projection ``name`` folded up to
+#: ``position`` by code version ``code_version``; written with checkpoint ``name``.
+snapshots = sa.Table(
+    "snapshots",
+    metadata,
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("code_version", sa.Text, nullable=False),
+    sa.Column("position", sa.BigInteger, nullable=False),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
+    sa.Column("payload", sa.LargeBinary, nullable=False),
+    sa.PrimaryKeyConstraint("name", "code_version", "position", name="snapshots_pkey"),
 )
 
 #: SQL list of the allowed ``runs.result`` values, e.g. ``'succeeded', 'failed', ...``.
@@ -162,7 +195,11 @@ VIEWS: tuple[tuple[str, str], ...] = (
 __all__ = [
     "metadata",
     "events",
+    "event_keys",
+    "EVENTS_PARTITION_BY",
+    "POSITION_SEQUENCE",
     "checkpoints",
+    "snapshots",
     "runs",
     "RUN_COLUMNS",
     "RESULTS_SQL",

@@ -46,6 +46,7 @@ def test_run_wires_leader_http_and_loop(kube_cluster, kube_api, kube_namespace, 
         namespace=kube_namespace,
         database_url=url,
         metrics_address=f"127.0.0.1:{port}",
+        leader_elect=True,  # off by default (controller-runtime convention)
         lease_name="mbf-run",
         lease_namespace=kube_namespace,
         watch_timeout_seconds=5,

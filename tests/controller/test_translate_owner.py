@@ -23,3 +23,13 @@ def test_a_job_of_a_253_character_backfill_names_it_in_full():
     assert [type(e) for e in events] == [ev.JobCreated, ev.JobRunning]
     assert {e.backfill for e in events} == {name}
     assert {e.name for e in events} == {job["metadata"]["name"]}
+
+
+def test_a_relisted_job_of_a_long_named_backfill_matches_the_known_one():
+    # The relist compares each listed Job with the live attempts it knows, as "backfill/job":
+    # with the hashed label it would look vanished (a JobDeleted for a Job that still runs).
+    from backfill.controller.kinds import _job_list_name
+
+    name = ".".join(["a" * 62] * 4) + "bb"
+    job = build_job(TEMPLATE, namespace="ns", backfill=name, backfill_uid="u1", attempt=3, spec=parse_spec({"modelRef": "m", "templateRef": "t"}))
+    assert _job_list_name(job) == f"{name}/{job['metadata']['name']}"

@@ -108,7 +108,7 @@ def test_replaying_twice_gives_identical_states_and_decisions(script):
             by_node.setdefault(a.node, set()).add(key)
     assert {k: set(v) for k, v in world.live_models.items()} == by_model
     assert {k: set(v) for k, v in world.live_nodes.items()} == by_node
-    assert world.live == {k: b.attempt for k, b in world.backfills.items() if b.attempt is not None and b.attempt.live}
+    assert dict(world.live) == {k: b.attempt for k, b in world.backfills.items() if b.attempt is not None and b.attempt.live}
 
 
 @settings(max_examples=150, deadline=None)

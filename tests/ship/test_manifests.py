@@ -1,16 +1,12 @@
-"""Every manifest in deploy/ is valid: rendered, then applied to the real API server (envtest)
-with server-side dry run.
-
-Test helper: :func:`render` is a tiny Kustomize renderer (``resources`` recursively, files or
-directories, plus ``namespace`` and ``labels``) so the test needs no ``kustomize`` binary. It refuses
-any other kustomization field so it cannot silently diverge from Kustomize; when ``kubectl`` is on
-PATH its output is also compared with ``kubectl kustomize``.
+"""Every manifest in deploy/ is valid: rendered with kustomize (the pinned binary that
+tests/ship/install_tools.sh installs; `kubectl apply -k` embeds the same engine), then applied to
+the real API server (envtest) with server-side dry run.
 
 Namespaced objects are dry-run applied into the test's fresh namespace (the ``flexinfer-system``
-references are rewritten) so nothing leaks into the shared cluster. Kinds the test cluster does
-not serve (ServiceMonitor, PrometheusRule, the CloudNativePG Cluster in production.md) are skipped
-by kind, and asserted to be exactly those, after checking they are YAML with
-apiVersion/kind/metadata.name.
+and ``ml-models`` references are rewritten) so nothing leaks into the shared cluster. Kinds the
+test cluster does not serve (ServiceMonitor, PrometheusRule, cert-manager's Issuer and
+Certificate, the CloudNativePG Cluster in production.md) are skipped by kind, and asserted to be
+exactly those, after checking they are YAML with apiVersion/kind/metadata.name.
 """
 
 from __future__ import annotations
@@ -18,8 +14,6 @@ from __future__ import annotations
 import copy
 import json
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -29,58 +23,25 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 from .seed_example import SEED_SPEC
-
-pytestmark = pytest.mark.kube
+from .tools import build
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 NAMESPACE = "flexinfer-system"
-KUSTOMIZATIONS = ["base", "base/migration", "monitoring", "overlays/example"]
-CLUSTER_SCOPED = {
-    "Namespace",
-    "CustomResourceDefinition",
-    "ClusterRole",
-    "ClusterRoleBinding",
-    "PriorityClass",
-    "StorageClass",
-}
+WATCHED = "ml-models"  # the namespaced overlay's example
+KUSTOMIZATIONS = ["crds", "base", "base/migration", "monitoring", "overlays/example", "overlays/namespaced",
+                  "overlays/cert-manager"]
 NOT_INSTALLED = {
     ("monitoring.coreos.com/v1", "ServiceMonitor"),
     ("monitoring.coreos.com/v1", "PrometheusRule"),
+    ("cert-manager.io/v1", "Issuer"),
+    ("cert-manager.io/v1", "Certificate"),
     ("postgresql.cnpg.io/v1", "Cluster"),
 }
-_SUPPORTED_FIELDS = {"apiVersion", "kind", "namespace", "resources", "labels"}
-
-
-# ----------------------------------------------------------------------------- test helper: renderer
 
 
 def render(directory: Path) -> list[dict]:
-    """Render the kustomization in ``directory`` (a small subset of Kustomize; see module doc)."""
-    kfile = directory / "kustomization.yaml"
-    spec = yaml.safe_load(kfile.read_text()) or {}
-    unsupported = set(spec) - _SUPPORTED_FIELDS
-    assert not unsupported, f"{kfile}: the test renderer does not support {sorted(unsupported)}"
-    objects: list[dict] = []
-    for entry in spec.get("resources", []):
-        path = (directory / entry).resolve()
-        if path.is_dir():
-            objects.extend(render(path))
-        else:
-            objects.extend(doc for doc in yaml.safe_load_all(path.read_text()) if doc)
-    for label_set in spec.get("labels", []):
-        assert not label_set.get("includeSelectors"), "renderer: includeSelectors not supported"
-        for obj in objects:
-            obj.setdefault("metadata", {}).setdefault("labels", {}).update(label_set["pairs"])
-    ns = spec.get("namespace")
-    if ns:
-        for obj in objects:
-            if obj["kind"] not in CLUSTER_SCOPED:
-                obj.setdefault("metadata", {})["namespace"] = ns
-            if obj["kind"] in ("RoleBinding", "ClusterRoleBinding"):
-                for subject in obj.get("subjects", []):
-                    if subject.get("kind") == "ServiceAccount":
-                        subject["namespace"] = ns
-    return objects
+    """`kustomize build` of ``directory``, as objects."""
+    return [doc for doc in yaml.safe_load_all(build(directory)) if doc]
 
 
 def _key(obj: dict) -> tuple[str, str, str, str]:
@@ -100,6 +61,10 @@ def _all_manifests() -> dict[str, list[dict]]:
     return sets
 
 
+def _by_kind(objects: list[dict]) -> dict[tuple[str, str], dict]:
+    return {(o["kind"], o["metadata"]["name"]): o for o in objects}
+
+
 # ----------------------------------------------------------------------------- static checks
 
 
@@ -112,73 +77,35 @@ def test_every_manifest_has_identity_and_no_duplicates():
         keys = [_key(o) for o in objects]
         assert len(keys) == len(set(keys)), f"{name}: duplicate objects"
     kinds = {o["kind"] for o in sets["base"]}
-    assert {"Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
-            "RoleBinding", "Deployment", "Service", "PodDisruptionBudget"} <= kinds
-    assert "ServiceMonitor" not in kinds, "the base must apply where the Prometheus Operator is absent"
+    assert kinds == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Deployment",
+                     "Service", "PodDisruptionBudget", "NetworkPolicy"}
     assert sorted(o["kind"] for o in sets["monitoring"]) == ["PrometheusRule", "ServiceMonitor"]
-    assert "Secret" not in kinds, "the Secret template must not be in the kustomization"
     assert [o["kind"] for o in sets["production.md"]] == ["Cluster"]
     assert [o["kind"] for o in sets["base/migration"]] == ["Job"]
+    assert [o["kind"] for o in sets["crds"]] == ["CustomResourceDefinition"]
+    assert {o["kind"] for o in sets["overlays/cert-manager"]} - kinds == {"Issuer", "Certificate"}
 
 
-def test_the_crd_is_the_one_in_deploy_crds():
-    (crd,) = [o for o in render(DEPLOY / "base") if o["kind"] == "CustomResourceDefinition"]
-    assert crd["metadata"].pop("labels") == {"app.kubernetes.io/part-of": "modelbackfill"}  # the base's `labels`
+@pytest.mark.parametrize("name", [k for k in KUSTOMIZATIONS if k != "crds"])
+def test_no_kustomization_but_crds_owns_the_namespace_or_the_crd(name):
+    """`kubectl delete -k deploy/base` (or a GitOps prune) must not delete the namespace, with its
+    Secrets and database, or the CRD, with every ModelBackfill."""
+    kinds = {o["kind"] for o in render(DEPLOY / name)}
+    assert not kinds & {"Namespace", "CustomResourceDefinition"}, name
+
+
+def test_the_crd_kustomization_is_the_file_the_tests_apply():
+    (crd,) = render(DEPLOY / "crds")
     assert crd == yaml.safe_load((DEPLOY / "crds/modelbackfills.ai.flexinfer.yaml").read_text())
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="no kubectl: the renderer is the only check")
-@pytest.mark.parametrize("name", KUSTOMIZATIONS)
-def test_renderer_matches_kubectl_kustomize(name):
-    out = subprocess.run(
-        ["kubectl", "kustomize", str(DEPLOY / name)],  # plain: what `kubectl apply -k` renders
-        capture_output=True, text=True, timeout=60, check=True,
-    ).stdout
-    theirs = {_key(o): o for o in yaml.safe_load_all(out) if o}
-    ours = {_key(o): o for o in render(DEPLOY / name)}
-    assert theirs == ours
-
-
-def test_rbac_has_no_wildcards_and_only_the_needed_rules():
-    objects = render(DEPLOY / "base")
-    rbac = [o for o in objects if o["apiVersion"].startswith("rbac.authorization.k8s.io")]
-    assert "*" not in json.dumps(rbac)
-    for role in (o for o in rbac if o["kind"] in ("ClusterRole", "Role")):
-        for rule in role["rules"]:
-            for field in ("apiGroups", "resources", "verbs", "resourceNames"):
-                assert "*" not in rule.get(field, []), (role["metadata"]["name"], rule)
-    (cluster_role,) = [o for o in rbac if o["kind"] == "ClusterRole"]
-    (role,) = [o for o in rbac if o["kind"] == "Role"]
-    granted = {
-        (g, r, v)
-        for rule in cluster_role["rules"]
-        for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]
-    }
-    assert ("", "secrets", "get") not in granted and not any(r == "secrets" for _, r, _ in granted)
-    assert not any(r == "leases" for _, r, _ in granted), "the Lease is namespaced only"
-    writes = {(g, r) for g, r, v in granted if v in ("create", "update", "patch", "delete")}
-    assert writes == {
-        ("ai.flexinfer", "modelbackfills"),  # the finalizer
-        ("ai.flexinfer", "modelbackfills/status"),
-        ("ai.flexinfer", "modelbackfills/finalizers"),
-        ("batch", "jobs"),
-        ("", "events"),
-        ("events.k8s.io", "events"),
-    }
-    for g, r in [("ai.flexinfer", "models"), ("ai.flexinfer", "gamingsessions"), ("ai.flexinfer", "gpuleases"),
-                 ("batch", "cronjobs")]:
-        assert {v for gg, rr, v in granted if (gg, rr) == (g, r)} == {"get", "list", "watch"}
-    assert not [r for r in role["rules"] if "secrets" in r["resources"]], "the kubelet injects the Secret: no RBAC needed"
-    lease_verbs = {v for r in role["rules"] if "leases" in r["resources"] for v in r["verbs"]}
-    assert lease_verbs == {"get", "create", "update"}
-    assert role["metadata"]["namespace"] == NAMESPACE
-
-
 def test_deployment_is_hardened():
-    (dep,) = [o for o in render(DEPLOY / "base") if o["kind"] == "Deployment"]
+    objects = _by_kind(render(DEPLOY / "base") + render(DEPLOY / "monitoring"))
+    dep = objects[("Deployment", "modelbackfill-controller")]
     pod = dep["spec"]["template"]["spec"]
     assert dep["spec"]["replicas"] == 2
-    assert pod["terminationGracePeriodSeconds"] == 10
+    # The controller's shutdown (threads and spool 5 s + Lease release <= 8 s) fits.
+    assert pod["terminationGracePeriodSeconds"] == 30
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["runAsUser"] != 0
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
@@ -188,32 +115,72 @@ def test_deployment_is_hardened():
     assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
     assert sc["capabilities"] == {"drop": ["ALL"]}
     assert c["resources"]["requests"] and c["resources"]["limits"]
-    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
-    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    probes = {k: c[k]["httpGet"] for k in ("startupProbe", "livenessProbe", "readinessProbe")}
+    assert probes["startupProbe"]["path"] == "/healthz" and probes["livenessProbe"]["path"] == "/healthz"
+    assert probes["readinessProbe"]["path"] == "/readyz"
+    assert all(p["scheme"] == "HTTPS" and p["port"] == "https" for p in probes.values())
+    assert c["startupProbe"]["periodSeconds"] * c["startupProbe"]["failureThreshold"] >= 300
     env = {e["name"]: e for e in c["env"]}
-    assert env["BACKFILL_DATABASE_URL"]["valueFrom"]["secretKeyRef"] == {"name": "modelbackfill", "key": "database-url"}
-    assert env["BACKFILL_METRICS_ADDRESS"]["value"] == "0.0.0.0:8080"
-    token_file = env["BACKFILL_INGEST_TOKEN_FILE"]["value"]
+    assert "BACKFILL_DATABASE_URL" not in env, "the URL comes from the mounted file, not the environment"
+    assert env["BACKFILL_LEADER_ELECT"]["value"] == "true"
+    assert env["BACKFILL_LEASE_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
     mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}
-    assert token_file == f"{mounts['ingest-token']}/ingest-token"
-    assert volumes["ingest-token"]["secret"]["secretName"] == "modelbackfill"
+
+    def mounted(path: str, secret: str, key: str) -> None:
+        (volume,) = [n for n, m in mounts.items() if path.startswith(m + "/")]
+        assert volumes[volume]["secret"]["secretName"] == secret
+        items = {i["key"]: i["path"] for i in volumes[volume]["secret"]["items"]}
+        assert f"{mounts[volume]}/{items[key]}" == path
+
+    mounted(env["BACKFILL_DATABASE_URL_FILE"]["value"], "modelbackfill", "database-url")
+    mounted(env["BACKFILL_INGEST_TOKEN_FILE"]["value"], "modelbackfill", "ingest-token")
+    mounted(env["BACKFILL_TLS_CERT_FILE"]["value"], "modelbackfill-tls", "tls.crt")
+    mounted(env["BACKFILL_TLS_KEY_FILE"]["value"], "modelbackfill-tls", "tls.key")
     assert mounts["tmp"] == "/tmp" and "emptyDir" in volumes["tmp"]
-    # The ServiceAccount, Service and alerts line up with the Deployment.
-    objects = {(_key(o)[1], _key(o)[3]): o for o in render(DEPLOY / "base") + render(DEPLOY / "monitoring")}
+    port = int(env["BACKFILL_METRICS_ADDRESS"]["value"].rpartition(":")[2])
+    assert c["ports"] == [{"name": "https", "containerPort": port, "protocol": "TCP"}]
+    # The ServiceAccount, Service, NetworkPolicy and ServiceMonitor line up with the Deployment.
     assert ("ServiceAccount", pod["serviceAccountName"]) in objects
+    labels = dep["spec"]["template"]["metadata"]["labels"]
     svc = objects[("Service", "modelbackfill")]
-    assert svc["spec"]["ports"] == [{"name": "http", "port": 8080, "targetPort": "http", "protocol": "TCP"}]
-    assert svc["spec"]["selector"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+    assert svc["spec"]["ports"] == [{"name": "https", "port": port, "targetPort": "https", "protocol": "TCP"}]
+    assert svc["spec"]["selector"].items() <= labels.items()
+    netpol = objects[("NetworkPolicy", "modelbackfill-controller")]
+    assert netpol["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
+    assert netpol["spec"]["policyTypes"] == ["Ingress"]
+    (rule,) = netpol["spec"]["ingress"]
+    assert rule["ports"] == [{"port": "https", "protocol": "TCP"}] and len(rule["from"]) == 2
+    sm = objects[("ServiceMonitor", "modelbackfill")]
+    assert sm["spec"]["endpoints"][0]["port"] == "https" and sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
     rules = objects[("PrometheusRule", "modelbackfill")]["spec"]["groups"][0]["rules"]
     exprs = " ".join(r["expr"] for r in rules)
     assert 'absent(up{job="modelbackfill"}' in exprs
-    assert "flexinfer_model_backfill_preemptions_total" in exprs
-    assert 'result=~"failed' in exprs
+
+
+def test_migration_job_reads_the_url_from_the_secret_file():
+    (job,) = render(DEPLOY / "base/migration")
+    (c,) = job["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    path = env["BACKFILL_DATABASE_URL_FILE"]
+    (mount,) = [m for m in c["volumeMounts"] if path.startswith(m["mountPath"] + "/")]
+    (volume,) = [v for v in job["spec"]["template"]["spec"]["volumes"] if v["name"] == mount["name"]]
+    assert volume["secret"]["secretName"] == "modelbackfill"
+    assert {i["key"] for i in volume["secret"]["items"]} == {"database-url"}
+
+
+def test_cert_manager_overlay_issues_the_tls_secret_the_deployment_mounts():
+    objects = _by_kind(render(DEPLOY / "overlays/cert-manager"))
+    cert = objects[("Certificate", "modelbackfill-tls")]
+    dep = objects[("Deployment", "modelbackfill-controller")]
+    secrets = {v["secret"]["secretName"] for v in dep["spec"]["template"]["spec"]["volumes"] if "secret" in v}
+    assert cert["spec"]["secretName"] in secrets
+    assert f"modelbackfill.{NAMESPACE}.svc" in cert["spec"]["dnsNames"]
+    assert ("Issuer", cert["spec"]["issuerRef"]["name"]) in objects
 
 
 def test_example_overlay_matches_the_seed():
-    objects = {(o["kind"], o["metadata"]["name"]): o for o in render(DEPLOY / "overlays/example")}
+    objects = _by_kind(render(DEPLOY / "overlays/example"))
     mbf = objects[("ModelBackfill", "model-eval-gemma4-5930k")]
     assert mbf["metadata"]["namespace"] == NAMESPACE
     assert mbf["spec"] == SEED_SPEC
@@ -226,12 +193,13 @@ def test_example_overlay_matches_the_seed():
 
 
 def _into_namespace(obj: dict, namespace: str) -> dict:
-    """A copy with every flexinfer-system reference of a namespaced object moved to ``namespace``."""
+    """A copy with every flexinfer-system / ml-models reference of a namespaced object moved to ``namespace``."""
     obj = copy.deepcopy(obj)
-    text = json.dumps(obj).replace(f'"{NAMESPACE}"', f'"{namespace}"')
+    text = json.dumps(obj).replace(f'"{NAMESPACE}"', f'"{namespace}"').replace(f'"{WATCHED}"', f'"{namespace}"')
     return json.loads(text)
 
 
+@pytest.mark.kube
 def test_every_manifest_passes_server_side_dry_run(kube_api, kube_namespace):
     dyn = DynamicClient(kube_api)
     applied: list[tuple] = []
@@ -258,14 +226,15 @@ def test_every_manifest_passes_server_side_dry_run(kube_api, kube_namespace):
                 failures.append(f"{source}: {obj['kind']} {obj['metadata']['name']}: {exc.status} {exc.body}")
     assert not failures, "\n".join(failures)
     skipped_kinds = sorted({s.split(" (")[0].split(" ")[2] for s in skipped})
-    assert skipped_kinds == ["Cluster", "PrometheusRule", "ServiceMonitor"], skipped
+    assert skipped_kinds == ["Certificate", "Cluster", "Issuer", "PrometheusRule", "ServiceMonitor"], skipped
     kinds = {k for _, k, _ in applied}
-    assert {"Namespace", "CustomResourceDefinition", "Deployment", "Job", "CronJob", "ModelBackfill", "Secret",
-            "ClusterRole", "Role", "Service", "PodDisruptionBudget"} <= kinds, kinds
+    assert {"CustomResourceDefinition", "Deployment", "Job", "CronJob", "ModelBackfill", "Secret", "ClusterRole",
+            "Role", "Service", "PodDisruptionBudget", "NetworkPolicy"} <= kinds, kinds
     # Dry run: nothing was created.
     assert dyn.resources.get(api_version="apps/v1", kind="Deployment").get(namespace=kube_namespace).items == []
 
 
+@pytest.mark.kube
 @pytest.mark.parametrize(
     "breakage",
     [

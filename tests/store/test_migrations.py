@@ -13,6 +13,7 @@ from sqlalchemy.pool import NullPool
 
 from backfill.store import migrate
 from backfill.store.engine import make_engine
+from backfill.store.retention import include_name
 from backfill.store.schema import VIEWS, metadata
 
 pytestmark = pytest.mark.db
@@ -29,7 +30,7 @@ def _diff(url: str, schema: str) -> list:
                 opts={
                     "compare_type": True,
                     "compare_server_default": True,
-                    "include_name": lambda name, type_, parent: not (type_ == "table" and name == "alembic_version"),
+                    "include_name": include_name,
                 },
             )
             return compare_metadata(ctx, metadata)
@@ -121,3 +122,68 @@ def test_alembic_directories_and_pyproject_configuration() -> None:
     }
     missing = on_disk - packages
     assert not missing, f"add these packages to [tool.setuptools] packages in pyproject.toml: {sorted(missing)}"
+
+
+def test_upgrade_from_0001_with_data_keeps_every_event_run_and_checkpoint(pg_url: str) -> None:
+    """A log written by revision 0001 (unpartitioned, identity positions, a burnt position)
+    survives the upgrade to partitions: same rows, same keys, positions continue after it."""
+    import json
+    import secrets
+    from datetime import datetime, timezone
+
+    from backfill.store.eventlog import EventStore
+    from backfill.store.retention import list_partitions
+    from backfill.store.runs import RunStore
+    from tests.store.contract import record, run_row
+
+    schema = f"t_{secrets.token_hex(6)}"
+    migrate.upgrade(pg_url, schema, "0001")
+    engine = make_engine(pg_url, schema)
+    try:
+        old = [record(f"old/{i}", n=i) for i in range(50)]
+        with engine.begin() as conn:  # what revision 0001's EventStore wrote: identity positions
+            for r in old[:30]:
+                conn.execute(
+                    sa.text("INSERT INTO events (type, version, stream, idempotency_key, at, data) VALUES (:t, :v, :s, :k, :at, CAST(:d AS jsonb))"),
+                    {"t": r.type, "v": r.version, "s": r.stream, "k": r.idempotency_key, "at": r.at, "d": r.data},
+                )
+            conn.execute(sa.text("SELECT nextval(pg_get_serial_sequence('events', 'position'))"))  # a rolled-back append's position 31
+            for r in old[30:]:
+                conn.execute(
+                    sa.text("INSERT INTO events (type, version, stream, idempotency_key, at, data) VALUES (:t, :v, :s, :k, :at, CAST(:d AS jsonb))"),
+                    {"t": r.type, "v": r.version, "s": r.stream, "k": r.idempotency_key, "at": r.at, "d": r.data},
+                )
+            conn.execute(sa.text("INSERT INTO checkpoints (name, position) VALUES ('runs', 40)"))
+        rows = [run_row("u1", 1), run_row("u1", 2, result="succeeded", ended_at=datetime(2026, 1, 2, tzinfo=timezone.utc), running_seconds=60.0)]
+        RunStore(engine).apply(rows, "runs", 40)
+        with engine.connect() as conn:
+            before = conn.execute(sa.text("SELECT position, idempotency_key, data::text, recorded_at FROM events ORDER BY position")).all()
+        assert [p for p, *_ in before] == list(range(1, 31)) + list(range(32, 52))
+        engine.dispose()
+
+        migrate.upgrade(pg_url, schema)
+        assert migrate.current(pg_url, schema) == migrate.head_revision()
+        assert _diff(pg_url, schema) == []
+        store = EventStore(engine)
+        after = list(store.read())
+        assert [(e.position, e.idempotency_key, json.loads(e.data), e.recorded_at) for e in after] == [
+            (p, k, json.loads(d), rec) for p, k, d, rec in before
+        ]
+        assert store.get_checkpoint("runs") == 40 and RunStore(engine).query() == rows
+        assert store.append([record("old/7"), record("old/49")]) == [None, None]  # keys carried over
+        assert store.append([record("new/0")]) == [52]  # the sequence continues after the old one
+        with store.engine.connect() as conn:
+            raw = conn.connection.driver_connection
+            assert [(p.lo, p.hi) for p in list_partitions(raw)] == [(1, 1_000_001)]
+        store.close()
+        engine.dispose()
+
+        migrate.downgrade(pg_url, schema, "0001")  # and back, with the data
+        with engine.connect() as conn:
+            keys = conn.execute(sa.text("SELECT position, idempotency_key FROM events ORDER BY position")).all()
+            next_position = conn.execute(sa.text("SELECT nextval(pg_get_serial_sequence('events', 'position'))")).scalar()
+        assert keys == [(p, k) for p, k, *_ in before] + [(52, "new/0")]
+        assert next_position == 53
+    finally:
+        engine.dispose()
+        migrate.drop_schema(pg_url, schema)

@@ -15,6 +15,7 @@ from backfill.core.records import EventRecord
 from backfill.settings import Settings
 from backfill.store.engine import make_engine, normalize_url, resolve_database_url, validate_schema
 from backfill.store.eventlog import EventStore, channel_name
+from backfill.store.retention import ensure_partitions
 from tests.store.contract import StoreContract, Stores, record
 
 pytestmark = pytest.mark.db
@@ -29,12 +30,14 @@ class TestPostgresStore(StoreContract):
             # A writer that honours the write lock but sends no NOTIFY.
             with event_store.begin() as tx:
                 tx.lock()
+                ensure_partitions(tx.connection, event_store.head() + len(records), event_store.partition_size)
                 for r in records:
-                    tx.connection.execute(
+                    [(position,)] = tx.connection.execute(
                         "INSERT INTO events (type, version, stream, idempotency_key, at, data) "
-                        "VALUES (%s, %s, %s, %s, %s, %s::jsonb)",
+                        "VALUES (%s, %s, %s, %s, %s, %s::jsonb) RETURNING position",
                         (r.type, r.version, r.stream, r.idempotency_key, r.at, r.data),
-                    )
+                    ).fetchall()
+                    tx.connection.execute("INSERT INTO event_keys VALUES (%s, %s)", (r.idempotency_key, position))
 
         def wake_without_event() -> None:
             with event_store.engine.begin() as conn:
@@ -141,3 +144,118 @@ def test_embedded_server_starts_in_data_dir_and_is_reused() -> None:
             stop_embedded(root / "data" / "pg")
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+# -- session timeouts ----------------------------------------------------------------------------
+
+
+def _engine(pg_schema: tuple[str, str], **settings: float):
+    url, schema = pg_schema
+    return make_engine(url, schema, settings=Settings(**settings))
+
+
+def test_engine_applies_the_timeout_settings(pg_schema: tuple[str, str]) -> None:
+    defaults = _engine(pg_schema)
+    custom = _engine(pg_schema, db_lock_timeout_seconds=0.25, db_statement_timeout_seconds=3, db_idle_in_transaction_timeout_seconds=0)
+    try:
+        with defaults.connect() as conn:
+            shown = [conn.exec_driver_sql(f"SHOW {g}").scalar() for g in ("lock_timeout", "statement_timeout", "idle_in_transaction_session_timeout")]
+        assert shown == ["2s", "10s", "10s"]
+        with custom.connect() as conn:
+            shown = [conn.exec_driver_sql(f"SHOW {g}").scalar() for g in ("lock_timeout", "statement_timeout", "idle_in_transaction_session_timeout")]
+        assert shown == ["250ms", "3s", "0"]
+        assert defaults.info_connect_args["connect_timeout"] == 10
+    finally:
+        defaults.dispose()
+        custom.dispose()
+
+
+def test_append_fails_within_the_lock_timeout_while_the_table_is_locked(pg_schema: tuple[str, str]) -> None:
+    import time
+
+    import psycopg
+
+    holder = _engine(pg_schema, db_idle_in_transaction_timeout_seconds=0)
+    engine = _engine(pg_schema, db_lock_timeout_seconds=0.5)
+    store = EventStore(engine)
+    try:
+        store.append([record("before")])
+        with holder.connect() as conn:
+            conn.exec_driver_sql("LOCK TABLE events IN ACCESS EXCLUSIVE MODE")
+            t = time.monotonic()
+            with pytest.raises(psycopg.errors.LockNotAvailable):
+                store.append([record("blocked")])
+            elapsed = time.monotonic() - t
+            conn.rollback()
+        assert 0.4 <= elapsed < 5.0, elapsed  # it waited for the lock, then gave up
+        assert [e.idempotency_key for e in store.read()] == ["before"]
+        assert store.append([record("blocked")]) != [None]  # the store works once the lock is gone
+    finally:
+        store.close()
+        engine.dispose()
+        holder.dispose()
+
+
+def test_a_paused_writer_cannot_hold_the_write_lock_past_the_idle_timeout(pg_schema: tuple[str, str]) -> None:
+    import time
+
+    import psycopg
+
+    paused_engine = _engine(pg_schema, db_idle_in_transaction_timeout_seconds=1)
+    engine = _engine(pg_schema, db_lock_timeout_seconds=8)
+    paused, store = EventStore(paused_engine), EventStore(engine)
+    try:
+        t = time.monotonic()
+        with pytest.raises(psycopg.errors.IdleInTransactionSessionTimeout):  # its commit finds the session ended
+            with paused.begin() as tx:
+                tx.append([record("from-the-paused-replica")])  # takes the write lock
+                other = threading_result(lambda: store.append([record("from-the-leader")]))
+                time.sleep(2.5)  # paused past the server's idle-in-transaction timeout
+        other.join(10)
+        # The server ended the paused session: its append is gone, the waiting one went through
+        # after about the idle timeout (well before its own 8 s lock timeout).
+        assert other.error is None, other.error
+        assert other.value != [None] and other.finished_after - t < 6.0, other.finished_after - t
+        assert [e.idempotency_key for e in store.read()] == ["from-the-leader"]
+    finally:
+        paused.close()
+        store.close()
+        paused_engine.dispose()
+        engine.dispose()
+
+
+def test_statement_timeout_cancels_a_long_statement(pg_schema: tuple[str, str]) -> None:
+    import psycopg
+
+    engine = _engine(pg_schema, db_statement_timeout_seconds=0.3)
+    try:
+        with pytest.raises(sa.exc.OperationalError) as info:
+            with engine.connect() as conn:
+                conn.exec_driver_sql("SELECT pg_sleep(3)")
+        assert isinstance(info.value.orig, psycopg.errors.QueryCanceled)
+    finally:
+        engine.dispose()
+
+
+class threading_result:
+    """Run ``fn`` on a thread; ``value``/``error`` and the monotonic time it finished."""
+
+    def __init__(self, fn) -> None:  # noqa: ANN001
+        import threading
+        import time
+
+        self.value = self.error = None
+        self.finished_after = float("inf")
+
+        def run() -> None:
+            try:
+                self.value = fn()
+            except BaseException as exc:  # noqa: BLE001 - reported by the test
+                self.error = exc
+            self.finished_after = time.monotonic()
+
+        self._thread = threading.Thread(target=run)
+        self._thread.start()
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)

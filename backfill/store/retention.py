@@ -1,0 +1,264 @@
+"""Retention of the event log: its partitions, and pruning the ones a snapshot covers.
+
+Design: partitions by *position range*, idempotency keys in their own table
+----------------------------------------------------------------------------
+``events`` is a declaratively partitioned table, ``PARTITION BY RANGE (position)``, one
+partition per ``partition_size`` positions (default 1,000,000: about a day of a platform with
+1,000 busy models) named ``events_p<first position, 12 digits>``. Why position and not a
+timestamp:
+
+- every read of the log is ``position > p ORDER BY position LIMIT n`` (tailing, replay, the
+  snapshot tail). With position ranges the planner prunes every partition below ``p`` and reads
+  one or two; partitioned by time, each read would probe the ``position`` index of every
+  partition (a year of days: 365 probes per batch).
+- a partitioned table's PRIMARY KEY and UNIQUE constraints must include the partition key.
+  ``PRIMARY KEY (position)`` does, so positions stay globally unique with no extra column.
+- retention still works in time: positions are handed out under the log's write lock in commit
+  order, so every partition covers one contiguous stretch of time, and :func:`prune` drops a
+  partition only when its newest ``recorded_at`` is before the cut-off (it scans the candidate
+  partitions for that; an admin command can afford it).
+
+The idempotency key cannot be ``UNIQUE`` on the partitioned table (it does not contain the
+partition key), so keys live in the unpartitioned ``event_keys (idempotency_key PRIMARY KEY,
+position)``: one index probe per key on append, wherever the original event lives. Pruning a
+partition deletes its keys too, so idempotency holds within the retained log (a fact
+re-delivered with a key older than the prune horizon would be appended again, at a new
+position); watch re-deliveries and relists happen within minutes, retention is days.
+
+Partitions are created ahead by the appends themselves (:func:`ensure_partitions`, called under
+the write lock whenever the newest position comes within half a partition of the last
+partition's end): ``CREATE TABLE ... (LIKE events)`` plus ``ATTACH PARTITION`` takes only a
+SHARE UPDATE EXCLUSIVE lock on ``events``, which blocks neither readers nor other writers.
+There is no DEFAULT partition: a position no partition covers is an error, not a silent slow
+path.
+
+Pruning
+-------
+:func:`prune` drops, oldest first, every partition that (1) is wholly below the current head,
+(2) holds no event recorded at or after the cut-off, (3) is covered by a snapshot of the
+given name and code version (its last position <= the snapshot's position) and (4) is behind
+every checkpoint (no projection still has to fold it). It stops at the first partition that
+fails one of these, so the retained log is always a suffix. With ``export`` each dropped
+partition is first written with ``COPY ... TO STDOUT`` (CSV with a header) into the
+file. The ``runs`` table is never touched.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+#: Positions per partition unless configured (Settings.event_partition_size).
+DEFAULT_PARTITION_SIZE = 1_000_000
+
+_BOUND_RE = re.compile(r"FROM \('?(-?\d+)'?\) TO \('?(-?\d+)'?\)")
+
+
+@dataclass(frozen=True, slots=True)
+class Partition:
+    """One partition of ``events``: positions ``lo <= position < hi``."""
+
+    name: str
+    lo: int
+    hi: int
+
+
+def partition_name(lo: int) -> str:
+    """The name of the partition starting at position ``lo``."""
+    return f"events_p{lo:012d}"
+
+
+_PARTITION_NAME_RE = re.compile(r"events_p\d{12,}")
+
+
+def is_partition_name(name: str | None) -> bool:
+    """True for a name :func:`partition_name` gives (schema comparisons skip partitions: they
+    come and go at run time, the models describe only the partitioned parent)."""
+    return bool(name) and _PARTITION_NAME_RE.fullmatch(name) is not None  # type: ignore[arg-type]
+
+
+def include_name(name: str | None, type_: str, parent_names: object) -> bool:
+    """Alembic ``include_name`` hook for schema comparisons: skip Alembic's own version table
+    (reflected without its schema) and the partitions of ``events`` with their indexes."""
+    if type_ == "table":
+        return not (name == "alembic_version" or is_partition_name(name))
+    if type_ == "index" and isinstance(parent_names, dict):
+        return not is_partition_name(parent_names.get("table_name"))
+    return True
+
+
+def list_partitions(conn: psycopg.Connection[Any]) -> list[Partition]:
+    """The partitions of ``events`` in the connection's schema, by position."""
+    rows = conn.execute(
+        "SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i "
+        "JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = 'events'::regclass"
+    ).fetchall()
+    out = []
+    for name, bound in rows:
+        m = _BOUND_RE.search(bound or "")
+        if m is None:  # pragma: no cover - only range partitions are ever created
+            raise RuntimeError(f"partition {name} of events has an unexpected bound: {bound!r}")
+        out.append(Partition(name, int(m.group(1)), int(m.group(2))))
+    out.sort(key=lambda p: p.lo)
+    return out
+
+
+def ensure_partitions(conn: psycopg.Connection[Any], last: int, size: int) -> int:
+    """Make sure partitions cover every position up to ``last + size // 2``; return the end
+    (exclusive) of the last partition.
+
+    Call it under the log's write lock (the appends do), inside the caller's transaction. A
+    new partition is created empty and attached (SHARE UPDATE EXCLUSIVE on ``events``).
+    """
+    if size < 1:
+        raise ValueError("partition size must be >= 1")
+    parts = list_partitions(conn)
+    hi = parts[-1].hi if parts else 1
+    while hi <= last + size // 2:
+        name = partition_name(hi)
+        conn.execute(f'CREATE TABLE "{name}" (LIKE events INCLUDING DEFAULTS)')
+        conn.execute(f'ALTER TABLE events ATTACH PARTITION "{name}" FOR VALUES FROM ({hi}) TO ({hi + size})')
+        hi += size
+    return hi
+
+
+@dataclass(frozen=True, slots=True)
+class PruneResult:
+    """What :func:`prune` did.
+
+    Attributes:
+        dropped: the partitions dropped, oldest first.
+        events: how many events they held.
+        exported: how many events were written to the export file (0 without one).
+        stopped: why it stopped before the next partition (one line), or None when nothing
+            older than the cut-off was left.
+    """
+
+    dropped: tuple[Partition, ...]
+    events: int
+    exported: int
+    stopped: str | None
+
+
+def prune(
+    conn: psycopg.Connection[Any],
+    before: datetime,
+    *,
+    snapshot: str,
+    code_version: str,
+    export: Path | None = None,
+) -> PruneResult:
+    """Drop the oldest partitions of ``events`` that a snapshot covers (see the module notes).
+
+    Args:
+        conn: a psycopg connection on the store's schema, not in a transaction; each partition
+            is exported and dropped in its own transaction (committed here).
+        before: timezone-aware cut-off: only partitions whose events were all recorded before
+            it are dropped.
+        snapshot, code_version: the snapshot that must cover a partition (name and version, as
+            the controller loads it: an older code version's snapshot does not count, since the
+            controller would refold from the log).
+        export: optional file; before each drop the partition's rows are appended to it
+            (``COPY`` CSV, a header line when the file is new; ``COPY events FROM ... (FORMAT
+            csv, HEADER)`` loads it back).
+
+    Returns:
+        a :class:`PruneResult`; ``dropped`` is empty and ``stopped`` says why when nothing
+        could be dropped.
+
+    Raises:
+        ValueError: ``before`` is naive.
+        OSError: the export file cannot be written (nothing of that partition is dropped).
+    """
+    if before.tzinfo is None:
+        raise ValueError("'before' must be timezone-aware")
+    with conn.transaction():
+        head = int(conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0])  # type: ignore[index]
+        row = conn.execute(
+            "SELECT max(position) FROM snapshots WHERE name = %s AND code_version = %s", (snapshot, code_version)
+        ).fetchone()
+        covered = int(row[0]) if row and row[0] is not None else None
+        checkpoints = conn.execute("SELECT name, position FROM checkpoints ORDER BY position, name").fetchall()
+        parts = list_partitions(conn)
+    dropped: list[Partition] = []
+    events = exported = 0
+    stopped: str | None = None
+    fh = open(export, "ab") if export is not None else None  # noqa: SIM115 - closed below
+    try:
+        for part in parts:
+            last = part.hi - 1
+            if covered is None:
+                stopped = f"no snapshot {snapshot!r} of code version {code_version!r}: nothing is covered"
+                break
+            if last > head:
+                stopped = f"partition {part.name} (positions {part.lo}-{last}) is not full yet (head {head})"
+                break
+            if covered < last:
+                stopped = f"partition {part.name} ends at position {last}, after snapshot {snapshot!r} at {covered}"
+                break
+            behind = [(n, p) for n, p in checkpoints if p < last]
+            if behind:
+                n, p = behind[0]
+                stopped = f"partition {part.name} ends at position {last}, after checkpoint {n!r} at {p}"
+                break
+            with conn.transaction():
+                newest, count = conn.execute(f'SELECT max(recorded_at), count(*) FROM "{part.name}"').fetchone()  # type: ignore[misc]
+                if newest is not None and newest >= before:
+                    stopped = f"partition {part.name} holds events recorded until {newest.isoformat()}, not before {before.isoformat()}"
+                    break
+                if fh is not None and count:
+                    header = ", HEADER" if fh.tell() == 0 else ""
+                    with conn.cursor() as cur, cur.copy(
+                        f'COPY (SELECT position, recorded_at, type, version, stream, idempotency_key, at, data '
+                        f'FROM "{part.name}" ORDER BY position) TO STDOUT (FORMAT csv{header})'
+                    ) as copy:
+                        for chunk in copy:
+                            fh.write(chunk)
+                    fh.flush()
+                    exported += count
+                conn.execute(f'DELETE FROM event_keys k USING "{part.name}" p WHERE k.idempotency_key = p.idempotency_key')
+                conn.execute(f'ALTER TABLE events DETACH PARTITION "{part.name}"')
+                conn.execute(f'DROP TABLE "{part.name}"')
+            dropped.append(part)
+            events += int(count)
+    finally:
+        if fh is not None:
+            fh.close()
+    if stopped is None and not dropped:
+        stopped = "the log has no partitions"
+    return PruneResult(tuple(dropped), events, exported, stopped)
+
+
+def relation_sizes(conn: psycopg.Connection[Any], names: Sequence[str] = ("events", "event_keys", "snapshots", "runs")) -> dict[str, int]:
+    """``pg_total_relation_size`` (bytes: heap, TOAST and indexes) of each named table; for the
+    partitioned ``events``, the sum over its partitions."""
+    out: dict[str, int] = {}
+    for name in names:
+        if name == "events":
+            row = conn.execute(
+                "SELECT coalesce(sum(pg_total_relation_size(i.inhrelid)), 0) FROM pg_inherits i WHERE i.inhparent = 'events'::regclass"
+            ).fetchone()
+        else:
+            row = conn.execute("SELECT pg_total_relation_size(%s::regclass)", (name,)).fetchone()
+        out[name] = int(row[0])  # type: ignore[index]
+    return out
+
+
+__all__ = [
+    "DEFAULT_PARTITION_SIZE",
+    "Partition",
+    "PruneResult",
+    "partition_name",
+    "is_partition_name",
+    "include_name",
+    "list_partitions",
+    "ensure_partitions",
+    "prune",
+    "relation_sizes",
+]

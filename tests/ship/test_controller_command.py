@@ -1,0 +1,131 @@
+"""The README's local command, ``backfill controller --kubeconfig KC``, as a subprocess on the test
+API server: with nothing created by hand but a Model, a CronJob and a ModelBackfill in a fresh
+namespace it reconciles the ModelBackfill (leader election is off unless asked for); with
+``--leader-elect`` and a missing Lease namespace it stops with one line naming the fix; with
+``--leader-elect`` it holds the Lease and a SIGTERM releases it.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from tests.controller.conftest import Kube, wait_for
+from tests.envtest.cluster import free_port
+
+pytestmark = [pytest.mark.kube, pytest.mark.db]
+
+BACKFILL = str(Path(sys.executable).parent / "backfill")
+PHASES = {"WaitingForIdle", "Starting", "Running", "Cancelling", "Succeeded", "Failed", "Suspended", "Blocked"}
+GRACE_SECONDS = 30  # deploy/base/deployment.yaml terminationGracePeriodSeconds
+
+
+@pytest.fixture
+def schema(pg_url):
+    from backfill.store.migrate import drop_schema
+
+    name = f"t_{secrets.token_hex(6)}"
+    yield name
+    drop_schema(pg_url, name)
+
+
+def _env(pg_url: str, schema: str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BACKFILL_")}
+    env.update(
+        BACKFILL_DATABASE_URL=pg_url,
+        BACKFILL_SCHEMA=schema,
+        BACKFILL_METRICS_ADDRESS=f"127.0.0.1:{free_port()}",
+        **extra,
+    )
+    return env
+
+
+def _declare(kube_api, ns: str) -> Kube:
+    kube = Kube(kube_api, ns)
+    # a node of its own: the controller watches every namespace, and other tests' GPULeases and
+    # GamingSessions on the shared node names would hold this one (correctly) too
+    kube.model("gemma", node=f"node-{secrets.token_hex(4)}")
+    kube.cronjob("model-eval-gauntlet")
+    kube.backfill("mbf", idleFor="1h")
+    return kube
+
+
+def _stop(proc: subprocess.Popen) -> tuple[int, str]:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        _, err = proc.communicate(timeout=GRACE_SECONDS)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+        raise AssertionError(f"not stopped within terminationGracePeriodSeconds ({GRACE_SECONDS}s):\n{err[-3000:]}")
+    return proc.returncode, err
+
+
+def test_readme_command_reconciles_without_any_namespace_or_lease(kube_cluster, kube_api, kube_namespace, pg_url, schema):
+    kube = _declare(kube_api, kube_namespace)
+    identity = f"readme-{secrets.token_hex(3)}"
+    proc = subprocess.Popen(
+        [BACKFILL, "controller", "--kubeconfig", kube_cluster.kubeconfig_path],
+        env=_env(pg_url, schema, BACKFILL_IDENTITY=identity), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        status = wait_for(
+            lambda: proc.poll() is None and kube.status("mbf").get("phase") and kube.status("mbf"),
+            timeout=90, interval=0.2, what="the ModelBackfill gets a status phase",
+        )
+    finally:
+        rc, err = _stop(proc)
+    assert status["phase"] in PHASES
+    assert status["phase"] == "WaitingForIdle" and status["reason"] == "IdleWindow", status  # idleFor 1h
+    assert rc == 0, err[-3000:]
+    leases = client.CoordinationV1Api(kube_api).list_lease_for_all_namespaces().items
+    assert not [le for le in leases if (le.spec.holder_identity or "") == identity], "leader election is off by default"
+
+
+def test_leader_elect_with_a_missing_lease_namespace_is_one_line_with_the_fix(kube_cluster, pg_url, schema):
+    missing = f"no-such-ns-{secrets.token_hex(3)}"
+    proc = subprocess.run(
+        [BACKFILL, "controller", "--kubeconfig", kube_cluster.kubeconfig_path, "--leader-elect"],
+        env=_env(pg_url, schema, BACKFILL_LEASE_NAMESPACE=missing), capture_output=True, text=True, timeout=90,
+    )
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("backfill: error:")]
+    assert len(errors) == 1, proc.stderr[-3000:]
+    assert f"'{missing}' does not exist" in errors[0] and f"kubectl create namespace {missing}" in errors[0]
+    assert "--lease-namespace" in errors[0]
+
+
+def test_leader_elect_env_holds_the_lease_and_sigterm_releases_it(kube_cluster, kube_api, kube_namespace, pg_url, schema):
+    kube = _declare(kube_api, kube_namespace)
+    identity = f"le-{secrets.token_hex(3)}"
+    coord = client.CoordinationV1Api(kube_api)
+
+    def holder() -> str | None:
+        try:
+            return coord.read_namespaced_lease("modelbackfill-controller", kube_namespace).spec.holder_identity
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    proc = subprocess.Popen(
+        [BACKFILL, "controller", "--kubeconfig", kube_cluster.kubeconfig_path],
+        env=_env(pg_url, schema, BACKFILL_LEADER_ELECT="true", BACKFILL_LEASE_NAMESPACE=kube_namespace,
+                 BACKFILL_IDENTITY=identity),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        wait_for(lambda: proc.poll() is None and holder() == identity, timeout=60, interval=0.2, what="the Lease is held")
+        wait_for(lambda: kube.status("mbf").get("phase"), timeout=60, interval=0.2, what="a status phase")
+    finally:
+        rc, err = _stop(proc)
+    assert rc == 0, err[-3000:]
+    assert not holder(), "a graceful stop releases the Lease"

@@ -1,0 +1,59 @@
+"""``backfill db prune``: drops what a snapshot covers, exports first, one-line refusals."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from backfill.cli import main
+from backfill.store.eventlog import EventStore
+from backfill.store.runs import RunStore
+from tests.store.contract import record, run_row
+
+pytestmark = pytest.mark.db
+
+LATER = "2999-01-01T00:00:00Z"
+
+
+def _prune(pg_schema: tuple[str, str], *args: str) -> int:
+    url, schema = pg_schema
+    return main(["db", "prune", "--database-url", url, "--schema", schema, *args])
+
+
+def _one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("backfill: error: "), lines
+    return lines[0]
+
+
+def test_prune_refuses_with_one_line_when_no_snapshot_covers_anything(pg_schema, pg_engine, capsys) -> None:
+    store = EventStore(pg_engine, partition_size=10)
+    store.append([record(f"e/{i}") for i in range(25)])
+    assert _prune(pg_schema, "--before", LATER) == 2
+    assert "nothing pruned: no snapshot 'projector'" in _one_error_line(capsys)
+    store.save_snapshot("projector", 5, "v1", b"s")
+    assert _prune(pg_schema, "--before", LATER) == 2
+    assert "ends at position 10, after snapshot 'projector' at 5" in _one_error_line(capsys)
+    assert _prune(pg_schema, "--before", "yesterday") == 2
+    assert "--before" in _one_error_line(capsys)
+    assert store.count() == 25
+
+
+def test_prune_exports_and_drops_covered_partitions_and_keeps_runs(pg_schema, pg_engine, tmp_path: Path, capsys) -> None:
+    store = EventStore(pg_engine, partition_size=10)
+    store.append([record(f"e/{i}") for i in range(25)])
+    RunStore(pg_engine).apply([run_row("u", 1)], "runs", 25)
+    store.save_snapshot("projector", 25, "v1", b"s")
+    export = tmp_path / "old-events.csv"
+    assert _prune(pg_schema, "--before", LATER, "--export", str(export)) == 0
+    printed = capsys.readouterr().out
+    assert "dropped 2 partition(s)" in printed and "20 events, positions 1-20" in printed
+    assert "exported 20" in printed and "code version 'v1'" in printed
+    assert [int(r["position"]) for r in csv.DictReader(export.open())] == list(range(1, 21))
+    assert store.first_position() == 21 and store.count() == 5
+    assert len(RunStore(pg_engine).query()) == 1
+    # a pinned code version with no snapshot refuses
+    assert _prune(pg_schema, "--before", LATER, "--code-version", "v2") == 2
+    assert "no snapshot 'projector' of code version 'v2'" in _one_error_line(capsys)
