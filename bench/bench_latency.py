@@ -52,7 +52,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -83,10 +83,10 @@ kind: Policy
 omitStages: ["RequestReceived", "ResponseStarted"]
 rules:
   - level: Metadata
-    verbs: ["delete"]
+    verbs: ["create", "delete"]
     resources:
       - group: "batch"
-        resources: ["jobs"]
+        resources: ["jobs", "cronjobs"]
   - level: Metadata
     verbs: ["patch", "update"]
     resources:
@@ -275,11 +275,12 @@ class Timers:
 # --------------------------------------------------------------------------- set-up
 
 
-def start_cluster(audit_dir: Path) -> Any:
+def start_cluster(audit_dir: Path, audit_policy: str = AUDIT_POLICY) -> Any:
+    """A started LocalCluster (no CRDs yet) auditing by ``audit_policy`` to ``audit_dir/audit.log``."""
     from tests.envtest.cluster import LocalCluster, ensure_binaries
 
     policy = audit_dir / "audit-policy.yaml"
-    policy.write_text(AUDIT_POLICY)
+    policy.write_text(audit_policy)
     cluster = LocalCluster(
         ensure_binaries(),
         extra_apiserver_args=[
@@ -306,6 +307,48 @@ def pmap(pool: ThreadPoolExecutor, fn: Callable[[Any], Any], items: Iterable[Any
     return list(pool.map(fn, items))
 
 
+def cronjob_body(name: str) -> dict[str, Any]:
+    """A suspended CronJob ``name`` whose jobTemplate runs busybox ``true`` (a template for ModelBackfills)."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"name": name},
+        "spec": {
+            "schedule": "0 0 1 1 *",
+            "suspend": True,
+            "jobTemplate": {
+                "spec": {
+                    "backoffLimit": 0,
+                    "template": {
+                        "spec": {
+                            "restartPolicy": "Never",
+                            "containers": [
+                                {"name": "main", "image": "busybox", "command": ["true"], "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}
+                            ],
+                        }
+                    },
+                }
+            },
+        },
+    }
+
+
+def create_model(co: Any, ns: str, i: int, last_active: str) -> None:
+    """Model ``model_name(i)`` on node ``node-<i>``, then its status: Ready, ``lastActiveTime`` as given (RFC 3339)."""
+    name = model_name(i)
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Model",
+        "metadata": {"name": name},
+        "spec": {"nodeSelector": {"kubernetes.io/hostname": f"node-{i:05d}"}},
+    }
+    co.create_namespaced_custom_object(GROUP, VERSION, ns, "models", body, _preload_content=False)
+    co.patch_namespaced_custom_object_status(
+        GROUP, VERSION, ns, "models", name, {"status": {"phase": "Ready", "lastActiveTime": last_active}},
+        _content_type="application/merge-patch+json", _preload_content=False,
+    )
+
+
 def create_objects(api: Any, n: int, workers: int) -> dict[str, float]:
     """Namespaces, the CronJob, 2 x n Models (Ready, long idle), n ModelBackfills (ours), n Jobs
     (baseline). Returns timings."""
@@ -314,53 +357,11 @@ def create_objects(api: Any, n: int, workers: int) -> dict[str, float]:
     core, batch, co = client.CoreV1Api(api), client.BatchV1Api(api), client.CustomObjectsApi(api)
     for ns in (NS_OURS, NS_BASE):
         core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-    batch.create_namespaced_cron_job(
-        NS_OURS,
-        {
-            "apiVersion": "batch/v1",
-            "kind": "CronJob",
-            "metadata": {"name": TEMPLATE},
-            "spec": {
-                "schedule": "0 0 1 1 *",
-                "suspend": True,
-                "jobTemplate": {
-                    "spec": {
-                        "backoffLimit": 0,
-                        "template": {
-                            "spec": {
-                                "restartPolicy": "Never",
-                                "containers": [
-                                    {
-                                        "name": "main",
-                                        "image": "busybox",
-                                        "command": ["true"],
-                                        "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
-                                    }
-                                ],
-                            }
-                        },
-                    }
-                },
-            },
-        },
-        _preload_content=False,
-    )
+    batch.create_namespaced_cron_job(NS_OURS, cronjob_body(TEMPLATE), _preload_content=False)
     long_ago = ts(datetime.now(timezone.utc) - timedelta(hours=2))
 
     def model(arg: tuple[str, int]) -> None:
-        ns, i = arg
-        name = model_name(i)
-        body = {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "Model",
-            "metadata": {"name": name},
-            "spec": {"nodeSelector": {"kubernetes.io/hostname": f"node-{i:05d}"}},
-        }
-        co.create_namespaced_custom_object(GROUP, VERSION, ns, "models", body, _preload_content=False)
-        co.patch_namespaced_custom_object_status(
-            GROUP, VERSION, ns, "models", name, {"status": {"phase": "Ready", "lastActiveTime": long_ago}},
-            _content_type="application/merge-patch+json", _preload_content=False,
-        )
+        create_model(co, arg[0], arg[1], long_ago)
 
     def backfill(i: int) -> None:
         body = {
@@ -553,24 +554,29 @@ def wait_deleted(watcher: JobWatch, samples: list[Sample], timeout: float) -> No
             s.t1_client = watcher.deleted.get(s.job)
 
 
-def read_audit(path: Path, samples: list[Sample]) -> None:
-    patches: dict[str, float] = {}
-    deletes: dict[tuple[str, str], list[float]] = {}
+def audit_entries(path: Path) -> Iterator[dict[str, Any]]:
+    """The ``ResponseComplete`` entries of an apiserver JSON audit log (unparsable lines skipped)."""
     with open(path) as f:
         for line in f:
             try:
                 e = json.loads(line)
             except ValueError:
                 continue
-            if e.get("stage") != "ResponseComplete":
-                continue
-            ref = e.get("objectRef") or {}
-            code = (e.get("responseStatus") or {}).get("code", 0)
-            at = parse_ts(e["stageTimestamp"])
-            if ref.get("resource") == "models" and ref.get("subresource") == "status":
-                patches[e["auditID"]] = at
-            elif ref.get("resource") == "jobs" and e.get("verb") == "delete" and 200 <= code < 300:
-                deletes.setdefault((ref.get("namespace", ""), ref.get("name", "")), []).append(at)
+            if e.get("stage") == "ResponseComplete":
+                yield e
+
+
+def read_audit(path: Path, samples: list[Sample]) -> None:
+    patches: dict[str, float] = {}
+    deletes: dict[tuple[str, str], list[float]] = {}
+    for e in audit_entries(path):
+        ref = e.get("objectRef") or {}
+        code = (e.get("responseStatus") or {}).get("code", 0)
+        at = parse_ts(e["stageTimestamp"])
+        if ref.get("resource") == "models" and ref.get("subresource") == "status":
+            patches[e["auditID"]] = at
+        elif ref.get("resource") == "jobs" and e.get("verb") == "delete" and 200 <= code < 300:
+            deletes.setdefault((ref.get("namespace", ""), ref.get("name", "")), []).append(at)
     for s in samples:
         s.t0_server = patches.get(s.audit_id or "")
         if s.t0_server is not None:
@@ -718,7 +724,7 @@ def run(args: argparse.Namespace, cluster: Any = None, audit_log: Path | None = 
     from backfill.controller.loop import Controller
     from backfill.controller.metrics import Metrics
     from backfill.settings import Settings
-    from backfill.store import EventStore, RunStore, drop_schema, make_engine, resolve_database_url, upgrade
+    from backfill.store import EventStore, RunStore, make_engine, resolve_database_url, upgrade
 
     t_all = time.monotonic()
     settings_kw = {"database_url": args.database_url} if args.database_url else {}
@@ -968,16 +974,23 @@ def run(args: argparse.Namespace, cluster: Any = None, audit_log: Path | None = 
         if engine is not None:
             engine.dispose()
         api.close()
-        if own:
-            cluster.stop()
-        try:
-            drop_schema(url, schema)
-        except Exception as exc:  # noqa: BLE001
-            say(f"dropping schema {schema} failed: {exc}")
-        import shutil
+        teardown(cluster if own else None, url, schema, audit_dir)
 
-        if audit_dir is not None:
-            shutil.rmtree(audit_dir, ignore_errors=True)
+
+def teardown(cluster: Any, url: str, schema: str, audit_dir: Path | None) -> None:
+    """Stop ``cluster`` (None: leave it), drop the scratch ``schema``, remove ``audit_dir`` (None: keep)."""
+    import shutil
+
+    from backfill.store import drop_schema
+
+    if cluster is not None:
+        cluster.stop()
+    try:
+        drop_schema(url, schema)
+    except Exception as exc:  # noqa: BLE001
+        say(f"dropping schema {schema} failed: {exc}")
+    if audit_dir is not None:
+        shutil.rmtree(audit_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -74,27 +74,6 @@ MEMORY_TARGET = 300.0
 ADMISSIONS_TARGET = 5.0
 BATCH = 50_000
 
-AUDIT_POLICY = """\
-apiVersion: audit.k8s.io/v1
-kind: Policy
-omitStages: ["RequestReceived", "ResponseStarted"]
-rules:
-  - level: Metadata
-    verbs: ["create", "delete"]
-    resources:
-      - group: "batch"
-        resources: ["jobs", "cronjobs"]
-  - level: Metadata
-    verbs: ["patch", "update"]
-    resources:
-      - group: "ai.flexinfer"
-        resources: ["models/status"]
-  - level: None
-"""
-"""Audit policy of :func:`start_cluster`: Job and CronJob creates/deletes (this benchmark) and
-Model status writes (``bench_latency`` shares the cluster under ``python -m bench``)."""
-
-
 def say(msg: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} {msg}", file=sys.stderr, flush=True)
 
@@ -104,22 +83,10 @@ def ts(t: datetime) -> str:
 
 
 def start_cluster(audit_dir: Path) -> Any:
-    """A started LocalCluster with the audit log at ``audit_dir/audit.log`` and the CRDs applied."""
-    from tests.envtest.cluster import LocalCluster, ensure_binaries
+    """A started LocalCluster auditing by ``bench_latency.AUDIT_POLICY`` to ``audit_dir/audit.log``, CRDs applied."""
+    from bench.bench_latency import AUDIT_POLICY, start_cluster as start
 
-    policy = audit_dir / "audit-policy.yaml"
-    policy.write_text(AUDIT_POLICY)
-    cluster = LocalCluster(
-        ensure_binaries(),
-        extra_apiserver_args=[
-            f"--audit-policy-file={policy}",
-            f"--audit-log-path={audit_dir / 'audit.log'}",
-            "--audit-log-format=json",
-            "--audit-log-mode=blocking",
-            "--audit-log-maxsize=0",
-        ],
-    )
-    cluster.start()
+    cluster = start(audit_dir, AUDIT_POLICY)  # Job and CronJob creates and deletes, Model status writes
     try:
         cluster.apply_crds(
             sorted((ROOT / "deploy" / "crds").glob("*.ai.flexinfer.yaml")) + sorted((ROOT / "tests" / "envtest" / "crds").glob("*.yaml"))
@@ -139,28 +106,9 @@ def api_client(host: str, token: str, ca_file: str, pool: int) -> Any:
 
 
 def template_body() -> dict[str, Any]:
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "CronJob",
-        "metadata": {"name": TEMPLATE},
-        "spec": {
-            "schedule": "0 0 1 1 *",
-            "suspend": True,
-            "jobTemplate": {
-                "spec": {
-                    "backoffLimit": 0,
-                    "template": {
-                        "spec": {
-                            "restartPolicy": "Never",
-                            "containers": [
-                                {"name": "main", "image": "busybox", "command": ["true"], "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}
-                            ],
-                        }
-                    },
-                }
-            },
-        },
-    }
+    from bench.bench_latency import cronjob_body
+
+    return cronjob_body(TEMPLATE)
 
 
 # --------------------------------------------------------------------------- the cluster
@@ -172,24 +120,14 @@ def create_objects(api: Any, models: int, backfills: int, last_active: datetime,
     from kubernetes import client
 
     from backfill.controller.actor import FINALIZER
+    from bench.bench_latency import create_model
 
     core, co = client.CoreV1Api(api), client.CustomObjectsApi(api)
     core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
     active = ts(last_active)
 
     def model(i: int) -> None:
-        name = f"m-{i:05d}"
-        body = {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "Model",
-            "metadata": {"name": name},
-            "spec": {"nodeSelector": {"kubernetes.io/hostname": f"node-{i:05d}"}},
-        }
-        co.create_namespaced_custom_object(GROUP, VERSION, NS, "models", body, _preload_content=False)
-        co.patch_namespaced_custom_object_status(
-            GROUP, VERSION, NS, "models", name, {"status": {"phase": "Ready", "lastActiveTime": active}},
-            _content_type="application/merge-patch+json", _preload_content=False,
-        )
+        create_model(co, NS, i, active)
 
     def backfill(i: int) -> None:
         body = {
@@ -468,23 +406,18 @@ class Child:
 
 def read_audit(path: Path) -> tuple[float | None, list[float]]:
     """(CronJob create time, sorted Job create times) in NS, ``ResponseComplete``, epoch seconds."""
+    from bench.bench_latency import audit_entries, parse_ts
+
     cron, jobs = None, []
-    with open(path) as f:
-        for line in f:
-            try:
-                e = json.loads(line)
-            except ValueError:
-                continue
-            ref = e.get("objectRef") or {}
-            if e.get("stage") != "ResponseComplete" or e.get("verb") != "create" or ref.get("namespace") != NS:
-                continue
-            if not 200 <= (e.get("responseStatus") or {}).get("code", 0) < 300:
-                continue
-            at = datetime.fromisoformat(e["stageTimestamp"].replace("Z", "+00:00")).timestamp()
-            if ref.get("resource") == "cronjobs" and ref.get("name") == TEMPLATE:
-                cron = at if cron is None else min(cron, at)
-            elif ref.get("resource") == "jobs":
-                jobs.append(at)
+    for e in audit_entries(path):
+        ref = e.get("objectRef") or {}
+        if e.get("verb") != "create" or ref.get("namespace") != NS or not 200 <= (e.get("responseStatus") or {}).get("code", 0) < 300:
+            continue
+        at = parse_ts(e["stageTimestamp"])
+        if ref.get("resource") == "cronjobs" and ref.get("name") == TEMPLATE:
+            cron = at if cron is None else min(cron, at)
+        elif ref.get("resource") == "jobs":
+            jobs.append(at)
     return cron, sorted(jobs)
 
 
@@ -537,9 +470,9 @@ def run(
     admission_timeout: float = 300.0,
 ) -> list[Row]:
     """The whole benchmark (module docstring); a given ``cluster`` (with the CRDs and
-    :data:`AUDIT_POLICY` at ``audit_path``) is used instead of starting one."""
+    ``bench_latency.AUDIT_POLICY`` at ``audit_path``) is used instead of starting one."""
     from backfill.settings import Settings
-    from backfill.store import drop_schema, resolve_database_url, upgrade
+    from backfill.store import resolve_database_url, upgrade
 
     settings_kw = {"database_url": database_url} if database_url else {}
     settings = Settings(namespace=NS, **settings_kw)
@@ -589,16 +522,9 @@ def run(
     finally:
         for c in children:
             c.finish(10)
-        if own and cluster is not None:
-            cluster.stop()
-        try:
-            drop_schema(url, schema)
-        except Exception as exc:  # noqa: BLE001
-            say(f"dropping schema {schema} failed: {exc}")
-        if audit_dir is not None:
-            import shutil
+        from bench.bench_latency import teardown
 
-            shutil.rmtree(audit_dir, ignore_errors=True)
+        teardown(cluster if own else None, url, schema, audit_dir)
     mb = 1 / 2**20
     info = cold.info
     loaded = c1.get("loaded")
