@@ -38,6 +38,7 @@ ROWS = [
     "speed-up over the upstream 5 s poller, p50",
     "speed-up over the upstream 5 s poller, p99",
     "scale: cold start (synced + first reconcile pass)",
+    "scale: first start until every status is written",
     "scale: idle CPU",
     "scale: resident memory attributable to the controller",
     "scale: admissions due at once (one per Model), all created",
