@@ -693,8 +693,10 @@ def db_prune(
     schema: str = typer.Option("backfill", "--schema", envvar="BACKFILL_SCHEMA", help="PostgreSQL schema."),
     before: str = typer.Option(..., "--before", help="Drop only events recorded before this time (RFC 3339; no zone = UTC)."),
     export: Optional[Path] = typer.Option(None, "--export", help="Append the dropped events to this CSV file first (COPY format, header)."),
-    snapshot: str = typer.Option("projector", "--snapshot", help="The snapshot that must cover a dropped partition."),
-    code_version: Optional[str] = typer.Option(None, "--code-version", help="Its code version; default: that of the newest snapshot."),
+    snapshot: str = typer.Option("projection", "--snapshot", help="The snapshot that must cover a dropped partition."),
+    code_version: Optional[str] = typer.Option(
+        None, "--code-version", help="Its code version; default: this release's (a snapshot this release can start from)."
+    ),
 ) -> None:
     """Drop the oldest partitions of the event log that a snapshot covers (the runs table is kept).
 
@@ -722,14 +724,9 @@ def db_prune(
             conn.autocommit = True
             # DETACH waits for an ACCESS EXCLUSIVE lock: never queue in front of readers for long.
             conn.execute(f"SET lock_timeout = {round(settings.db_lock_timeout_seconds * 1000)}")
-            version = code_version
-            if version is None:
-                row = conn.execute(
-                    "SELECT code_version FROM snapshots WHERE name = %s ORDER BY position DESC, created_at DESC LIMIT 1", (snapshot,)
-                ).fetchone()
-                if row is None:
-                    raise CLIError(f"nothing pruned: no snapshot {snapshot!r} in schema {schema}")
-                version = row[0]
+            from .store.projection import code_version as this_release
+
+            version = code_version or this_release()
             result = prune(conn, cut, snapshot=snapshot, code_version=version, export=export)  # type: ignore[arg-type]
         finally:
             fairy.close()

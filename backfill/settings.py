@@ -71,6 +71,12 @@ class Settings(BaseSettings):
         description="A watch that delivers nothing (no event, no bookmark) for watch_timeout_seconds plus this is "
         "presumed dead: the client-side read timeout restarts it by a relist, and /readyz reports it stale, seconds.",
     )
+    api_qps: float = Field(
+        default=200.0, gt=0,
+        description="Client-side rate of the controller's Job creates and status writes, calls/s (client-go's QPS; "
+        "Job deletes are never held back).",
+    )
+    api_burst: int = Field(default=400, ge=1, description="Calls that may go at once before api_qps applies (client-go's burst).")
     api_timeout_seconds: float = Field(default=10.0, gt=0, description="Client-side timeout of every Kubernetes API call (and a watch's connect), seconds.")
     spool_max_records: int = Field(
         default=100_000, ge=1,

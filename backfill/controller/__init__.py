@@ -91,7 +91,7 @@ def run(
     url, note = resolve_database_url(settings)
     if note:
         log.info(note)
-    engine = make_engine(url, schema)
+    engine = make_engine(url, schema, settings=settings)
     events = EventStore(engine, poll=settings.poll_fallback_seconds)
     runs = RunStore(engine)
     api = api_client(settings)

@@ -53,6 +53,8 @@ from backfill.core.jobtemplate import API_GROUP, API_VERSION, build_job
 from backfill.core.state import World
 from backfill.core.timefmt import rfc3339
 
+from .crash import crash_point
+
 log = logging.getLogger("backfill.controller.actor")
 
 FINALIZER = "modelbackfill.ai.flexinfer/finalizer"
@@ -141,6 +143,8 @@ class Actor:
         cached: ``key -> ModelBackfill object | None``, the latest copy seen (spares the GET
             before a status PUT); None: always GET.
         remember: ``(key, object)``, told the object a status PUT returned (the newest copy).
+        limiter: paces Job creates and status writes (``acquire()``, a
+            :class:`~backfill.controller.ratelimit.TokenBucket`); None: unpaced. Deletes never wait.
     """
 
     def __init__(
@@ -155,6 +159,7 @@ class Actor:
         timeout: float = 10.0,
         cached: Callable[[tuple[str, str]], Mapping[str, Any] | None] | None = None,
         remember: Callable[[tuple[str, str], Any], None] | None = None,
+        limiter: Any = None,
     ) -> None:
         self.api = api
         self.batch = client.BatchV1Api(api)
@@ -176,12 +181,15 @@ class Actor:
         self.statuses = StatusWriter(self.write_status)
         self._side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="k8s-events")
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="job-deletes")
+        self._creates = ThreadPoolExecutor(max_workers=16, thread_name_prefix="job-creates")
+        self._limiter = limiter
 
     def close(self) -> None:
         """Stop the status writer and the side threads (pending Events are still sent)."""
         self.statuses.stop()
         self._side.shutdown(wait=True)
         self._pool.shutdown(wait=True)
+        self._creates.shutdown(wait=True)
 
     def _decision_time(self) -> datetime:
         return self._decided_at or self.clock()
@@ -286,8 +294,9 @@ class Actor:
             and nothing was recorded for them).
         """
         self._decided_at = now
-        todo = [c for c in commands if not isinstance(c, (WakeAt, Cancel))]
+        todo = [c for c in commands if not isinstance(c, (WakeAt, Cancel, Admit))]
         todo.sort(key=lambda c: 0 if isinstance(c, DeleteJob) else 1)  # stable: per-key order kept
+        admits = [c for c in commands if isinstance(c, Admit)]
         for i, cmd in enumerate(todo):
             try:
                 self._guard()
@@ -302,7 +311,15 @@ class Actor:
                 )
             if not isinstance(cmd, (WriteStatus, DeleteJob)) and interrupted():
                 # every remaining key, status-only ones too: they are decided again next pass
-                return sorted({c.key for c in todo[i + 1 :]})
+                return sorted({c.key for c in todo[i + 1 :]} | {c.key for c in admits})
+        if admits:
+            try:
+                self._guard()
+                self.admit_many(admits, world)
+            except NotLeader:
+                log.info("not the leader any more: admissions skipped")
+            except Exception as exc:  # noqa: BLE001 - nothing recorded: decided again next pass
+                log.error(f"admitting {len(admits)} attempts failed: {type(exc).__name__}: {_first_line(exc)}", extra={"position": world.position})
         return []
 
     def _dispatch(self, cmd: Any, world: World) -> None:
@@ -330,20 +347,47 @@ class Actor:
     # -- admit / create -----------------------------------------------------------------------
 
     def admit(self, cmd: Admit, world: World) -> None:
-        """Record ``AttemptAdmitted`` (at the decide time, on ``world``'s position as its basis),
-        emit an Event, create the Job. A decision already stored (another instance admitted it)
-        creates nothing here (the re-issued CreateJob does, if it is still outstanding)."""
-        ns, name = cmd.key
-        if self._record(cmd, world) is None:
-            log.info(f"attempt {cmd.attempt} already admitted elsewhere", extra={"backfill": f"{ns}/{name}"})
-            return
-        log.info(
-            f"admitted attempt {cmd.attempt}: Job {cmd.job_name}",
-            extra={"backfill": f"{ns}/{name}", "position": world.position, "decision": "AttemptAdmitted"},
-        )
-        self._event(ns, name, cmd.uid, "Admitted", f"idle window complete; creating Job {cmd.job_name} (attempt {cmd.attempt})")
-        self.due("create", ns, cmd.job_name)  # the first create is this one
-        self.create_job(cmd.key, cmd.uid, cmd.attempt, cmd.job_name, world)
+        """Admit one attempt (see :meth:`admit_many`)."""
+        self.admit_many([cmd], world)
+
+    def admit_many(self, cmds: list[Admit], world: World) -> None:
+        """Record every ``AttemptAdmitted`` in one append (durable before any create: fail-closed),
+        then create the Jobs in parallel ("job-creates", paced by the limiter) and emit the Events.
+
+        A decision already stored (another instance admitted it) creates nothing here (the
+        re-issued CreateJob does, if it is still outstanding). Raises when the append fails:
+        then nothing was recorded and nothing is created."""
+        records = [decision_record(c, at=self._decision_time(), basis=world.position) for c in cmds]
+        self._guard()
+        positions = self.append_records([encode(e, k) for e, k in records])
+        admitted = [c for c, p in zip(cmds, positions) if p is not None]
+        self.appended += len(admitted)
+        if admitted:
+            crash_point("admit/decision-appended")
+        for c, p in zip(cmds, positions):
+            ns, name = c.key
+            if p is None:
+                log.info(f"attempt {c.attempt} already admitted elsewhere", extra={"backfill": f"{ns}/{name}"})
+                continue
+            log.info(
+                f"admitted attempt {c.attempt}: Job {c.job_name}",
+                extra={"backfill": f"{ns}/{name}", "position": world.position, "decision": "AttemptAdmitted"},
+            )
+            self._event(ns, name, c.uid, "Admitted", f"idle window complete; creating Job {c.job_name} (attempt {c.attempt})")
+            self.due("create", ns, c.job_name)  # the first create is this one
+
+        def create(c: Admit) -> None:
+            try:
+                self.create_job(c.key, c.uid, c.attempt, c.job_name, world)
+            except NotLeader:
+                pass
+            except Exception as exc:  # noqa: BLE001 - re-issued by the next decide (CreateJob)
+                log.error(f"creating Job {c.job_name} failed: {_first_line(exc)}", extra={"backfill": f"{c.key[0]}/{c.key[1]}"})
+
+        if len(admitted) == 1:
+            create(admitted[0])
+        else:
+            list(self._creates.map(create, admitted))
 
     def create_job(self, key: tuple[str, str], uid: str, attempt: int, job_name: str, world: World) -> None:
         """Create the attempt's Job from the CronJob template in ``world``; observe ``JobCreated``.
@@ -385,10 +429,14 @@ class Actor:
         except ValueError as exc:
             reject(0, "InvalidTemplate", str(exc), permanent=True)
             return
+        if self._limiter is not None:
+            self._limiter.acquire()
         self._guard()
         try:
+            crash_point("admit/create-sent")
             created = self.batch.create_namespaced_job(ns, body, _request_timeout=self.timeout)
             job_uid = created.metadata.uid
+            crash_point("admit/create-answered")
         except ApiException as exc:
             if exc.status == 409:
                 try:
@@ -410,6 +458,7 @@ class Actor:
             reject(0, type(exc).__name__, _first_line(exc), permanent=False)
             return
         self._observed(ev.JobCreated(at=self.clock(), uid=job_uid, **common))
+        crash_point("admit/jobcreated-appended")
 
     # -- cancel / delete ----------------------------------------------------------------------
 
@@ -448,7 +497,9 @@ class Actor:
         ns, name = key
         self._guard()
         try:
+            crash_point("cancel/delete-sent")
             self.batch.delete_namespaced_job(job_name, ns, propagation_policy="Background", _request_timeout=self.timeout)
+            crash_point("cancel/delete-answered")
         except ApiException as exc:
             if exc.status != 404:
                 raise
@@ -548,6 +599,8 @@ class Actor:
                 break
             body = dict(obj)
             body["status"] = merged
+            if self._limiter is not None:
+                self._limiter.acquire()
             self._guard()
             try:
                 written = self.custom.replace_namespaced_custom_object_status(
@@ -555,6 +608,11 @@ class Actor:
                 )
                 if self._remember is not None and isinstance(written, dict):
                     self._remember(key, written)
+                phase = merged.get("phase")
+                if phase in ("Starting", "Running"):
+                    crash_point("admit/status-written")
+                elif phase == "Cancelling":
+                    crash_point("cancel/status-written")
                 break
             except ApiException as exc:
                 if exc.status == 404:

@@ -15,10 +15,10 @@ class KubeConfigError(Exception):
     """No usable Kubernetes configuration (one-line message)."""
 
 
-#: HTTP connections kept to the apiserver: the watches (6), the job-deletes pool (16), the status
-#: writer, the Events thread, the reconcile loop and the Lease, with room to spare. A smaller pool
+#: HTTP connections kept to the apiserver: the watches (6), the job-deletes and job-creates pools
+#: (16 each), the status writer, the Events thread, the reconcile loop and the Lease, with room. A smaller pool
 #: discards connections under a burst and pays a TLS handshake per cancel.
-CONNECTION_POOL_SIZE = 40
+CONNECTION_POOL_SIZE = 48
 
 
 def _client(load: Any) -> client.ApiClient:

@@ -47,9 +47,11 @@ from backfill.store import EventStore, RunStore
 from backfill.store import projection as snapshots
 
 from .actor import FINALIZER, Actor
+from .crash import crash_point
 from .kinds import KINDS
 from .metrics import Metrics
 from .preempt import Preemptor
+from .ratelimit import TokenBucket
 from .spool import Spool
 from .translate import Translator
 from .watchers import Watcher
@@ -131,6 +133,7 @@ class Controller:
             timeout=settings.api_timeout_seconds,
             cached=self._cached_object,
             remember=self._remember_object,
+            limiter=TokenBucket(settings.api_qps, settings.api_burst),
         )
         self.preemptor = Preemptor(lambda: self.world, self.spool, self.actor.preempt, self.is_leader, clock)
         self.translator = Translator(self._known_last_active, signal_granularity=settings.foreground_signal_granularity_seconds)
@@ -270,6 +273,10 @@ class Controller:
                         self._count(before, row, e)
             if rows:
                 self.runs.apply(rows, RUNS_CHECKPOINT, batch[-1][0])
+                if any(r.result is None for r in rows):
+                    crash_point("admit/runrow-written")
+                if any(r.result is not None for r in rows):
+                    crash_point("cancel/runrow-written")
             self.world = world
             self.position = batch[-1][0]
         return keys
@@ -299,6 +306,16 @@ class Controller:
         if snap is not None:
             self.world, self.position, self.snapshot_position = snap, snap.position, snap.position
             log.info(f"loaded the snapshot at position {snap.position}", extra={"position": snap.position})
+        else:
+            first = getattr(self.events, "first_position", lambda: 0)()
+            if first > 1:
+                from . import ControllerConfigError
+
+                raise ControllerConfigError(
+                    f"the event log was pruned (it starts at position {first}) and holds no snapshot of this release "
+                    f"(version {snapshots.code_version()}): start the release that pruned it once more to write one, or "
+                    "load the exported events back before starting this one"
+                )
         with paused_gc():
             self.catch_up()
         self._runs_checkpoint = 0

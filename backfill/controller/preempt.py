@@ -39,9 +39,12 @@ from backfill.core.decisions import decision_record
 from backfill.core.projector import affected, decide, fold, only_position_moved
 from backfill.core.state import Key, World
 
+from .crash import crash_point
 from .spool import Entry, Spool
 
 log = logging.getLogger("backfill.controller.preempt")
+
+_BASIS = object()  # a cause that is the decision's own basis
 
 #: Seconds after which a cancel that the durable projection still does not show is decided again.
 INFLIGHT_SECONDS = 60.0
@@ -195,13 +198,16 @@ class Preemptor:
         optimistic projection holds: an entry that turns out to be a duplicate (a re-observed
         ``JobCreated``, an event another replica stored first) resolves to its *earlier* stored
         position, so the last entry alone could name a state older than the attempt itself."""
-        cause = self._ref(c.cause, durable)
+        # A condition without an event of its own (suspend, spec change, model not Ready, node
+        # change, deletion) names the state itself, so its cause is the basis, resolved the same.
+        cause = _BASIS if c.cause == opt.position else self._ref(c.cause, durable)
         folded = list(self._folded)
         floor = durable.position
         deps = folded + ([cause] if isinstance(cause, Entry) else [])
 
         def make(resolve: Callable[[Any], int]) -> tuple[Any, str]:
             basis = max([floor] + [resolve(e) for e in folded])
-            return decision_record(c, at=now, basis=basis, cause=resolve(cause))
+            return decision_record(c, at=now, basis=basis, cause=basis if cause is _BASIS else resolve(cause))
 
         self._spool.put_decision(make, deps)
+        crash_point("cancel/decision-appended")

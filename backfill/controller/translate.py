@@ -16,13 +16,14 @@ the log, so a relist after a restart does not take the unchanged value for a new
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from datetime import datetime, timedelta
 from typing import Any, Mapping
 
 from backfill.core import events as ev
 from backfill.core.jobtemplate import backfill_of_job
-from backfill.core.timefmt import parse_rfc3339
+from backfill.core.timefmt import parse_rfc3339, plus_seconds
 
 Pair = tuple[Any, str]
 
@@ -89,6 +90,7 @@ class Translator:
             raise ValueError(f"signal_granularity {signal_granularity!r} must be >= 0 seconds")
         self._pad = timedelta(seconds=signal_granularity)
         self._last_active: dict[str, datetime] = {}
+        self._last_unreadable: dict[str, str] = {}  # uid -> digest of the last unreadable lastActiveTime
         self._known = known_last_active
         self._lock = threading.Lock()
 
@@ -127,6 +129,7 @@ class Translator:
         if kind == DELETED:
             with self._lock:
                 self._last_active.pop(uid, None)
+                self._last_unreadable.pop(uid, None)
             return [(ev.ModelDeleted(at=now, namespace=ns, model=name), f"model/{uid}/deleted")]
         status = obj.get("status")
         status = status if isinstance(status, Mapping) else {}
@@ -160,12 +163,28 @@ class Translator:
                             namespace=ns,
                             model=name,
                             source="lastActiveTime",
-                            busy_until=active + self._pad if self._pad else None,
+                            busy_until=plus_seconds(active, self._pad.total_seconds()) if self._pad else None,
                         ),
                         f"fg/{uid}/{raw}",
                     )
                 )
+        elif raw is not None and raw != "":
+            out.extend(self._unreadable_demand(ns, name, uid, raw, now))
         return out
+
+    def _unreadable_demand(self, ns: str, name: str, uid: str, raw: Any, now: datetime) -> list[Pair]:
+        """Fail safe (issue: hostile input): a ``lastActiveTime`` that changed but cannot be read
+        counts as foreground demand *now*, and says so (``source="lastActiveTime-unreadable"``).
+
+        Keyed by a digest of the raw value, so a re-delivery or relist of the same unreadable
+        value is stored once; a different unreadable value is demand again."""
+        digest = hashlib.sha256(repr(raw).encode("utf-8", "backslashreplace")).hexdigest()[:16]
+        with self._lock:
+            if self._last_unreadable.get(uid) == digest:
+                return []
+            self._last_unreadable[uid] = digest
+        event = ev.ForegroundRequest(at=now, namespace=ns, model=name, source="lastActiveTime-unreadable")
+        return [(event, f"fg/{uid}/unreadable/{digest}")]
 
     # -- GamingSession ------------------------------------------------------------------------
 

@@ -28,7 +28,7 @@ The phase machine (seed 000 "Expected phases"):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Callable, Iterable, Mapping
 
 from . import events as ev
@@ -47,7 +47,7 @@ from .commands import (
 from .jobtemplate import gpu_requests, job_name, template_problem
 from .spec import parse_spec
 from .status import status_from_verdict
-from .timefmt import rfc3339
+from .timefmt import plus_seconds, rfc3339
 from .state import (
     LIVE,
     CANCELLING,
@@ -480,7 +480,7 @@ def _fold_create_rejected(w: World, e: ev.JobCreateRejected, pos: int) -> World:
     # next create uses the new one, so the refusal says nothing about it (retry instead).
     permanent = e.permanent and (t.pos if t is not None else 0) == e.template_pos
     summary = f"HTTP {e.code} {e.reason}: {e.message}" if e.code else f"{e.reason}: {e.message}"
-    retry_at = e.at if permanent else e.at + timedelta(seconds=create_backoff(count, e.retry_after))
+    retry_at = e.at if permanent else plus_seconds(e.at, create_backoff(count, e.retry_after))
     rej = CreateRejection(
         attempt=a.number, count=count, permanent=permanent, summary=summary, at=e.at, retry_at=retry_at,
         generation=a.generation, job_template=t.job_template if t is not None else None, pos=pos,
@@ -788,7 +788,7 @@ def evaluate(world: World, key: Key, now: datetime, reserved: set | None = None)
                 a.cancel_reason,
                 a.cancel_message or "cancelling the background Job",
                 (DeleteJob(key, a.job_name),),
-                wake_at=now + timedelta(seconds=RETRY_SECONDS),
+                wake_at=plus_seconds(now, RETRY_SECONDS),
             )
         cond = _cancel_condition(world, b, a, now)
         if cond is not None:
@@ -802,7 +802,7 @@ def evaluate(world: World, key: Key, now: datetime, reserved: set | None = None)
                 "Admitted",
                 f"creating Job {a.job_name}",
                 (CreateJob(key, a.number, a.job_name),),
-                wake_at=now + timedelta(seconds=RETRY_SECONDS),
+                wake_at=plus_seconds(now, RETRY_SECONDS),
             )
         return Verdict(RUNNING, "JobActive", f"background Job {a.job_name} is active")
     if b.deleting:
@@ -825,7 +825,7 @@ def evaluate(world: World, key: Key, now: datetime, reserved: set | None = None)
     if b.succeeded_generation == b.generation and b.succeeded_at is not None:
         if spec.repeat_after == 0:
             return Verdict(SUCCEEDED, "Completed", "the Job completed (one-shot)", unblock)
-        next_run = b.succeeded_at + timedelta(seconds=spec.repeat_after)
+        next_run = plus_seconds(b.succeeded_at, spec.repeat_after)
         if now < next_run:
             return Verdict(
                 SUCCEEDED, REPEAT_SCHEDULED, "the Job completed; repeats after the cooldown", unblock, next_run, None, next_run
@@ -847,7 +847,7 @@ def evaluate(world: World, key: Key, now: datetime, reserved: set | None = None)
             WAITING, CONCURRENT_BACKFILL, "another backfill is active on the same model or node", unblock, next_run=next_run
         )
     since, cause = _idle_since(world, m, now)
-    due = since + timedelta(seconds=spec.idle_for)
+    due = plus_seconds(since, spec.idle_for)
     if next_run is not None and next_run > due:
         due = next_run
     if now < due:
@@ -878,7 +878,7 @@ def _create_retrying(key: Key, a: Attempt, rej: CreateRejection, now: datetime) 
         return Verdict(STARTING, CREATE_RETRYING, message, (), wake_at=rej.retry_at)
     return Verdict(
         STARTING, CREATE_RETRYING, message, (CreateJob(key, a.number, a.job_name),),
-        wake_at=now + timedelta(seconds=RETRY_SECONDS),
+        wake_at=plus_seconds(now, RETRY_SECONDS),
     )
 
 

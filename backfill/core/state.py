@@ -28,6 +28,12 @@ from .spec import Spec, SpecProblem
 
 Key = tuple[str, str]
 
+#: Bump when the fold's *meaning* changes without a change of shape (a handler computes a field
+#: differently): snapshots of another version are never read, start-up refolds from the log.
+#: Shape changes (fields, event types, event versions) change the fingerprint by themselves
+#: (:func:`backfill.store.projection.code_version`).
+STATE_VERSION = 1
+
 _EMPTY: Mapping[Any, Any] = immutables.Map()  # shared, immutable default of every World map
 _NO_SPEC: Mapping[str, Any] = MappingProxyType({})
 

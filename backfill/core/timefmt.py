@@ -35,3 +35,23 @@ def parse_rfc3339(text: str) -> datetime:
         return value.astimezone(timezone.utc)
     except OverflowError:  # e.g. 9999-12-31T23:59:59-23:59: valid RFC 3339, not a UTC datetime
         raise ValueError(f"timestamp {text!r} is out of range in UTC") from None
+
+
+#: The latest representable instant (UTC): a time past it saturates here instead of raising.
+LATEST = datetime.max.replace(tzinfo=timezone.utc)
+EARLIEST = datetime.min.replace(tzinfo=timezone.utc)
+
+
+def plus_seconds(t: datetime, seconds: float) -> datetime:
+    """``t + seconds`` saturated to [:data:`EARLIEST`, :data:`LATEST`]: never OverflowError.
+
+    A hostile but valid input (``lastActiveTime: 9999-12-31T23:59:59Z`` plus an idle window,
+    a success at 9999 plus ``repeatAfter``) then means "not before the end of time", which every
+    comparison handles, instead of an exception that stalls the backfill on every pass.
+    """
+    from datetime import timedelta
+
+    try:
+        return t + timedelta(seconds=seconds)
+    except OverflowError:
+        return LATEST if seconds > 0 else EARLIEST

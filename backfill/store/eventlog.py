@@ -417,8 +417,9 @@ class EventStore:
         if not keys:
             return {}
         with self._raw() as conn:
+            # event_keys: one primary-key probe per key (events has no index on the key).
             rows = conn.execute(
-                "SELECT idempotency_key, position FROM events WHERE idempotency_key = ANY(%s)", (list(keys),)
+                "SELECT idempotency_key, position FROM event_keys WHERE idempotency_key = ANY(%s)", (list(keys),)
             ).fetchall()
         return {k: int(p) for k, p in rows}
 

@@ -84,6 +84,10 @@ class EventLog(Protocol):
     def read_payloads(self, after: int = 0, *, batch_size: int = 20000) -> Iterator[list[Payload]]:
         """Batches of ``(position, type, version, data)`` after ``after`` (the fold's fast path)."""
 
+    def positions_of(self, keys: Sequence[str]) -> dict[str, int]:
+        """``{key: position}`` of the stored events with these idempotency keys (missing keys
+        are absent; keys of pruned events too)."""
+
     def head(self) -> int:
         """The greatest committed position (0 when empty)."""
 

@@ -259,6 +259,11 @@ class MemoryEventStore:
         for s in range(0, len(events), batch_size):
             yield [(e.position, e.type, e.version, e.data) for e in events[s : s + batch_size]]
 
+    def positions_of(self, keys: Sequence[str]) -> dict[str, int]:
+        """``{key: position}`` of the committed events with these idempotency keys."""
+        with self._b.state:
+            return {k: self._b.keys[k] for k in keys if k in self._b.keys}
+
     def head(self) -> int:
         """The greatest committed position (0 when the log is empty)."""
         with self._b.state:

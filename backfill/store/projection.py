@@ -2,10 +2,13 @@
 
 A snapshot is the projection folded up to a position, pickled, and stored with the checkpoint of
 the same name in one transaction (:meth:`backfill.store.EventStore.save_snapshot`). It is tagged
-with :func:`code_version`, a hash of the source of every ``backfill.core`` module: any change to
-the events, the fold or the state makes older snapshots unreadable by construction (their version
-is never asked for), so a new release refolds from the log once instead of misreading a state
-built by other rules. Start-up loads the newest snapshot of the running version and folds only
+with :func:`code_version`: ``backfill.core.state.STATE_VERSION`` plus a fingerprint of the shape
+of everything a snapshot holds or a fold reads (the fields of every state class and of the spec,
+every event type and its version). A snapshot of another version is never asked for, so a release
+that changes the state refolds from the log once instead of misreading a state built by other
+rules; a release that changes neither keeps reading the snapshots (so an upgrade after
+``backfill db prune`` still starts). A change of a fold's meaning without a change of shape must
+bump ``STATE_VERSION``. Start-up loads the newest snapshot of the running version and folds only
 the tail; ``backfill replay --since T`` starts from the newest snapshot before ``T``.
 
 The payload is a pickle: only the controller writes it, into its own schema, and only that schema's
@@ -17,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import pickle
 from functools import lru_cache
-from importlib import resources
 from typing import Any, Callable, Iterable, Iterator
 
 from backfill.core.audit import Auditor
@@ -30,13 +32,23 @@ PROJECTION = "projection"
 
 @lru_cache(maxsize=1)
 def code_version() -> str:
-    """16 hex digits of the sha256 of every ``backfill/core/*.py`` source, in name order."""
-    h = hashlib.sha256()
-    files = sorted((f for f in resources.files("backfill.core").iterdir() if f.name.endswith(".py")), key=lambda f: f.name)
-    for f in files:
-        h.update(f.name.encode())
-        h.update(f.read_bytes())
-    return h.hexdigest()[:16]
+    """``"<STATE_VERSION>-<12 hex>"``: the state version and a sha256 of the state's shape."""
+    import dataclasses
+
+    from backfill.core import events, spec, state
+
+    parts = [f"state {state.STATE_VERSION}"]
+    for module in (state, spec):
+        for name in sorted(vars(module)):
+            obj = getattr(module, name)
+            if isinstance(obj, type) and obj.__module__ == module.__name__:
+                if hasattr(obj, "_fields"):
+                    parts.append(f"{name}{obj._fields}")
+                elif dataclasses.is_dataclass(obj):
+                    parts.append(f"{name}{tuple(f.name for f in dataclasses.fields(obj))}")
+    for name, cls in sorted(events.EVENT_TYPES.items()):
+        parts.append(f"{name} v{cls.version} {tuple(sorted(cls.model_fields))}")
+    return f"{state.STATE_VERSION}-" + hashlib.sha256("\n".join(parts).encode()).hexdigest()[:12]
 
 
 def dump_world(world: World) -> bytes:

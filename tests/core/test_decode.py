@@ -29,6 +29,10 @@ def _example(cls: type, n: int) -> Any:
             values[name] = n + 0.25
         elif "dict" in text:
             values[name] = {"spec": {"nested": [1, 2.5, None, True, "héllo ✓"]}, "n": n}
+        elif "bool" in text:
+            values[name] = True
+        elif "float" in text:
+            values[name] = n + 0.25
         elif "int" in text:
             values[name] = n + 2
         else:

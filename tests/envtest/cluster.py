@@ -14,6 +14,16 @@ folder holding ``kube-apiserver`` and ``etcd`` (default: ``tests/envtest/bin``).
 
 There is no controller-manager: no garbage collector, no Job controller, no pods, no namespace
 finalization. The identity behind ``token`` is in ``system:masters``.
+
+Fault injection (tests/faults):
+
+    cluster = LocalCluster(audit_policy=WRITES_AUDIT_POLICY, users=["replica-a", "replica-b"])
+    cluster.kubeconfig_for("replica-a")    # a kubeconfig authenticating as that user
+    cluster.pause(); cluster.resume()      # SIGSTOP / SIGCONT the kube-apiserver process
+    cluster.audit_events(user="replica-a", verb="delete", resource="jobs")
+
+Each extra user has its own bearer token (``--token-auth-file``) and is in ``system:masters``,
+so the audit log (``audit.log`` in the temp dir, one JSON object per line) tells them apart.
 """
 
 from __future__ import annotations
@@ -229,16 +239,46 @@ def _write_pki(directory: Path) -> dict[str, Path]:
 # --------------------------------------------------------------------------- the cluster
 
 
+#: An audit policy recording every mutating request (no request/response bodies) and nothing
+#: else: enough to count Job creates/deletes, status writes and Events per user.
+WRITES_AUDIT_POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived", "ResponseStarted"]
+rules:
+  - level: Metadata
+    verbs: ["create", "update", "patch", "delete", "deletecollection"]
+  - level: None
+"""
+
+
 class LocalCluster:
-    """etcd + kube-apiserver on free loopback ports, with a bearer token in system:masters."""
+    """etcd + kube-apiserver on free loopback ports, with a bearer token in system:masters.
+
+    Args:
+        binaries: (kube-apiserver, etcd); default: those in :func:`bin_dir`.
+        extra_apiserver_args: appended to the kube-apiserver command line.
+        audit_policy: an ``audit.k8s.io/v1`` Policy (YAML text); when set the apiserver writes
+            its audit log as JSON lines to ``<workdir>/audit.log`` (blocking mode, so an event is
+            on disk before the response is sent). Read it with :meth:`audit_events`.
+        users: extra identities, each with its own bearer token, all in ``system:masters``
+            (:attr:`user_tokens`, :meth:`kubeconfig_for`).
+    """
 
     def __init__(
         self,
         binaries: tuple[Path, Path] | None = None,
         extra_apiserver_args: Iterable[str] = (),
+        *,
+        audit_policy: str | None = None,
+        users: Iterable[str] = (),
     ) -> None:
         self.apiserver_bin, self.etcd_bin = binaries or _binaries(bin_dir())
         self.extra_apiserver_args = list(extra_apiserver_args)
+        self.audit_policy = audit_policy
+        self.users = list(users)
+        self.user_tokens: dict[str, str] = {}
+        self.audit_log: Path | None = None
         self.workdir: Path | None = None
         self.token: str = ""
         self.host: str = ""  # https://127.0.0.1:PORT
@@ -283,6 +323,7 @@ class LocalCluster:
             setattr(self, attr, None)
             if proc is None or proc.poll() is not None:
                 continue
+            os.kill(proc.pid, signal.SIGCONT)  # a paused process would never act on SIGTERM
             proc.terminate()
             try:
                 proc.wait(timeout=STOP_TIMEOUT)
@@ -295,6 +336,88 @@ class LocalCluster:
             else:
                 shutil.rmtree(self.workdir, ignore_errors=True)
             self.workdir = None
+
+    # -- faults ------------------------------------------------------------------------------
+
+    def pause(self) -> None:
+        """SIGSTOP the kube-apiserver: connections stay open and go silent (no RST, no answer)."""
+        assert self._apiserver is not None and self._apiserver.poll() is None, "kube-apiserver not running"
+        os.kill(self._apiserver.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT the kube-apiserver after :meth:`pause`."""
+        assert self._apiserver is not None, "kube-apiserver not started"
+        os.kill(self._apiserver.pid, signal.SIGCONT)
+
+    def restart_apiserver(self) -> float:
+        """Stop the kube-apiserver (SIGTERM) and start it again on the same port, with the same
+        etcd (data kept); returns the seconds it was unreachable. Every open watch ends."""
+        assert self._apiserver is not None, "kube-apiserver not started"
+        t0 = time.monotonic()
+        proc, self._apiserver = self._apiserver, None
+        os.kill(proc.pid, signal.SIGCONT)
+        proc.terminate()
+        try:
+            proc.wait(timeout=STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=STOP_TIMEOUT)
+        self._start_apiserver(port=int(self.host.rsplit(":", 1)[1]))
+        return time.monotonic() - t0
+
+    def kubeconfig_for(self, user: str, server: str | None = None) -> str:
+        """Path of a kubeconfig authenticating as ``user`` (one of ``users``), talking to
+        ``server`` (default: the apiserver itself; e.g. a proxy in front of it)."""
+        assert self.workdir is not None, "cluster not started"
+        token = self.user_tokens[user]
+        suffix = "" if server is None else "-" + server.rsplit(":", 1)[-1]
+        path = self.workdir / f"kubeconfig-{user}{suffix}"
+        self._write_kubeconfig(path, user, token, server)
+        return str(path)
+
+    def audit_events(
+        self,
+        *,
+        user: str | None = None,
+        verb: str | None = None,
+        resource: str | None = None,
+        subresource: str | None = "",
+        namespace: str | None = None,
+        stage: str = "ResponseComplete",
+    ) -> list[dict[str, Any]]:
+        """The audit log's events (decoded JSON lines) matching every given filter.
+
+        ``subresource=""`` (the default) keeps only requests on the object itself, ``None``
+        any subresource, ``"status"`` only status writes. Raises EnvtestError without an
+        audit policy.
+        """
+        if self.audit_log is None:
+            raise EnvtestError("this cluster was started without an audit_policy")
+        out: list[dict[str, Any]] = []
+        try:
+            lines = self.audit_log.read_text(errors="replace").splitlines()
+        except FileNotFoundError:
+            return out
+        for line in lines:
+            try:
+                e = json.loads(line)
+            except ValueError:
+                continue  # a line being written
+            ref = e.get("objectRef") or {}
+            if stage and e.get("stage") != stage:
+                continue
+            if user is not None and (e.get("user") or {}).get("username") != user:
+                continue
+            if verb is not None and e.get("verb") != verb:
+                continue
+            if resource is not None and ref.get("resource") != resource:
+                continue
+            if subresource is not None and (ref.get("subresource") or "") != subresource:
+                continue
+            if namespace is not None and ref.get("namespace") != namespace:
+                continue
+            out.append(e)
+        return out
 
     @property
     def running(self) -> bool:
@@ -421,7 +544,11 @@ class LocalCluster:
         self.ca_file = str(pki["ca_cert"])
         self.token = secrets.token_urlsafe(32)
         tokens = self.workdir / "tokens.csv"
-        tokens.write_text(f'{self.token},admin,admin-uid,"system:masters"\n')
+        lines = [f'{self.token},admin,admin-uid,"system:masters"']
+        for i, user in enumerate(self.users):
+            self.user_tokens[user] = secrets.token_urlsafe(32)
+            lines.append(f'{self.user_tokens[user]},{user},{user}-uid-{i},"system:masters"')
+        tokens.write_text("\n".join(lines) + "\n")
         tokens.chmod(0o600)
         self._tokens = tokens
         self._ssl = ssl.create_default_context(cafile=self.ca_file)
@@ -481,9 +608,9 @@ class LocalCluster:
                 )
             time.sleep(0.05)
 
-    def _start_apiserver(self) -> None:
+    def _start_apiserver(self, port: int | None = None) -> None:
         assert self.workdir is not None and self.apiserver_log is not None
-        port = free_port()
+        port = port or free_port()
         self.host = f"https://127.0.0.1:{port}"
         pki = self._pki
         args = [
@@ -501,6 +628,7 @@ class LocalCluster:
             "--authorization-mode=RBAC",
             "--disable-admission-plugins=ServiceAccount",
             f"--token-auth-file={self._tokens}",
+            *self._audit_args(),
             *self.extra_apiserver_args,
         ]
         started = time.monotonic()
@@ -526,6 +654,21 @@ class LocalCluster:
         self.startup_seconds = time.monotonic() - started
         self._write_kubeconfig()
 
+    def _audit_args(self) -> list[str]:
+        if self.audit_policy is None:
+            return []
+        assert self.workdir is not None
+        policy = self.workdir / "audit-policy.yaml"
+        policy.write_text(self.audit_policy)
+        self.audit_log = self.workdir / "audit.log"
+        return [
+            f"--audit-policy-file={policy}",
+            f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json",
+            "--audit-log-mode=blocking",
+            "--audit-log-maxsize=0",
+        ]
+
     def _get(self, path: str, timeout: float, accept: str = "application/json") -> tuple[int, str]:
         """(status, body) of a GET with the admin token; (0, error text) when not connected."""
         req = urllib.request.Request(
@@ -539,22 +682,27 @@ class LocalCluster:
         except (OSError, ssl.SSLError) as exc:
             return 0, str(exc)
 
-    def _write_kubeconfig(self) -> None:
+    def _write_kubeconfig(
+        self, path: Path | None = None, user: str = "admin", token: str | None = None, server: str | None = None
+    ) -> None:
         import yaml
 
         assert self.workdir is not None
+        token = token if token is not None else self.token
         ca_data = base64.b64encode(Path(self.ca_file).read_bytes()).decode()
         kubeconfig = {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [
-                {"name": "envtest", "cluster": {"server": self.host, "certificate-authority-data": ca_data}}
+                {"name": "envtest", "cluster": {"server": server or self.host, "certificate-authority-data": ca_data}}
             ],
-            "users": [{"name": "admin", "user": {"token": self.token}}],
-            "contexts": [{"name": "envtest", "context": {"cluster": "envtest", "user": "admin"}}],
+            "users": [{"name": user, "user": {"token": token}}],
+            "contexts": [{"name": "envtest", "context": {"cluster": "envtest", "user": user}}],
             "current-context": "envtest",
         }
-        path = self.workdir / "kubeconfig"
+        default = path is None
+        path = path if path is not None else self.workdir / "kubeconfig"
         path.write_text(yaml.safe_dump(kubeconfig, sort_keys=False))
         path.chmod(0o600)
-        self.kubeconfig_path = str(path)
+        if default:
+            self.kubeconfig_path = str(path)

@@ -129,6 +129,15 @@ class StoreContract:
         assert stores.events.append([record("k1"), record("k2"), record("k3")]) == [None, None, None]
         assert stores.events.head() == again[1]
 
+    def test_positions_of_stored_keys(self, stores: Stores) -> None:
+        assert stores.events.positions_of([]) == {}
+        [a, b] = stores.events.append([record("pk/a"), record("pk/b")])
+        assert stores.events.positions_of(["pk/b", "pk/missing", "pk/a"]) == {"pk/a": a, "pk/b": b}
+        with stores.events.begin() as tx:
+            [c] = tx.append([record("pk/c")])
+            assert stores.events.positions_of(["pk/c"]) == {}  # not committed yet
+        assert stores.events.positions_of(["pk/c"]) == {"pk/c": c}
+
     def test_key_repeated_inside_one_batch_keeps_the_first(self, stores: Stores) -> None:
         result = stores.events.append([record("x", n=1), record("y", n=2), record("x", n=3), record("y", n=4), record("z", n=5)])
         assert result[2] is None and result[3] is None

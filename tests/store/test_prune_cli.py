@@ -9,6 +9,7 @@ import pytest
 
 from backfill.cli import main
 from backfill.store.eventlog import EventStore
+from backfill.store.projection import PROJECTION, code_version
 from backfill.store.runs import RunStore
 from tests.store.contract import record, run_row
 
@@ -32,10 +33,13 @@ def test_prune_refuses_with_one_line_when_no_snapshot_covers_anything(pg_schema,
     store = EventStore(pg_engine, partition_size=10)
     store.append([record(f"e/{i}") for i in range(25)])
     assert _prune(pg_schema, "--before", LATER) == 2
-    assert "nothing pruned: no snapshot 'projector'" in _one_error_line(capsys)
-    store.save_snapshot("projector", 5, "v1", b"s")
+    assert f"nothing pruned: no snapshot 'projection' of code version '{code_version()}'" in _one_error_line(capsys)
+    store.save_snapshot("projection", 5, "another-release", b"s")  # not one this release can start from
     assert _prune(pg_schema, "--before", LATER) == 2
-    assert "ends at position 10, after snapshot 'projector' at 5" in _one_error_line(capsys)
+    assert "no snapshot 'projection'" in _one_error_line(capsys)
+    store.save_snapshot(PROJECTION, 5, code_version(), b"s")
+    assert _prune(pg_schema, "--before", LATER) == 2
+    assert "ends at position 10, after snapshot 'projection' at 5" in _one_error_line(capsys)
     assert _prune(pg_schema, "--before", "yesterday") == 2
     assert "--before" in _one_error_line(capsys)
     assert store.count() == 25
@@ -45,15 +49,15 @@ def test_prune_exports_and_drops_covered_partitions_and_keeps_runs(pg_schema, pg
     store = EventStore(pg_engine, partition_size=10)
     store.append([record(f"e/{i}") for i in range(25)])
     RunStore(pg_engine).apply([run_row("u", 1)], "runs", 25)
-    store.save_snapshot("projector", 25, "v1", b"s")
+    store.save_snapshot(PROJECTION, 25, code_version(), b"s")
     export = tmp_path / "old-events.csv"
     assert _prune(pg_schema, "--before", LATER, "--export", str(export)) == 0
     printed = capsys.readouterr().out
     assert "dropped 2 partition(s)" in printed and "20 events, positions 1-20" in printed
-    assert "exported 20" in printed and "code version 'v1'" in printed
+    assert "exported 20" in printed and f"code version '{code_version()}'" in printed
     assert [int(r["position"]) for r in csv.DictReader(export.open())] == list(range(1, 21))
     assert store.first_position() == 21 and store.count() == 5
     assert len(RunStore(pg_engine).query()) == 1
     # a pinned code version with no snapshot refuses
     assert _prune(pg_schema, "--before", LATER, "--code-version", "v2") == 2
-    assert "no snapshot 'projector' of code version 'v2'" in _one_error_line(capsys)
+    assert "no snapshot 'projection' of code version 'v2'" in _one_error_line(capsys)

@@ -1,0 +1,127 @@
+"""The preemptor and the spool on the in-memory store (middle tier: no apiserver, no PostgreSQL).
+
+Each test drives the real :class:`Spool` and :class:`Preemptor` and then audits the log the spool
+wrote with the replay auditor: every cancel decided in memory must be what the projector derives
+from the log at the decision's basis.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timedelta, timezone
+
+from backfill.controller.preempt import Preemptor
+from backfill.controller.spool import Spool
+from backfill.core import events as ev
+from backfill.core.audit import Auditor
+from backfill.core.events import decode_many, encode
+from backfill.core.jobtemplate import job_name
+from backfill.core.projector import fold
+from backfill.core.state import World
+from backfill.store.memory import MemoryBackend, MemoryEventStore
+
+from ..core.builders import TEMPLATE
+
+NS = "ns"
+T0 = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
+SPEC = {"modelRef": "m", "templateRef": "cj", "idleFor": "10m"}
+JOB = job_name("b", "u1", 1)
+
+
+def _store_with_running_attempt() -> tuple[MemoryEventStore, World, list]:
+    store = MemoryEventStore(MemoryBackend())
+    history = [
+        (ev.ModelReady(at=T0, namespace=NS, model="m", node="n1"), "ready"),
+        (ev.CronJobSeen(at=T0, namespace=NS, name="cj", job_template=TEMPLATE), "cj"),
+        (ev.BackfillApplied(at=T0, namespace=NS, name="b", uid="u1", generation=1, spec=SPEC), "applied-1"),
+    ]
+    admitted = ev.AttemptAdmitted(
+        at=T0 + timedelta(minutes=10), namespace=NS, backfill="b", uid="u1", attempt=1, generation=1, job_name=JOB,
+        model="m", node="n1", cause=1, basis=3,
+    )
+    created = ev.JobCreated(at=T0 + timedelta(minutes=10), namespace=NS, backfill="b", name=JOB, uid="job")
+    history += [(admitted, None), (created, None)]
+    positions = store.append([encode(e, k) for e, k in history])
+    world = World()
+    for p, (e, _) in zip(positions, history):
+        world = fold(world, e, p)
+    return store, world, history
+
+
+def _audit(store: MemoryEventStore) -> Auditor:
+    auditor = Auditor()
+    for batch in store.read_payloads(0):
+        for (position, *_), e in zip(batch, decode_many([(t, v, d) for _, t, v, d in batch])):
+            auditor.feed(position, e)
+    return auditor
+
+
+def test_a_cancel_named_after_its_state_resolves_to_the_basis_even_after_a_duplicate():
+    """Suspend (a cause without an event of its own: the state) decided with a re-observed,
+    already stored ``JobCreated`` as the last event in memory: the duplicate resolves to its old
+    position, yet the recorded cause must be the basis replay derives."""
+    store, durable, history = _store_with_running_attempt()
+    committed = threading.Event()
+    spool = Spool(store.append, store.positions_of, committed.set)
+    executed: list = []
+    pre = Preemptor(lambda: durable, spool, lambda cmds, world: executed.extend(cmds), lambda: True, lambda: T0 + timedelta(minutes=11))
+    suspended = ev.BackfillApplied(at=T0 + timedelta(minutes=11), namespace=NS, name="b", uid="u1", generation=2, spec={**SPEC, "suspend": True})
+    created_again = history[-1][0]  # the watch delivers the Job again: same natural key, already stored
+    spool.put([(suspended, "applied-2"), (created_again, created_again.natural_key())])
+    cancels = pre.run_once()
+    assert [(c.reason, c.attempt) for c in cancels] == [("Suspended", 1)]
+    assert executed == cancels
+    assert spool.wait_committed(spool.unfolded(0), 5) and _wait(lambda: spool.backlog == 0)
+    spool.stop()
+    auditor = _audit(store)
+    (cancel,) = [e for _, e in _events(store) if isinstance(e, ev.AttemptCancelled)]
+    assert cancel.basis == 6 and cancel.cause == 6  # the new BackfillApplied's position, not the duplicate's 5
+    assert auditor.divergences == [] and auditor.checked == 2
+
+
+def test_demand_cancels_from_memory_while_the_store_refuses_and_replays_clean_after():
+    store, durable, _ = _store_with_running_attempt()
+    down = threading.Event()
+    down.set()
+
+    def append(records):
+        if down.is_set():
+            raise ConnectionError("the store is down")
+        return store.append(records)
+
+    spool = Spool(append, store.positions_of, lambda: None, backoff_initial=0.01, backoff_max=0.05)
+    executed: list = []
+    pre = Preemptor(lambda: durable, spool, lambda cmds, world: executed.extend(cmds), lambda: True, lambda: T0 + timedelta(minutes=12))
+    request = ev.ForegroundRequest(at=T0 + timedelta(minutes=12), namespace=NS, model="m", source="ingest")
+    spool.put([(request, "fg-1")])
+    cancels = pre.run_once()  # nothing is durable: the cancel is decided and executed from memory
+    assert [(c.reason, c.attempt) for c in cancels] == [("ForegroundDemand", 1)] and executed == cancels
+    assert _wait(lambda: not spool.healthy) and spool.backlog == 2  # the request and the decision wait
+    assert pre.run_once() == []  # decided once
+    down.clear()
+    assert _wait(lambda: spool.backlog == 0)
+    spool.stop()
+    kinds = [type(e).__name__ for _, e in _events(store)][-2:]
+    assert kinds == ["ForegroundRequest", "AttemptCancelled"]  # the cause before the decision
+    (cancel,) = [e for _, e in _events(store) if isinstance(e, ev.AttemptCancelled)]
+    assert cancel.cause == 6 and cancel.basis == 6
+    assert _audit(store).divergences == []
+
+
+def _events(store: MemoryEventStore) -> list:
+    return [
+        (position, e)
+        for batch in store.read_payloads(0)
+        for (position, *_), e in zip(batch, decode_many([(t, v, d) for _, t, v, d in batch]))
+    ]
+
+
+def _wait(predicate, timeout: float = 5.0) -> bool:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True

@@ -1,0 +1,245 @@
+"""kube-apiserver faults: a paused apiserver (silent connections), an expired resourceVersion
+(410 Gone) on the watch call and inside the stream, a Job that changed while no watch was open.
+
+The watch timeout of the controller under test is 5 s (``FAST_SETTINGS``).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import urllib.request
+from collections import Counter
+
+import pytest
+
+from .harness import FAST_SETTINGS, JobPlayer, Kube, assert_replay_clean, demand, log_events, of_type, timed, wait_for
+from .workload import CANCEL_BOUND_SECONDS, cluster_invariants, declare, log_invariants, start_running
+
+pytestmark = pytest.mark.kube
+
+WATCH_TIMEOUT = float(FAST_SETTINGS["BACKFILL_WATCH_TIMEOUT_SECONDS"])
+#: The apiserver stays stopped this long: past the watch timeout plus a margin.
+PAUSE_SECONDS = WATCH_TIMEOUT * 2 + 2
+#: After SIGCONT the controller must be ready again (relisted) within this.
+RECOVER_SECONDS = WATCH_TIMEOUT + 5
+
+
+def _no_duplicates(events: list) -> list[str]:
+    """Each observed fact is stored once (idempotency keys): no two identical observations."""
+    seen = Counter()
+    for _, e in events:
+        t = type(e).__name__
+        if t in ("JobCreated", "JobRunning", "JobSucceeded", "JobFailed", "JobDeleted"):
+            seen[(t, e.name)] += 1
+        elif t == "ForegroundRequest":
+            seen[(t, e.model, e.at)] += 1
+        elif t in ("AttemptAdmitted", "AttemptCancelled"):
+            seen[(t, e.backfill, e.attempt)] += 1
+    return [f"{k} stored {n} times" for k, n in seen.items() if n > 1]
+
+
+def test_apiserver_paused_past_the_watch_timeout(fault_cluster, kube: Kube, player: JobPlayer, controllers):
+    pg, schema = controllers.pg, controllers.schema
+    declare(kube, [("bf", "gemma")])
+    proc = controllers().start()
+    proc.wait_ready()
+    job = start_running(kube, player, "bf")
+
+    fault_cluster.pause()
+    try:
+        # The controller must notice the silent connections: /readyz 503 before the pause ends.
+        noticed = None
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < PAUSE_SECONDS:
+            if noticed is None and proc.http("/readyz")[0] == 503:
+                noticed = time.monotonic() - t0
+            time.sleep(0.25)
+    finally:
+        fault_cluster.resume()
+    print(f"apiserver paused {PAUSE_SECONDS:.0f} s: /readyz 503 after {noticed if noticed is None else round(noticed, 2)} s")
+    assert proc.alive, proc.tail()
+    assert noticed is not None, f"/readyz stayed 200 through a {PAUSE_SECONDS:.0f} s apiserver pause (watch timeout {WATCH_TIMEOUT:.0f} s)"
+
+    seconds = timed(proc.ready, timeout=RECOVER_SECONDS, what="/readyz 200 after the apiserver resumed")
+    print(f"apiserver resumed: ready again after {seconds:.2f} s")
+    demand(kube, "gemma")
+    seconds = timed(lambda: kube.job(job) is None, timeout=CANCEL_BOUND_SECONDS, what=f"Job {job} deleted after the pause")
+    print(f"apiserver resumed: demand -> Job gone {seconds:.2f} s")
+
+    wait_for(lambda: of_type(log_events(pg.url, schema), "JobDeleted"), timeout=10, what="JobDeleted in the log")
+    events = log_events(pg.url, schema)
+    assert _no_duplicates(events) == []
+    assert [e.reason for _, e in of_type(events, "AttemptCancelled")] == ["ForegroundDemand"]
+    assert cluster_invariants(kube) == []
+    assert log_invariants(pg.url, schema, all_ended=False) == []
+    assert_replay_clean(pg.url, schema)
+
+
+# --------------------------------------------------------------------------- 410 Gone
+
+
+def _etcd(cluster, path: str, body: dict) -> dict:
+    req = urllib.request.Request(cluster.etcd_url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return json.loads(resp.read())
+
+
+def compact_etcd(cluster) -> int:
+    """Compact etcd at its current revision (every older resourceVersion is gone); returns it."""
+    rev = int(_etcd(cluster, "/v3/kv/range", {"key": base64.b64encode(b"/").decode()})["header"]["revision"])
+    _etcd(cluster, "/v3/kv/compaction", {"revision": rev, "physical": True})
+    return rev
+
+
+def watch_answer(cluster, ns: str, rv: str) -> str:
+    """How the apiserver answers a Job watch from ``rv``: ``"410"`` on the call, ``"ERROR 410"``
+    as the first event in the stream, or ``"ok"``."""
+    import ssl
+    import urllib.error
+
+    ctx = ssl.create_default_context(cafile=cluster.ca_file)
+    url = f"{cluster.host}/apis/batch/v1/namespaces/{ns}/jobs?watch=1&resourceVersion={rv}&timeoutSeconds=1"
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {cluster.token}"})
+    try:
+        with urllib.request.urlopen(req, timeout=5, context=ctx) as resp:
+            line = resp.readline()
+    except urllib.error.HTTPError as exc:
+        return str(exc.code)
+    if not line:
+        return "ok"
+    e = json.loads(line)
+    if e.get("type") == "ERROR":
+        return f"ERROR {e['object'].get('code')}"
+    return "ok"
+
+
+def test_job_completed_while_no_watch_was_open_is_recorded_completed(fault_cluster, kube: Kube, player: JobPlayer, controllers):
+    """The controller is stopped (SIGSTOP) until the apiserver has closed all its watches
+    (server-side timeout); the Job completes; etcd is compacted so the controller's last
+    resourceVersion is expired (410 Gone); the controller continues. It must relist and record
+    the Job as succeeded -- not as deleted, and nothing twice."""
+    pg, schema = controllers.pg, controllers.schema
+    declare(kube, [("bf", "gemma")])
+    proc = controllers().start()
+    proc.wait_ready()
+    job = start_running(kube, player, "bf")
+    old_rv = kube.batch.read_namespaced_job(job, kube.ns).metadata.resource_version
+
+    proc.pause()
+    try:
+        time.sleep(WATCH_TIMEOUT + 2)  # every watch of the paused process has been closed by the server
+        player.succeed(job)
+        kube.set_status("models", "gemma", {"phase": "Ready"})  # more writes past the old revision
+        compact_etcd(fault_cluster)
+        answer = watch_answer(fault_cluster, kube.ns, old_rv)
+        print(f"a Job watch from the controller's old resourceVersion now answers: {answer}")
+    finally:
+        proc.resume()
+    assert answer != "ok", "the fault was not injected: the old resourceVersion is still served"
+
+    wait_for(
+        lambda: [e for _, e in of_type(log_events(pg.url, schema), "JobSucceeded") if e.name == job],
+        timeout=WATCH_TIMEOUT + 10, what=f"JobSucceeded {job} in the log",
+    )  # fmt: skip
+    wait_for(lambda: kube.status("bf").get("phase") == "Succeeded", timeout=10, what="bf Succeeded")
+    events = log_events(pg.url, schema)
+    assert [e for _, e in of_type(events, "JobDeleted") if e.name == job] == []
+    assert _no_duplicates(events) == []
+    assert cluster_invariants(kube) == []
+    assert_replay_clean(pg.url, schema)
+
+
+def test_expired_resource_version_then_demand_is_cancelled(fault_cluster, kube: Kube, player: JobPlayer, controllers):
+    """As above, but the change made while no watch was open is foreground demand: after the
+    410 and the relist the Job is deleted promptly."""
+    pg, schema = controllers.pg, controllers.schema
+    declare(kube, [("bf", "gemma")])
+    proc = controllers().start()
+    proc.wait_ready()
+    job = start_running(kube, player, "bf")
+    old_rv = kube.get("models", "gemma")["metadata"]["resourceVersion"]
+
+    proc.pause()
+    try:
+        time.sleep(WATCH_TIMEOUT + 2)
+        demand(kube, "gemma")
+        compact_etcd(fault_cluster)
+        answer = watch_answer(fault_cluster, kube.ns, old_rv)
+        print(f"a Job watch from an old resourceVersion now answers: {answer}")
+    finally:
+        proc.resume()
+    assert answer != "ok", "the fault was not injected: the old resourceVersion is still served"
+    t0 = time.monotonic()
+    seconds = timed(lambda: kube.job(job) is None, timeout=WATCH_TIMEOUT + CANCEL_BOUND_SECONDS, what=f"Job {job} deleted after the 410")
+    print(f"410 Gone + relist: controller continued -> Job gone {seconds:.2f} s (from SIGCONT {time.monotonic() - t0:.2f} s)")
+    wait_for(lambda: of_type(log_events(pg.url, schema), "JobDeleted"), timeout=10, what="JobDeleted in the log")
+    events = log_events(pg.url, schema)
+    assert _no_duplicates(events) == []
+    assert [e.reason for _, e in of_type(events, "AttemptCancelled")] == ["ForegroundDemand"]
+    assert log_invariants(pg.url, schema, all_ended=False) == []
+    assert_replay_clean(pg.url, schema)
+
+
+def test_apiserver_restarted_under_the_controller(fault_cluster, kube: Kube, player: JobPlayer, controllers):
+    """Every watch ends with the apiserver; the controller reconnects (relists), records a Job
+    that completed as the apiserver came back as succeeded, and cancels the next demand."""
+    pg, schema = controllers.pg, controllers.schema
+    declare(kube, [("bf-1", "m1"), ("bf-2", "m2")])
+    proc = controllers().start()
+    proc.wait_ready()
+    job1 = start_running(kube, player, "bf-1")
+    job2 = start_running(kube, player, "bf-2")
+    down = fault_cluster.restart_apiserver()
+    player.succeed(job1)  # the first thing the restarted apiserver sees
+    print(f"apiserver restarted: unreachable {down:.2f} s")
+    seconds = timed(proc.ready, timeout=RECOVER_SECONDS, what="/readyz 200 after the apiserver restart")
+    print(f"apiserver restarted: controller ready {seconds:.2f} s after it came back")
+    demand(kube, "m2")
+    seconds = timed(lambda: kube.job(job2) is None, timeout=CANCEL_BOUND_SECONDS, what=f"{job2} deleted after the restart")
+    print(f"apiserver restarted: demand -> Job gone {seconds:.2f} s")
+    wait_for(lambda: [e for _, e in of_type(log_events(pg.url, schema), "JobSucceeded") if e.name == job1],
+             timeout=10, what=f"JobSucceeded {job1}")  # fmt: skip
+    events = log_events(pg.url, schema)
+    assert [e for _, e in of_type(events, "JobDeleted") if e.name == job1] == []
+    assert _no_duplicates(events) == []
+    assert cluster_invariants(kube) == []
+    assert log_invariants(pg.url, schema, all_ended=False) == []
+    assert_replay_clean(pg.url, schema)
+
+
+@pytest.fixture
+def proxy(fault_cluster):
+    from .proxy import TcpProxy
+
+    p = TcpProxy("127.0.0.1", int(fault_cluster.host.rsplit(":", 1)[1])).start()
+    try:
+        yield p
+    finally:
+        p.stop()
+
+
+def test_half_open_connections_are_abandoned(fault_cluster, kube: Kube, player: JobPlayer, controllers, proxy):
+    """Every connection of the controller to the apiserver goes half-open (data and FIN
+    discarded for good, no RST) for longer than the watch timeout; new connections work again
+    afterwards. Only client-side timeouts get it out: it must reconnect, relist, and cancel the
+    next demand promptly."""
+    pg, schema = controllers.pg, controllers.schema
+    declare(kube, [("bf", "gemma")])
+    proc = controllers(server=proxy.url).start()
+    proc.wait_ready()
+    job = start_running(kube, player, "bf")
+    proxy.partition(drop=True)
+    time.sleep(PAUSE_SECONDS)
+    status, _ = proc.http("/readyz")
+    proxy.heal()
+    print(f"half-open for {PAUSE_SECONDS:.0f} s: /readyz {status} at the end")
+    demand(kube, "gemma")
+    seconds = timed(lambda: kube.job(job) is None, timeout=WATCH_TIMEOUT + CANCEL_BOUND_SECONDS,
+                    what=f"Job {job} deleted after the connections went half-open")  # fmt: skip
+    print(f"half-open: demand -> Job gone {seconds:.2f} s after the heal")
+    assert status == 503, f"/readyz {status} with every watch stalled for {PAUSE_SECONDS:.0f} s"
+    wait_for(lambda: of_type(log_events(pg.url, schema), "JobDeleted"), timeout=10, what="JobDeleted in the log")
+    assert _no_duplicates(log_events(pg.url, schema)) == []
+    assert_replay_clean(pg.url, schema)

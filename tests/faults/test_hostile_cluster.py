@@ -1,0 +1,81 @@
+"""Hostile objects as the real apiserver stores them, under the controller subprocess: it never
+crashes, one bad object never stalls the others, every invalid declaration ends Blocked with a
+reason, and a Model whose ``lastActiveTime`` is 9999-12-31T23:59:59Z or becomes unreadable
+while its Job runs has that Job cancelled."""
+
+from __future__ import annotations
+
+import pytest
+
+from .harness import JobPlayer, Kube, assert_replay_clean, log_events, of_type, timed, wait_for
+from .workload import CANCEL_BOUND_SECONDS, TEMPLATE, start_running
+
+pytestmark = pytest.mark.kube
+
+NAME_253 = ("b" * 62 + ".") * 4 + "b"  # a 253-character DNS subdomain
+assert len(NAME_253) == 253
+
+
+def test_hostile_objects_do_not_stall_the_good_one(kube: Kube, player: JobPlayer, controllers):
+    kube.cronjob(TEMPLATE)
+    kube.model("good-model", node="good-node")
+    kube.model("long-node", node="n" * 63, gpu={"node": "x" * 300})  # a 300-character node name
+    kube.model("far-future", node="node-ff", lastActiveTime="9999-12-31T23:59:59Z")
+    proc = controllers().start()
+    proc.wait_ready()
+    bad = {
+        NAME_253: ({"model": "good-model", "repeatAfter": "30s"}, "InvalidRepeatAfter"),
+        "env-x": ({"env": {"BAD NAME": "x"}}, "InvalidEnvironment"),
+        "ghost": ({"model": "no-such-model"}, "ModelNotFound"),
+        "no-template": ({"template": "no-such-cronjob"}, "TemplateNotFound"),
+    }
+    for name, (spec, _) in bad.items():
+        kube.backfill(name, **{"model": "far-future", "template": TEMPLATE, **spec})
+    kube.backfill("plain", model="long-node", template=TEMPLATE, env={f"VAR_{i}": "v" * 10_240 for i in range(32)})
+    kube.backfill("far", model="far-future", template=TEMPLATE)
+    kube.backfill("good", model="good-model", template=TEMPLATE)
+
+    job = start_running(kube, player, "good")
+    for name, (_, reason) in bad.items():
+        st = wait_for(lambda: kube.status(name).get("phase") == "Blocked" and kube.status(name), timeout=10, what=f"{name[:20]} Blocked")
+        assert st["reason"] == reason, (name[:20], st)
+    wait_for(lambda: kube.status("far").get("phase") == "WaitingForIdle", timeout=10, what="far WaitingForIdle")
+    assert proc.alive, proc.tail()
+
+    # lastActiveTime at the end of the calendar while a Job runs: demand, cancelled.
+    kube.set_status("models", "good-model", {"lastActiveTime": "9999-12-31T23:59:59Z"})
+    timed(lambda: kube.job(job) is None, timeout=CANCEL_BOUND_SECONDS, what="Job cancelled by a 9999 lastActiveTime")
+    wait_for(lambda: kube.status("good").get("phase") == "WaitingForIdle", timeout=10, what="good WaitingForIdle (not stuck Cancelling)")
+    # lastActiveTime becomes unreadable while a Job runs: a valid RFC 3339 date-time (the CRD's
+    # format check passes) that is no representable instant in UTC (year 10000 there).
+    plain = start_running(kube, player, "plain")
+    env = {e.name: e.value for e in kube.job(plain).spec.template.spec.containers[0].env}
+    assert all(env[f"VAR_{i}"] == "v" * 10_240 for i in range(32))
+    kube.set_status("models", "long-node", {"lastActiveTime": "9999-12-31T23:59:59-23:59"})
+    timed(lambda: kube.job(plain) is None, timeout=CANCEL_BOUND_SECONDS, what="Job cancelled by an unreadable lastActiveTime")
+    assert proc.alive, proc.tail()
+    pg, schema = controllers.pg, controllers.schema
+    sources = {e.source for _, e in of_type(log_events(pg.url, schema), "ForegroundRequest")}
+    assert "lastActiveTime-unreadable" in sources
+    assert_replay_clean(pg.url, schema)
+
+
+def test_oversized_job_does_not_stay_starting(kube: Kube, controllers):
+    kube.cronjob(TEMPLATE)
+    kube.model("m", node="node-m")
+    proc = controllers().start()
+    proc.wait_ready()
+    big_env = {f"VAR_{i}": "é" * 10_240 for i in range(32)}
+    kube.backfill("big-env", model="m", template=TEMPLATE, env=big_env)
+    # 32 values of 10 kB of a non-ASCII letter, copied into both containers: the Job body is
+    # ~3.9 MB as JSON (each letter escaped), past the apiserver's 3 MiB request limit (413).
+    # It must not stay Starting for ever: created, or Blocked/Failed with a reason.
+    def settled() -> bool:
+        st = kube.status("big-env")
+        return bool([j for j in kube.jobs() if j.metadata.name.startswith("big-env-")]) or (
+            st.get("phase") in ("Blocked", "Failed") and bool(st.get("reason"))
+        )
+
+    wait_for(settled, timeout=15, what="big-env created, or Blocked/Failed with a reason")
+    print(f"oversized Job: status {kube.status('big-env').get('phase')} {kube.status('big-env').get('reason')}")
+    assert proc.alive, proc.tail()

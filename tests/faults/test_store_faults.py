@@ -1,0 +1,165 @@
+"""PostgreSQL faults under a running controller (issue 8 "Tests that must exist", issue 9
+"Database faults"): the cancel never waits on the store.
+
+The controller runs as a real subprocess; the test plays the Job controller; the outcome is read
+from the cluster (Jobs, statuses) and from the log (PostgreSQL, after it returns).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+
+import pytest
+
+from .harness import JobPlayer, Kube, assert_replay_clean, demand, log_events, of_type, run_rows, timed, wait_for
+from .workload import CANCEL_BOUND_SECONDS, cluster_invariants, declare, log_invariants, start_running
+
+pytestmark = pytest.mark.kube
+
+#: How long the store stays away after the demand (longer than the 2 s idle window, so an
+#: admission while it is down would have happened).
+OUTAGE_AFTER_DEMAND_SECONDS = 4.0
+#: /readyz must say which dependency is missing.
+STORE_WORDS = re.compile(r"store|database|postgres", re.I)
+
+
+@contextlib.contextmanager
+def store_fault(pg, schema: str, fault: str):
+    """``stop``: pg_ctl stop -m fast (connections refused); ``pause``: postmaster and backends
+    SIGSTOPped (connections hang); ``lock``: ACCESS EXCLUSIVE on the events table (statements hang)."""
+    if fault == "stop":
+        pg.stop()
+        try:
+            yield
+        finally:
+            pg.start()
+    elif fault == "pause":
+        pg.pause()
+        try:
+            yield
+        finally:
+            pg.resume()
+    elif fault == "lock":
+        with pg.lock_events(schema):
+            yield
+    else:  # pragma: no cover
+        raise ValueError(fault)
+
+
+@pytest.mark.parametrize("fault", ["stop", "pause", "lock"])
+def test_demand_while_the_store_is_away_cancels_at_once(kube: Kube, player: JobPlayer, controllers, fault):
+    pg, schema = controllers.pg, controllers.schema
+    declare(kube, [("bf", "gemma")])
+    proc = controllers().start()
+    proc.wait_ready()
+    job = start_running(kube, player, "bf")
+
+    with store_fault(pg, schema, fault):
+        last_active = demand(kube, "gemma")
+        t0 = time.monotonic()
+        try:
+            seconds = timed(lambda: kube.job(job) is None, timeout=CANCEL_BOUND_SECONDS, what=f"Job {job} deleted with the store {fault}")
+        finally:
+            print(f"store {fault}: demand -> Job {job} gone: {time.monotonic() - t0:.2f} s (bound {CANCEL_BOUND_SECONDS} s)")
+        print(f"store {fault}: cancel took {seconds:.2f} s")
+        # Past the idle window: nothing may be admitted while the log cannot record it.
+        deadline = t0 + OUTAGE_AFTER_DEMAND_SECONDS
+        while time.monotonic() < deadline:
+            assert [j.metadata.name for j in kube.jobs()] == [], "a Job was created while the store was away"
+            time.sleep(0.2)
+        status, body = proc.http("/readyz")
+        assert status == 503 and STORE_WORDS.search(body), f"/readyz with the store {fault}: {status} {body!r}"
+        assert proc.alive, proc.tail()
+
+    # The store is back: the log catches up with what happened while it was away.
+    def logged() -> bool:
+        events = log_events(pg.url, schema)
+        fg = [e for _, e in of_type(events, "ForegroundRequest") if e.model == "gemma"]
+        cancels = [e for _, e in of_type(events, "AttemptCancelled") if e.attempt == 1]
+        deleted = [e for _, e in of_type(events, "JobDeleted") if e.name == job]
+        return bool(fg and cancels and deleted)
+
+    wait_for(logged, timeout=20, what="the missed demand, cancel and deletion in the log")
+    events = log_events(pg.url, schema)
+    fg = [(p, e) for p, e in of_type(events, "ForegroundRequest") if e.model == "gemma"]
+    assert [e.at.strftime("%Y-%m-%dT%H:%M:%SZ") for _, e in fg][-1] == last_active
+    (cancel_pos, cancel), = [(p, e) for p, e in of_type(events, "AttemptCancelled") if e.attempt == 1]
+    assert cancel.reason == "ForegroundDemand" and cancel.cause == fg[-1][0], (cancel, fg)
+    row = wait_for(
+        lambda: [r for r in run_rows(pg.url, schema) if r.attempt == 1 and r.ended_at is not None],
+        timeout=10, what="run row of attempt 1 ended",
+    )[0]  # fmt: skip
+    assert (row.result, row.reason, row.job_name) == ("preempted", "ForegroundDemand", job)
+    assert cluster_invariants(kube) == []
+    assert log_invariants(pg.url, schema, all_ended=False) == []
+    assert_replay_clean(pg.url, schema)
+
+
+def test_store_restarted_under_a_running_controller(kube: Kube, player: JobPlayer, controllers):
+    """The LISTEN connection does not survive a restart: the wake-up path must recover, and the
+    next demand is cancelled promptly and recorded."""
+    pg, schema = controllers.pg, controllers.schema
+    declare(kube, [("bf", "gemma")])
+    proc = controllers().start()
+    proc.wait_ready()
+    job = start_running(kube, player, "bf")
+    t0 = time.monotonic()
+    pg.stop()
+    pg.start()
+    print(f"store restart took {time.monotonic() - t0:.2f} s")
+    wait_for(proc.ready, timeout=15, what="/readyz 200 after the store restarted")
+    demand(kube, "gemma")
+    seconds = timed(lambda: kube.job(job) is None, timeout=CANCEL_BOUND_SECONDS, what=f"Job {job} deleted after the restart")
+    print(f"store restarted: demand -> Job gone {seconds:.2f} s")
+    wait_for(
+        lambda: [r for r in run_rows(pg.url, schema) if r.attempt == 1 and r.result == "preempted"],
+        timeout=10, what="attempt 1 preempted in the runs table",
+    )  # fmt: skip
+    assert log_invariants(pg.url, schema, all_ended=False) == []
+    assert_replay_clean(pg.url, schema)
+
+
+def test_counters_match_the_log_after_batches_retried_on_store_errors(kube: Kube, player: JobPlayer, controllers):
+    """The store goes away as three admissions come due and while their cancels are decided:
+    the controller retries its batches; afterwards every counter on /metrics equals what the
+    log says (no attempt counted twice because a batch was retried)."""
+    pg, schema = controllers.pg, controllers.schema
+    pairs = [("bf-1", "m1"), ("bf-2", "m2"), ("bf-3", "m3")]
+    declare(kube, pairs)
+    proc = controllers().start()
+    proc.wait_ready()
+    pg.stop()
+    try:
+        time.sleep(3)  # the 2 s idle windows complete while the store is away
+    finally:
+        pg.start()
+    jobs = [start_running(kube, player, name) for name, _ in pairs]
+    pg.stop()
+    try:
+        for _, model in pairs:
+            demand(kube, model)
+        time.sleep(2)
+    finally:
+        pg.start()
+    wait_for(lambda: all(kube.job(j) is None for j in jobs), timeout=20, what="every Job deleted once the store is back")
+    wait_for(lambda: len([r for r in run_rows(pg.url, schema) if r.attempt == 1 and r.result]) == 3, timeout=20,
+             what="three ended first attempts")  # fmt: skip
+    # Quiet: the second attempts are admitted and their Jobs created (then nothing happens).
+    wait_for(lambda: sorted(j.metadata.name.rsplit("-", 1)[1] for j in kube.jobs()) == ["2", "2", "2"], timeout=20,
+             what="the three second attempts' Jobs")  # fmt: skip
+    wait_for(lambda: len(of_type(log_events(pg.url, schema), "JobCreated")) >= 6, timeout=10, what="six JobCreated")
+    time.sleep(1)
+    events = log_events(pg.url, schema)
+    admitted = len(of_type(events, "AttemptAdmitted"))
+    ended = len([r for r in run_rows(pg.url, schema) if r.result])
+    starts = proc.metric("flexinfer_model_backfill_starts_total")
+    completions = proc.metric("flexinfer_model_backfill_completions_total")
+    preemptions = proc.metric("flexinfer_model_backfill_preemptions_total")
+    print(f"after two store outages: starts {starts}, completions {completions}, preemptions {preemptions}; "
+          f"log: {admitted} admitted, {ended} ended")  # fmt: skip
+    assert (starts, completions) == (admitted, ended)
+    assert preemptions == len([r for r in run_rows(pg.url, schema) if r.result == "preempted"])
+    assert log_invariants(pg.url, schema, all_ended=False) == []
+    assert_replay_clean(pg.url, schema)
