@@ -57,7 +57,7 @@ QUICK = {
 FULL = {
     "store_events": 200_000, "repeat": 3, "fold_events": 200_000,
     "latency": [],
-    "scale": {"models": 1000, "backfills": 10000, "log_events": 5_000_000, "idle": 60.0, "workers": 16, "admission_timeout": 120.0},
+    "scale": {"models": 1000, "backfills": 10000, "log_events": 5_000_000, "idle": 60.0, "workers": 16, "admission_timeout": 240.0},
 }
 
 

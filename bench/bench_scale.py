@@ -551,8 +551,8 @@ def run(
             f1["cold_start_s"] + first.info.get("quiet_s", float("nan")),
             "s",
             note=f"{size}; the first start (whole log folded) until its status writer is idle and the log idle for {settle:g} s "
-            f"(one status write per ModelBackfill: {backfills / max(1e-9, first.info.get('quiet_s', 0)):,.0f} ModelBackfills/s after the "
-            f"first pass; bounded at {settle_timeout:.0f} s); no target",
+            f"(one status write per ModelBackfill: about {backfills / max(1e-9, first.info.get('quiet_s', 0)):,.0f} ModelBackfills/s after the "
+            f"first pass, the settle wait included; bounded at {settle_timeout:.0f} s); no target",
         ),
         Row(
             "scale: idle CPU",
