@@ -39,7 +39,11 @@ class Settings(BaseSettings):
 
     # Kubernetes
     kubeconfig: Path | None = Field(default=None, description="kubeconfig file; unset: in-cluster, else ~/.kube/config.")
-    namespace: str | None = Field(default=None, description="Watch only this namespace; unset: all namespaces.")
+    namespace: str | None = Field(
+        default=None,
+        description="Watch, decide and act only in this namespace (an RFC 1123 label); unset: all namespaces.",
+        pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
+    )
 
     # HTTP
     metrics_address: str = Field(default="0.0.0.0:8080", description="host:port for /metrics, /healthz, /readyz and /v1/foreground.")
@@ -73,15 +77,25 @@ class Settings(BaseSettings):
     )
     api_qps: float = Field(
         default=200.0, gt=0,
-        description="Client-side rate of the controller's Job creates and status writes, calls/s (client-go's QPS; "
-        "Job deletes are never held back).",
+        description="Client-side rate of the controller's Job creates, and separately of its status writes, calls/s "
+        "(client-go's QPS; Job deletes are never held back).",
     )
     api_burst: int = Field(default=400, ge=1, description="Calls that may go at once before api_qps applies (client-go's burst).")
     api_timeout_seconds: float = Field(default=10.0, gt=0, description="Client-side timeout of every Kubernetes API call (and a watch's connect), seconds.")
+    delete_timeout_seconds: float = Field(
+        default=2.0, gt=0,
+        description="Client-side timeout of a Job DELETE (the cancel path), seconds; one that times out is sent again at "
+        "once on a fresh connection (a dead pooled connection must not hold a cancel for api_timeout_seconds).",
+    )
     spool_max_records: int = Field(
         default=100_000, ge=1,
         description="Most observed events held in memory while the event log does not accept them; past it new "
         "observations are dropped (counted) and every watcher relists once the store is back.",
+    )
+    store_stall_seconds: float = Field(
+        default=3.0, gt=0,
+        description="/readyz reports the store when a read or an append has waited this long for an answer, seconds "
+        "(a paused or hung server never answers; its own statement timeout cannot fire).",
     )
     health_stale_seconds: float = Field(
         default=120.0, gt=0,

@@ -32,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, Callable, Iterable, Mapping
 
+import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -140,10 +141,13 @@ class Actor:
         can_act: leader check (always True without leader election); in memory.
         identity: reported as the Events' reporting instance.
         timeout: client-side timeout of every API call, seconds.
+        delete_timeout: client-side timeout of a Job DELETE, seconds (sent once more at once on
+            a fresh connection when it times out).
         cached: ``key -> ModelBackfill object | None``, the latest copy seen (spares the GET
             before a status PUT); None: always GET.
         remember: ``(key, object)``, told the object a status PUT returned (the newest copy).
-        limiter: paces Job creates and status writes (``acquire()``, a
+        limiter / status_limiter: pace Job creates / status writes, each its own bucket so an
+            admission never queues behind thousands of status writes (``acquire()``, a
             :class:`~backfill.controller.ratelimit.TokenBucket`); None: unpaced. Deletes never wait.
     """
 
@@ -157,9 +161,11 @@ class Actor:
         *,
         observe: Callable[[list], Any] | None = None,
         timeout: float = 10.0,
+        delete_timeout: float = 2.0,
         cached: Callable[[tuple[str, str]], Mapping[str, Any] | None] | None = None,
         remember: Callable[[tuple[str, str], Any], None] | None = None,
         limiter: Any = None,
+        status_limiter: Any = None,
     ) -> None:
         self.api = api
         self.batch = client.BatchV1Api(api)
@@ -171,11 +177,13 @@ class Actor:
         self.can_act = can_act
         self.identity = identity
         self.timeout = timeout
+        self.delete_timeout = delete_timeout
         self._cached = cached
         self._remember = remember
         self._written: dict[tuple[str, str], Mapping[str, Any]] = {}
         self._lock = threading.Lock()
         self._pace: dict[tuple[str, str, str], tuple[float, float]] = {}  # (verb, ns, job) -> (next allowed, pause)
+        self._terminating_noted: set[tuple[str, str]] = set()  # (ns, job) whose JobTerminating Event was sent
         self.appended = 0
         self._decided_at: datetime | None = None
         self.statuses = StatusWriter(self.write_status)
@@ -183,6 +191,7 @@ class Actor:
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="job-deletes")
         self._creates = ThreadPoolExecutor(max_workers=16, thread_name_prefix="job-creates")
         self._limiter = limiter
+        self._status_limiter = status_limiter
 
     def close(self) -> None:
         """Stop the status writer and the side threads (pending Events are still sent)."""
@@ -294,9 +303,20 @@ class Actor:
             and nothing was recorded for them).
         """
         self._decided_at = now
-        todo = [c for c in commands if not isinstance(c, (WakeAt, Cancel, Admit))]
+        todo = [c for c in commands if not isinstance(c, (WakeAt, Cancel, Admit, Block, Unblock))]
         todo.sort(key=lambda c: 0 if isinstance(c, DeleteJob) else 1)  # stable: per-key order kept
         admits = [c for c in commands if isinstance(c, Admit)]
+        blocks = [c for c in commands if isinstance(c, (Block, Unblock))]
+        if blocks:  # before the admissions: an Unblock comes before the Admit it allows
+            try:
+                self._guard()
+                self.block_many(blocks, world)
+            except NotLeader:
+                log.info("not the leader any more: commands skipped")
+                return []
+            except Exception as exc:  # noqa: BLE001 - nothing recorded: decided again next pass
+                log.error(f"recording {len(blocks)} block/unblock decisions failed: {_first_line(exc)}", extra={"position": world.position})
+                return sorted({c.key for c in blocks} | {c.key for c in admits})
         for i, cmd in enumerate(todo):
             try:
                 self._guard()
@@ -334,6 +354,7 @@ class Actor:
                 self.create_job(cmd.key, b.uid, cmd.attempt, cmd.job_name, world)
         elif t is DeleteJob:
             if self.due("delete", cmd.key[0], cmd.job_name):
+                self._note_terminating(cmd, world)
                 self.delete_job(cmd.key, cmd.job_name)
         elif t is Block:
             self.block(cmd, world)
@@ -454,6 +475,8 @@ class Actor:
                 reason, message = _status_of(exc)
                 reject(code, reason, message, ev.create_rejection_is_permanent(code), _retry_after(exc))
                 return
+        except NotLeader:
+            raise  # the fence refused it: nothing was sent, nothing to record
         except Exception as exc:  # noqa: BLE001 - no response (timeout, connection): transient
             reject(0, type(exc).__name__, _first_line(exc), permanent=False)
             return
@@ -485,6 +508,23 @@ class Actor:
             log.info(f"cancelled attempt {c.attempt} ({c.reason}): {c.message}", extra=extra)
             self._event(ns, name, c.uid, c.reason, f"cancelled Job {c.job_name}: {c.message}", "Warning")
 
+    def _note_terminating(self, cmd: DeleteJob, world: World) -> None:
+        """One Warning Event per Job that a finalizer holds after its delete (``JobTerminating``)."""
+        b = world.backfills.get(cmd.key)
+        a = b.attempt if b is not None else None
+        if a is None or a.job_name != cmd.job_name or a.terminating_since is None:
+            return
+        with self._lock:
+            if (cmd.key[0], cmd.job_name) in self._terminating_noted:
+                return
+            self._terminating_noted.add((cmd.key[0], cmd.job_name))
+        self._event(
+            cmd.key[0], cmd.key[1], b.uid, "JobTerminating",
+            f"Job {cmd.job_name} is still terminating (a finalizer holds it); the delete is retried with back-off "
+            "and nothing is admitted on its model or node until it is gone",
+            "Warning",
+        )
+
     def _try_delete(self, cmd: Cancel) -> str | None:
         try:
             self.delete_job(cmd.key, cmd.job_name)
@@ -498,7 +538,10 @@ class Actor:
         self._guard()
         try:
             crash_point("cancel/delete-sent")
-            self.batch.delete_namespaced_job(job_name, ns, propagation_policy="Background", _request_timeout=self.timeout)
+            try:
+                self.batch.delete_namespaced_job(job_name, ns, propagation_policy="Background", _request_timeout=self.delete_timeout)
+            except urllib3.exceptions.HTTPError:  # timed out or broken: a fresh connection, at once
+                self.batch.delete_namespaced_job(job_name, ns, propagation_policy="Background", _request_timeout=self.delete_timeout)
             crash_point("cancel/delete-answered")
         except ApiException as exc:
             if exc.status != 404:
@@ -508,21 +551,35 @@ class Actor:
     # -- block / unblock ----------------------------------------------------------------------
 
     def block(self, cmd: Block, world: World) -> None:
-        """Record ``BackfillBlocked`` (once per reason, cause and generation) and emit a Warning Event."""
-        ns, name = cmd.key
-        if self._record(cmd, world) is not None:
-            log.info(
-                f"blocked: {cmd.reason}: {cmd.message}",
-                extra={"backfill": f"{ns}/{name}", "position": cmd.cause, "decision": "BackfillBlocked"},
-            )
-            self._event(ns, name, cmd.uid, cmd.reason, cmd.message, "Warning")
+        """Record one ``BackfillBlocked`` (see :meth:`block_many`)."""
+        self.block_many([cmd], world)
 
     def unblock(self, cmd: Unblock, world: World) -> None:
-        """Record ``BackfillUnblocked`` and emit an ``Unblocked`` Event."""
-        ns, name = cmd.key
-        if self._record(cmd, world) is not None:
-            log.info("unblocked", extra={"backfill": f"{ns}/{name}", "position": cmd.cause, "decision": "BackfillUnblocked"})
-            self._event(ns, name, cmd.uid, "Unblocked", "the blocking condition is gone")
+        """Record one ``BackfillUnblocked`` (see :meth:`block_many`)."""
+        self.block_many([cmd], world)
+
+    def block_many(self, cmds: list[Any], world: World) -> None:
+        """Record the ``BackfillBlocked``/``BackfillUnblocked`` decisions of ``cmds`` in one append
+        (a thousand declarations unblocked at once cost one transaction), then emit their Events:
+        a Warning with the reason for a block (once per reason, cause and generation), an
+        ``Unblocked`` Event for an unblock."""
+        records = [decision_record(c, at=self._decision_time(), basis=world.position) for c in cmds]
+        self._guard()
+        positions = self.append_records([encode(e, k) for e, k in records])
+        for c, p in zip(cmds, positions):
+            if p is None:
+                continue
+            self.appended += 1
+            ns, name = c.key
+            if isinstance(c, Block):
+                log.info(
+                    f"blocked: {c.reason}: {c.message}",
+                    extra={"backfill": f"{ns}/{name}", "position": c.cause, "decision": "BackfillBlocked"},
+                )
+                self._event(ns, name, c.uid, c.reason, c.message, "Warning")
+            else:
+                log.info("unblocked", extra={"backfill": f"{ns}/{name}", "position": c.cause, "decision": "BackfillUnblocked"})
+                self._event(ns, name, c.uid, "Unblocked", "the blocking condition is gone")
 
     # -- finalizer ----------------------------------------------------------------------------
 
@@ -599,8 +656,8 @@ class Actor:
                 break
             body = dict(obj)
             body["status"] = merged
-            if self._limiter is not None:
-                self._limiter.acquire()
+            if self._status_limiter is not None:
+                self._status_limiter.acquire()
             self._guard()
             try:
                 written = self.custom.replace_namespaced_custom_object_status(

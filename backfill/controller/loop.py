@@ -50,6 +50,7 @@ from .actor import FINALIZER, Actor
 from .crash import crash_point
 from .kinds import KINDS
 from .metrics import Metrics
+from .fence import fence
 from .preempt import Preemptor
 from .ratelimit import TokenBucket
 from .spool import Spool
@@ -131,11 +132,15 @@ class Controller:
             identity=identity,
             observe=self.observe,
             timeout=settings.api_timeout_seconds,
+            delete_timeout=settings.delete_timeout_seconds,
             cached=self._cached_object,
             remember=self._remember_object,
             limiter=TokenBucket(settings.api_qps, settings.api_burst),
+            status_limiter=TokenBucket(settings.api_qps, settings.api_burst),
         )
-        self.preemptor = Preemptor(lambda: self.world, self.spool, self.actor.preempt, self.is_leader, clock)
+        self.preemptor = Preemptor(lambda: self.world, self.spool, self.actor.preempt, self.is_leader, clock, scope=settings.namespace)
+        if leader is not None:
+            fence(api, self.is_leader)  # the last check before any mutation leaves the process
         self.translator = Translator(self._known_last_active, signal_granularity=settings.foreground_signal_granularity_seconds)
         self.watchers: list[Watcher] = []
         self._wakes: list[tuple[datetime, Key]] = []
@@ -147,6 +152,7 @@ class Controller:
         self._carry: set[Key] = set()  # keys whose commands were left undone
         self._runs_checkpoint = 0  # during the start-up refold: run rows up to here are stored
         self.store_error: str | None = None
+        self._reading_since: float | None = None  # monotonic start of the log read in flight
         self.snapshot_position = 0  # position of the newest snapshot loaded or saved
         self._snapshot_at = time.monotonic()
         self.last_pass = time.monotonic()
@@ -172,8 +178,16 @@ class Controller:
             problems.append("watchers not started")
         if self.store_error is not None:
             problems.append(f"store: reading the event log fails: {self.store_error}")
+        since = self._reading_since
+        stall = self.settings.store_stall_seconds
+        if since is not None and time.monotonic() - since > stall:
+            problems.append(f"store: a read of the event log has not answered for {time.monotonic() - since:.0f}s")
         if not self.spool.healthy:
             problems.append(f"store: appends fail, {self.spool.backlog} events spooled in memory: {self.spool.last_error}")
+        elif self.spool.stalled_for() > stall:
+            problems.append(
+                f"store: an append has not answered for {self.spool.stalled_for():.0f}s, {self.spool.backlog} events spooled in memory"
+            )
         return (not problems, problems)
 
     def liveness(self) -> tuple[bool, list[str]]:
@@ -388,8 +402,11 @@ class Controller:
             acted = False
             try:
                 try:
+                    self._reading_since = time.monotonic()
                     keys = self.catch_up()
+                    self._reading_since = None
                 except Exception as exc:  # noqa: BLE001 - the store is away: cancels go on regardless
+                    self._reading_since = None
                     if self.store_error is None:
                         log.error(f"reading the event log failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
                     self.store_error = f"{type(exc).__name__}"
@@ -465,12 +482,22 @@ class Controller:
             self.snapshot_position = self.world.position
         self._snapshot_at = time.monotonic()
 
+    def scope(self, keys: Any) -> Any:
+        """``keys`` (None: every backfill in the projection) limited to this controller's
+        namespace (``settings.namespace``): the log may hold other namespaces' declarations (the
+        schema is shared), and a namespaced controller must decide and act only for its own."""
+        ns = self.settings.namespace
+        if not ns:
+            return keys
+        return [k for k in (self.world.backfills if keys is None else keys) if k[0] == ns]
+
     def step(self, keys: Any, now: datetime) -> list:
         """Decide for ``keys`` (None: all) on the durable projection at ``now`` and execute
         everything but cancels (the preemptor's); returns the commands decided.
 
         Admissions go out only while the spool has settled (nothing observed is missing from
         the durable projection); otherwise their keys are decided again on a later pass."""
+        keys = self.scope(keys)
         try:
             commands = decide(self.world, now, keys, status=True)
         except Exception as exc:  # noqa: BLE001 - one bad backfill must not starve the others

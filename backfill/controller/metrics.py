@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, disable_created_metrics
+
+# Exactly the seed's four families: no ``*_created`` gauge beside each counter.
+disable_created_metrics()
 
 from backfill.core.runs import RunRow
 

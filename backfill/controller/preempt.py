@@ -61,6 +61,7 @@ class Preemptor:
             nothing.
         can_act: the leader check (in memory; never a round trip).
         clock: aware UTC now.
+        scope: decide only for backfills in this namespace (a namespaced controller); None: all.
     """
 
     def __init__(
@@ -70,7 +71,9 @@ class Preemptor:
         execute: Callable[[list[Cancel], World], None],
         can_act: Callable[[], bool],
         clock: Callable[[], datetime],
+        scope: str | None = None,
     ) -> None:
+        self._scope = scope
         self._durable = durable
         self._spool = spool
         self._execute = execute
@@ -168,9 +171,12 @@ class Preemptor:
         if not self._can_act():
             return []
         now = self._clock()
+        wanted: Any = None if everything else keys
+        if self._scope:
+            wanted = [k for k in (opt.backfills if wanted is None else wanted) if k[0] == self._scope]
         cancels = [
             c
-            for c in decide(opt, now, None if everything else keys)
+            for c in decide(opt, now, wanted)
             if isinstance(c, Cancel) and (c.key, c.attempt) not in self.inflight
         ]
         if not cancels:

@@ -103,6 +103,7 @@ class Spool:
         self.last_error: str | None = None
         self.failing_since: float | None = None  # monotonic time of the first failure in a row
         self.committed = 0
+        self.writing_since: float | None = None  # monotonic start of the append in flight
         self._thread = threading.Thread(target=self._run, name="log-writer", daemon=True)
         self._thread.start()
 
@@ -193,8 +194,14 @@ class Spool:
 
     @property
     def healthy(self) -> bool:
-        """False while appends are failing (the store is down, hanging or refusing)."""
+        """False while appends are failing (the store is down or refusing)."""
         return self.failing_since is None
+
+    def stalled_for(self) -> float:
+        """Seconds the append in flight has been waiting for the store (0 when none): a paused
+        or hung server never answers, and its statement timeout is enforced by the server."""
+        since = self.writing_since
+        return time.monotonic() - since if since is not None else 0.0
 
     def stop(self, timeout: float = 5.0) -> None:
         """Commit what is queued (best effort within ``timeout`` seconds), then stop the writer."""
@@ -216,8 +223,10 @@ class Spool:
                     return
                 todo = self._entries[self._next :]
             try:
+                self.writing_since = time.monotonic()
                 self._write(todo)
             except Exception as exc:  # noqa: BLE001 - keep the entries and retry
+                self.writing_since = None
                 text = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
                 if self.failing_since is None:
                     self.failing_since = time.monotonic()
@@ -228,6 +237,7 @@ class Spool:
                         return
                 backoff = min(backoff * 2, self._backoff[1])
                 continue
+            self.writing_since = None
             if self.failing_since is not None:
                 log.info(f"the event log accepts appends again after {time.monotonic() - self.failing_since:.1f}s")
             self.failing_since, self.last_error, backoff = None, None, self._backoff[0]

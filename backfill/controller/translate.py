@@ -254,6 +254,8 @@ class Translator:
         if kind == DELETED:
             return _natural([ev.JobDeleted(at=now, **common)])
         out: list[Any] = [ev.JobCreated(at=_time(m.get("creationTimestamp")) or now, **common)]
+        if m.get("deletionTimestamp"):
+            out.append(ev.JobTerminating(at=_time(m.get("deletionTimestamp")) or now, **common))
         status = obj.get("status") or {}
         start = _time(status.get("startTime"))
         if start is not None:

@@ -245,6 +245,14 @@ class JobDeleted(_JobEvent):
     type: Literal["JobDeleted"] = "JobDeleted"
 
 
+class JobTerminating(_JobEvent):
+    """The Job is being deleted but still exists (a finalizer holds it): ``at`` is its
+    ``deletionTimestamp``. Until ``JobDeleted`` the attempt stays live (Cancelling), so nothing
+    new is admitted on its model or node, and the status says the Job is still terminating."""
+
+    type: Literal["JobTerminating"] = "JobTerminating"
+
+
 class JobCreateRejected(_JobEvent):
     """The create of an admitted attempt's Job was refused, so no Job exists (not a Job failure).
 
@@ -278,15 +286,16 @@ class JobCreateRejected(_JobEvent):
 def create_rejection_is_permanent(code: int) -> bool:
     """Whether a refused Job create is permanent (the object itself is invalid) or transient.
 
-    Permanent: 422 Unprocessable Entity (the API server's validation: ``Invalid``) and 400 Bad
-    Request (a malformed object, or an admission webhook that denied this object); retrying
+    Permanent: 422 Unprocessable Entity (the API server's validation: ``Invalid``), 400 Bad
+    Request (a malformed object, or an admission webhook that denied this object) and 413
+    Request Entity Too Large (the Job is larger than the API server takes); retrying
     the same object cannot succeed, so the declaration is Blocked until its spec or template
     changes. Everything else is transient and retried with back-off: 403 (ResourceQuota
     exceeded, RBAC, a webhook's Forbidden: fixed elsewhere, with no event to say so), 404 (the
     namespace is going away), 409 (a foreign Job holds the name), 429, 5xx (a webhook that is
     unavailable is a 500), and 0 (no response: timeout, connection refused).
     """
-    return code in (400, 422)
+    return code in (400, 413, 422)
 
 
 # --------------------------------------------------------------------------- decisions
@@ -376,6 +385,7 @@ Event = Annotated[
         JobSucceeded,
         JobFailed,
         JobDeleted,
+        JobTerminating,
         JobCreateRejected,
         AttemptAdmitted,
         AttemptCancelled,

@@ -44,6 +44,35 @@ from .commands import (
     WakeAt,
     WriteStatus,
 )
+from .verdict import (  # re-exported: the projector's names
+    IDLE_WINDOW,
+    MODEL_NOT_READY,
+    FOREGROUND_DEMAND,
+    GAMING_INTENT,
+    GPU_LEASE_ACTIVE,
+    CONCURRENT_BACKFILL,
+    SPEC_CHANGED,
+    SUSPENDED,
+    NODE_CHANGED,
+    REPEAT_SCHEDULED,
+    REPEAT_DUE,
+    DELETED,
+    TEMPLATE_NOT_FOUND,
+    GPU_REQUEST_FORBIDDEN,
+    MODEL_NOT_FOUND,
+    INVALID_TEMPLATE,
+    JOB_REJECTED,
+    CREATE_RETRYING,
+    IDLE_WINDOW_MESSAGE,
+    PREEMPTION_REASONS,
+    WAITING,
+    SUCCEEDED,
+    FAILED,
+    SUSPENDED_PHASE,
+    BLOCKED,
+    PHASES,
+    Verdict,
+)
 from .jobtemplate import gpu_requests, job_name, template_problem
 from .spec import parse_spec
 from .status import status_from_verdict
@@ -68,36 +97,13 @@ from .state import (
 #: Seconds between re-checks of an attempt whose create or delete is not observed yet. The
 #: re-issue itself is emitted on every decide; the actor paces it (back-off per Job).
 RETRY_SECONDS = 30.0
+#: Seconds between re-checks of a cancelled attempt whose Job is not gone yet.
+CANCEL_RECHECK_SECONDS = 1.0
 #: Back-off of a Job create the API server refused transiently (``JobCreateRejected``), seconds:
 #: 10, 20, 40, ... at most 300, and never sooner than the server's ``Retry-After``.
 CREATE_BACKOFF_INITIAL = 10.0
 CREATE_BACKOFF_MAX = 300.0
 
-# Reasons (cluster-contract "Waiting/cancel reasons" and "Blocked reasons").
-IDLE_WINDOW = "IdleWindow"
-MODEL_NOT_READY = "ModelNotReady"
-FOREGROUND_DEMAND = "ForegroundDemand"
-GAMING_INTENT = "GamingIntent"
-GPU_LEASE_ACTIVE = "GPULeaseActive"
-CONCURRENT_BACKFILL = "ConcurrentBackfill"
-SPEC_CHANGED = "SpecChanged"
-SUSPENDED = "Suspended"
-NODE_CHANGED = "NodeChanged"
-REPEAT_SCHEDULED = "RepeatScheduled"
-REPEAT_DUE = "RepeatDue"
-DELETED = "Deleted"
-TEMPLATE_NOT_FOUND = "TemplateNotFound"
-GPU_REQUEST_FORBIDDEN = "GPURequestForbidden"
-MODEL_NOT_FOUND = "ModelNotFound"
-INVALID_TEMPLATE = "InvalidTemplate"
-JOB_REJECTED = "JobRejected"  # Blocked: the API server refused the Job permanently (e.g. 422)
-CREATE_RETRYING = "CreateRetrying"  # Starting: the create was refused transiently; retried with back-off
-
-IDLE_WINDOW_MESSAGE = "waiting for a continuous idle window"
-
-#: Cancel reasons that count as a preemption (seed: "cancelled for foreground or gaming
-#: priority"); other cancels end the attempt as ``cancelled``.
-PREEMPTION_REASONS = frozenset({FOREGROUND_DEMAND, GAMING_INTENT, GPU_LEASE_ACTIVE, CONCURRENT_BACKFILL})
 
 _NO_MODEL = ModelState()
 
@@ -453,6 +459,11 @@ def _fold_job_deleted(w: World, e: ev.JobDeleted, pos: int) -> World:
     if a.lifecycle == CANCELLING:
         result = "preempted" if a.cancel_reason in PREEMPTION_REASONS else "cancelled"
         return _put_backfill(w, _end(b, a, e.at, result, a.cancel_reason, pos), pos)
+    if w.models.get((b.namespace, a.model), _NO_MODEL).request_pos > a.basis:
+        # Gone while foreground demand it did not see was pending: preempted by that demand,
+        # whoever deleted it (a leader that was paused before its cancel decision reached the
+        # log, while the standby already recorded the deletion).
+        return _put_backfill(w, _end(b, a, e.at, "preempted", FOREGROUND_DEMAND, pos), pos)
     return _put_backfill(w, _end(b, a, e.at, "cancelled", "JobDeleted", pos), pos)
 
 
@@ -488,6 +499,14 @@ def _fold_create_rejected(w: World, e: ev.JobCreateRejected, pos: int) -> World:
     if permanent:
         return _put_backfill(w, _end(b, a, e.at, "cancelled", JOB_REJECTED, pos)._replace(rejection=rej), pos)
     return _put_backfill(w, b._replace(rejection=rej), pos)
+
+
+def _fold_job_terminating(w: World, e: ev.JobTerminating, pos: int) -> World:
+    found = _job_attempt(w, e)
+    if found is None or not found[1].live or found[1].terminating_since is not None:
+        return _at(w, pos)
+    b, a = found
+    return _put_backfill(w, b._replace(attempt=a._replace(terminating_since=e.at)), pos)
 
 
 def _fold_admitted(w: World, e: ev.AttemptAdmitted, pos: int) -> World:
@@ -562,6 +581,7 @@ _FOLD: dict[type, Callable[[World, Any, int], World]] = {
     ev.JobSucceeded: _fold_job_succeeded,
     ev.JobFailed: _fold_job_failed,
     ev.JobDeleted: _fold_job_deleted,
+    ev.JobTerminating: _fold_job_terminating,
     ev.JobCreateRejected: _fold_create_rejected,
     ev.AttemptAdmitted: _fold_admitted,
     ev.AttemptCancelled: _fold_cancelled,
@@ -634,25 +654,6 @@ def _template_ref(b: BackfillState) -> str:
 
 
 # ============================================================================ decide
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    """What the projector concludes about one backfill at ``now``.
-
-    ``phase``/``reason``/``message`` feed the status; ``commands`` are the actions (an
-    ``Unblock`` comes before the action it allows);
-    ``wake_at`` is when the verdict can change without a new event; ``idle_since`` and
-    ``next_run`` (UTC) feed ``status.idleSince`` / ``status.nextRunTime``.
-    """
-
-    phase: str
-    reason: str
-    message: str
-    commands: tuple[Command, ...] = ()
-    wake_at: datetime | None = None
-    idle_since: datetime | None = None
-    next_run: datetime | None = None
 
 
 def block_reason(world: World, b: BackfillState) -> tuple[str, str] | None:
@@ -780,15 +781,22 @@ def evaluate(world: World, key: Key, now: datetime, reserved: set | None = None)
     a = b.live_attempt
     if a is not None:
         if a.lifecycle == CANCELLING:
-            # Re-issued on every decide until the Job is observed gone: the actor paces the
-            # calls (back-off per Job), so a restarted controller deletes at once, never after
-            # a fixed timer.
+            # Re-issued on every decide until the Job is observed gone, re-checked every
+            # second: the actor paces the calls (back-off per Job), so a restarted controller
+            # deletes at once, never after a fixed timer, and a Job held by a finalizer sees
+            # its delete retried 1, 2, 4 ... s apart.
+            message = a.cancel_message or "cancelling the background Job"
+            if a.terminating_since is not None:
+                message = (
+                    f"{message}; Job {a.job_name} is still terminating (deleted at {rfc3339(a.terminating_since)}, "
+                    "held by a finalizer); the delete is retried"
+                )
             return Verdict(
                 CANCELLING,
                 a.cancel_reason,
-                a.cancel_message or "cancelling the background Job",
+                message,
                 (DeleteJob(key, a.job_name),),
-                wake_at=plus_seconds(now, RETRY_SECONDS),
+                wake_at=plus_seconds(now, CANCEL_RECHECK_SECONDS),
             )
         cond = _cancel_condition(world, b, a, now)
         if cond is not None:
@@ -882,12 +890,6 @@ def _create_retrying(key: Key, a: Attempt, rej: CreateRejection, now: datetime) 
     )
 
 
-WAITING = "WaitingForIdle"
-SUCCEEDED = "Succeeded"
-FAILED = "Failed"
-SUSPENDED_PHASE = "Suspended"
-BLOCKED = "Blocked"
-PHASES = ("WaitingForIdle", "Starting", "Running", "Cancelling", "Succeeded", "Failed", "Suspended", "Blocked")
 
 
 def decide(
@@ -918,3 +920,11 @@ def decide(
         if v.wake_at is not None:
             out.append(WakeAt(key, v.wake_at))
     return out
+
+
+def status_of(world: World, key: Key, now: datetime) -> dict[str, Any] | None:
+    """The status of one backfill at ``now`` (UTC), or None if the backfill is unknown or gone."""
+    v = evaluate(world, key, now)
+    if v is None:
+        return None
+    return status_from_verdict(world, world.backfills[key], v)

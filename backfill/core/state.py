@@ -124,6 +124,7 @@ class Attempt(NamedTuple):
     admitted_pos: int
     lifecycle: str = STARTING
     basis: int = 0
+    terminating_since: datetime | None = None
     job_uid: str = ""
     created_at: datetime | None = None
     started_at: datetime | None = None

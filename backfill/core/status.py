@@ -13,11 +13,12 @@ from datetime import datetime
 from typing import Any
 
 from .state import BackfillState, World
+from .verdict import Verdict
 from .timefmt import rfc3339
 
 
-def status_from_verdict(world: World, b: BackfillState, verdict: Any) -> dict[str, Any]:
-    """Build the status dict for ``b`` from a :class:`backfill.core.projector.Verdict`.
+def status_from_verdict(world: World, b: BackfillState, verdict: Verdict) -> dict[str, Any]:
+    """Build the status dict for ``b`` from a :class:`~backfill.core.verdict.Verdict`.
 
     ``lastTransitionTime`` of the Ready condition is left to the writer (it needs the previous
     condition, which the projection does not keep).
@@ -56,13 +57,3 @@ def status_from_verdict(world: World, b: BackfillState, verdict: Any) -> dict[st
             }
         ],
     }
-
-
-def status_of(world: World, key: tuple[str, str], now: datetime) -> dict[str, Any] | None:
-    """The status of one backfill at ``now`` (UTC), or None if the backfill is unknown or gone."""
-    from .projector import evaluate
-
-    v = evaluate(world, key, now)
-    if v is None:
-        return None
-    return status_from_verdict(world, world.backfills[key], v)

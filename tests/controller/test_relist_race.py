@@ -45,27 +45,36 @@ def _world_with_admitted_attempt() -> World:
     return w
 
 
-def test_job_created_during_the_list_is_not_reported_deleted():
-    state = {"world": _world_with_admitted_attempt()}
-
-    def list_call(**_kw):
-        # Served before the Job existed; meanwhile the actor created it and its JobCreated is folded.
-        state["world"] = fold(state["world"], ev.JobCreated(at=NOW, namespace=NS, backfill="b", name="b-1", uid="job-uid"), 5)
-        return SimpleNamespace(data=json.dumps({"items": [], "metadata": {"resourceVersion": "7"}}))
-
-    observed: list = []
-    w = Watcher(
+def _watcher(known, list_call, observed: list) -> Watcher:
+    """A job Watcher on fakes: ``known()`` is the log's belief, ``list_call`` the API's answer."""
+    return Watcher(
         JOB_KIND,
         None,
         namespace=NS,
         translate=JOB_KIND.translate(Translator()),
-        known=lambda: JOB_KIND.known(state["world"]),
+        known=known,
         observe=lambda pairs: observed.extend(pairs) or [],
         clock=lambda: NOW,
         settings=Settings(),
         stop=threading.Event(),
         list_call=list_call,
     )
+
+
+def _empty_list(rv: str):
+    return SimpleNamespace(data=json.dumps({"items": [], "metadata": {"resourceVersion": rv}}))
+
+
+def test_job_created_during_the_list_is_not_reported_deleted():
+    state = {"world": _world_with_admitted_attempt()}
+
+    def list_call(**_kw):
+        # Served before the Job existed; meanwhile the actor created it and its JobCreated is folded.
+        state["world"] = fold(state["world"], ev.JobCreated(at=NOW, namespace=NS, backfill="b", name="b-1", uid="job-uid"), 5)
+        return _empty_list("7")
+
+    observed: list = []
+    w = _watcher(lambda: JOB_KIND.known(state["world"]), list_call, observed)
     assert w.relist() == "7"
     assert [type(e).__name__ for e, _ in observed] == []
 
@@ -73,17 +82,5 @@ def test_job_created_during_the_list_is_not_reported_deleted():
 def test_job_known_before_the_list_and_missing_from_it_is_reported_deleted():
     world = fold(_world_with_admitted_attempt(), ev.JobCreated(at=NOW, namespace=NS, backfill="b", name="b-1", uid="job-uid"), 5)
     observed: list = []
-    w = Watcher(
-        JOB_KIND,
-        None,
-        namespace=NS,
-        translate=JOB_KIND.translate(Translator()),
-        known=lambda: JOB_KIND.known(world),
-        observe=lambda pairs: observed.extend(pairs) or [],
-        clock=lambda: NOW,
-        settings=Settings(),
-        stop=threading.Event(),
-        list_call=lambda **_kw: SimpleNamespace(data=json.dumps({"items": [], "metadata": {"resourceVersion": "8"}})),
-    )
-    w.relist()
+    _watcher(lambda: JOB_KIND.known(world), lambda **_kw: _empty_list("8"), observed).relist()
     assert [(type(e).__name__, e.backfill, e.name, e.uid) for e, _ in observed] == [("JobDeleted", "b", "b-1", "job-uid")]

@@ -36,14 +36,20 @@ def _refold(url: str, schema: str) -> World:
     return fold_all(World(), pairs)
 
 
-def test_restart_loads_the_snapshot_and_folds_only_the_tail(kube, start_controller, pg_schema):
-    url, schema = pg_schema
+def _running_with_a_snapshot(kube, start_controller, name: str):
+    """A controller that snapshots after every event, and one running attempt of ``name``."""
     kube.cronjob("model-eval-gauntlet")
     kube.model("gemma", lastActiveTime=ts(now_s() - timedelta(minutes=5)))
-    c1 = start_controller(snapshot_every_events=1)
-    kube.backfill("snap", idleFor="1s")
+    c = start_controller(snapshot_every_events=1)
+    kube.backfill(name, idleFor="1s")
     wait_for(lambda: kube.jobs(), timeout=15, what="the Job")
-    wait_for(lambda: c1.snapshot_position > 0, what="a snapshot")
+    wait_for(lambda: c.snapshot_position > 0, what="a snapshot")
+    return c
+
+
+def test_restart_loads_the_snapshot_and_folds_only_the_tail(kube, start_controller, pg_schema):
+    url, schema = pg_schema
+    c1 = _running_with_a_snapshot(kube, start_controller, "snap")
     c1.stop()
     saved = c1.snapshot_position
 
@@ -76,12 +82,7 @@ def test_a_snapshot_of_another_code_version_is_never_read(pg_schema):
 
 def test_replay_since_starts_from_the_snapshot_before_it(kube, start_controller, pg_schema):
     url, schema = pg_schema
-    kube.cronjob("model-eval-gauntlet")
-    kube.model("gemma", lastActiveTime=ts(now_s() - timedelta(minutes=5)))
-    c = start_controller(snapshot_every_events=1)
-    kube.backfill("later", idleFor="1s")
-    wait_for(lambda: kube.jobs(), timeout=15, what="the Job")
-    wait_for(lambda: c.snapshot_position > 0, what="a snapshot")
+    c = _running_with_a_snapshot(kube, start_controller, "later")
     since = datetime.now(timezone.utc)
     kube.set_status("models", "gemma", {"lastActiveTime": ts(now_s() + timedelta(seconds=1))})
     wait_for(lambda: not [j for j in kube.jobs() if not j.metadata.deletion_timestamp], timeout=10, what="the cancel")

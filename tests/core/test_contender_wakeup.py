@@ -12,7 +12,7 @@ import pytest
 from backfill.core import events as ev
 from backfill.core.commands import Admit
 from backfill.core.projector import affected, decide
-from backfill.core.status import status_of
+from backfill.core.projector import status_of
 
 from .builders import NS, Log, t
 

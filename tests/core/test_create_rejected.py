@@ -16,7 +16,7 @@ import pytest
 from backfill.core import events as ev
 from backfill.core.commands import Admit, Block, Cancel, CreateJob, Unblock, WakeAt
 from backfill.core.runs import row_of
-from backfill.core.status import status_of
+from backfill.core.projector import status_of
 
 from .builders import NS, TEMPLATE, Log, t
 

@@ -47,3 +47,26 @@ def test_auditor_accepts_the_cancel_of_the_race():
         auditor.feed(pos, e)
     assert auditor.divergences == []
     assert auditor.checked == 2
+
+
+def test_a_job_gone_while_unseen_demand_is_pending_was_preempted_by_it():
+    """The deletion reaches the log before any cancel decision (the leader that decided it was
+    paused before its decision was written): the run history still says why the Job went."""
+    from backfill.core.runs import row_of
+
+    log, admit = _admitted_with_racing_request()
+    log.job("JobCreated", admit.job_name, 600.5)
+    log.job("JobDeleted", admit.job_name, 601)
+    b = log.world.backfills[(NS, "b")]
+    row = row_of(b, b.attempt)
+    assert (row.result, row.reason) == ("preempted", FOREGROUND_DEMAND)
+
+
+def test_a_job_gone_without_demand_is_cancelled_job_deleted():
+    log = Log().ready(0).cronjob(0).apply(0, idleFor="10m")
+    (admit,) = [c for c in log.decide(600.4) if isinstance(c, Admit)]
+    log.admit(admit, 600.4)
+    log.job("JobCreated", admit.job_name, 600.5)
+    log.job("JobDeleted", admit.job_name, 601)
+    a = log.world.backfills[(NS, "b")].attempt
+    assert (a.result, a.end_reason) == ("cancelled", "JobDeleted")

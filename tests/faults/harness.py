@@ -56,6 +56,15 @@ FAST_SETTINGS: dict[str, str] = {
     "BACKFILL_LEASE_RENEW_SECONDS": "1",
     "BACKFILL_POLL_FALLBACK_SECONDS": "0.2",
     "BACKFILL_RESYNC_SECONDS": "60",
+    "BACKFILL_WATCH_STALE_MARGIN_SECONDS": "2",
+    "BACKFILL_API_TIMEOUT_SECONDS": "2",
+    "BACKFILL_HEALTH_STALE_SECONDS": "20",
+    "BACKFILL_DB_CONNECT_TIMEOUT_SECONDS": "2",
+    # The tests bump lastActiveTime themselves, to the second: no padding of the busy span, so a
+    # retry after a preemption needs exactly idleFor.
+    "BACKFILL_FOREGROUND_SIGNAL_GRANULARITY_SECONDS": "0",
+    # As in the Deployment: every replica takes part in leader election.
+    "BACKFILL_LEADER_ELECT": "true",
 }
 
 STOP_TIMEOUT = 10.0  # seconds a SIGTERMed controller may take to exit

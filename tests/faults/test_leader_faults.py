@@ -164,15 +164,17 @@ def test_leader_paused_in_a_wave_of_cancels(fault_cluster, kube: Kube, player: J
         print(f"leader paused in a wave: all {len(jobs)} Jobs gone {seconds:.2f} s after the pause (lease {LEASE:.0f} s)")
     finally:
         a.resume()
+    resumed_at = datetime.now(timezone.utc)
     time.sleep(AFTER_RESUME_SECONDS)
     late = actions(fault_cluster, "replica-a", kube.ns, since=paused_at + IN_FLIGHT)
-    assert late == [], "replica-a acted after it lost the Lease:\n" + "\n".join(late)
+    assert late == [], f"replica-a acted after it lost the Lease (SIGSTOP {paused_at}, SIGCONT {resumed_at}):\n" + "\n".join(late)
     assert cluster_invariants(kube) == []
-    wait_for(
-        lambda: sorted((r.backfill, r.result) for r in run_rows(pg.url, schema) if r.attempt == 1)
-        == [(name, "preempted") for name, _ in pairs],
-        timeout=10, what="every first attempt preempted in the runs table",
-    )  # fmt: skip
+    first = lambda: sorted((r.backfill, r.result, r.reason) for r in run_rows(pg.url, schema) if r.attempt == 1)  # noqa: E731
+    try:
+        wait_for(lambda: [(b, r) for b, r, _ in first()] == [(name, "preempted") for name, _ in pairs],
+                 timeout=10, what="every first attempt preempted in the runs table")  # fmt: skip
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {first()}") from None
     assert log_invariants(pg.url, schema, all_ended=False) == []
     assert_replay_clean(pg.url, schema)
 

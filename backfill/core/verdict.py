@@ -1,0 +1,65 @@
+"""The verdict: what the projector concludes about one ModelBackfill, and the names it uses.
+
+A leaf module (it imports nothing of the projector): the projector builds a :class:`Verdict`,
+:mod:`backfill.core.status` formats one into the ModelBackfill's status. Reasons are the
+cluster contract's ("Waiting/cancel reasons", "Blocked reasons"); phases are the seed's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from .commands import Command
+
+# Reasons (cluster-contract "Waiting/cancel reasons" and "Blocked reasons").
+IDLE_WINDOW = "IdleWindow"
+MODEL_NOT_READY = "ModelNotReady"
+FOREGROUND_DEMAND = "ForegroundDemand"
+GAMING_INTENT = "GamingIntent"
+GPU_LEASE_ACTIVE = "GPULeaseActive"
+CONCURRENT_BACKFILL = "ConcurrentBackfill"
+SPEC_CHANGED = "SpecChanged"
+SUSPENDED = "Suspended"
+NODE_CHANGED = "NodeChanged"
+REPEAT_SCHEDULED = "RepeatScheduled"
+REPEAT_DUE = "RepeatDue"
+DELETED = "Deleted"
+TEMPLATE_NOT_FOUND = "TemplateNotFound"
+GPU_REQUEST_FORBIDDEN = "GPURequestForbidden"
+MODEL_NOT_FOUND = "ModelNotFound"
+INVALID_TEMPLATE = "InvalidTemplate"
+JOB_REJECTED = "JobRejected"  # Blocked: the API server refused the Job permanently (e.g. 422)
+CREATE_RETRYING = "CreateRetrying"  # Starting: the create was refused transiently; retried with back-off
+
+IDLE_WINDOW_MESSAGE = "waiting for a continuous idle window"
+
+#: Cancel reasons that count as a preemption (seed: "cancelled for foreground or gaming
+#: priority"); other cancels end the attempt as ``cancelled``.
+PREEMPTION_REASONS = frozenset({FOREGROUND_DEMAND, GAMING_INTENT, GPU_LEASE_ACTIVE, CONCURRENT_BACKFILL})
+
+WAITING = "WaitingForIdle"
+SUCCEEDED = "Succeeded"
+FAILED = "Failed"
+SUSPENDED_PHASE = "Suspended"
+BLOCKED = "Blocked"
+PHASES = ("WaitingForIdle", "Starting", "Running", "Cancelling", "Succeeded", "Failed", "Suspended", "Blocked")
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What the projector concludes about one backfill at ``now``.
+
+    ``phase``/``reason``/``message`` feed the status; ``commands`` are the actions (an
+    ``Unblock`` comes before the action it allows);
+    ``wake_at`` is when the verdict can change without a new event; ``idle_since`` and
+    ``next_run`` (UTC) feed ``status.idleSince`` / ``status.nextRunTime``.
+    """
+
+    phase: str
+    reason: str
+    message: str
+    commands: tuple[Command, ...] = ()
+    wake_at: datetime | None = None
+    idle_since: datetime | None = None
+    next_run: datetime | None = None
