@@ -52,17 +52,20 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
+
+from bench.rows import Row  # noqa: E402
 
 GROUP, VERSION = "ai.flexinfer", "v1alpha2"
 BACKFILL_LABEL = "modelbackfill.ai.flexinfer/name"
@@ -80,10 +83,10 @@ kind: Policy
 omitStages: ["RequestReceived", "ResponseStarted"]
 rules:
   - level: Metadata
-    verbs: ["delete"]
+    verbs: ["create", "delete"]
     resources:
       - group: "batch"
-        resources: ["jobs"]
+        resources: ["jobs", "cronjobs"]
   - level: Metadata
     verbs: ["patch", "update"]
     resources:
@@ -272,11 +275,12 @@ class Timers:
 # --------------------------------------------------------------------------- set-up
 
 
-def start_cluster(audit_dir: Path) -> Any:
+def start_cluster(audit_dir: Path, audit_policy: str = AUDIT_POLICY) -> Any:
+    """A started LocalCluster (no CRDs yet) auditing by ``audit_policy`` to ``audit_dir/audit.log``."""
     from tests.envtest.cluster import LocalCluster, ensure_binaries
 
     policy = audit_dir / "audit-policy.yaml"
-    policy.write_text(AUDIT_POLICY)
+    policy.write_text(audit_policy)
     cluster = LocalCluster(
         ensure_binaries(),
         extra_apiserver_args=[
@@ -303,6 +307,48 @@ def pmap(pool: ThreadPoolExecutor, fn: Callable[[Any], Any], items: Iterable[Any
     return list(pool.map(fn, items))
 
 
+def cronjob_body(name: str) -> dict[str, Any]:
+    """A suspended CronJob ``name`` whose jobTemplate runs busybox ``true`` (a template for ModelBackfills)."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"name": name},
+        "spec": {
+            "schedule": "0 0 1 1 *",
+            "suspend": True,
+            "jobTemplate": {
+                "spec": {
+                    "backoffLimit": 0,
+                    "template": {
+                        "spec": {
+                            "restartPolicy": "Never",
+                            "containers": [
+                                {"name": "main", "image": "busybox", "command": ["true"], "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}
+                            ],
+                        }
+                    },
+                }
+            },
+        },
+    }
+
+
+def create_model(co: Any, ns: str, i: int, last_active: str) -> None:
+    """Model ``model_name(i)`` on node ``node-<i>``, then its status: Ready, ``lastActiveTime`` as given (RFC 3339)."""
+    name = model_name(i)
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Model",
+        "metadata": {"name": name},
+        "spec": {"nodeSelector": {"kubernetes.io/hostname": f"node-{i:05d}"}},
+    }
+    co.create_namespaced_custom_object(GROUP, VERSION, ns, "models", body, _preload_content=False)
+    co.patch_namespaced_custom_object_status(
+        GROUP, VERSION, ns, "models", name, {"status": {"phase": "Ready", "lastActiveTime": last_active}},
+        _content_type="application/merge-patch+json", _preload_content=False,
+    )
+
+
 def create_objects(api: Any, n: int, workers: int) -> dict[str, float]:
     """Namespaces, the CronJob, 2 x n Models (Ready, long idle), n ModelBackfills (ours), n Jobs
     (baseline). Returns timings."""
@@ -311,53 +357,11 @@ def create_objects(api: Any, n: int, workers: int) -> dict[str, float]:
     core, batch, co = client.CoreV1Api(api), client.BatchV1Api(api), client.CustomObjectsApi(api)
     for ns in (NS_OURS, NS_BASE):
         core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-    batch.create_namespaced_cron_job(
-        NS_OURS,
-        {
-            "apiVersion": "batch/v1",
-            "kind": "CronJob",
-            "metadata": {"name": TEMPLATE},
-            "spec": {
-                "schedule": "0 0 1 1 *",
-                "suspend": True,
-                "jobTemplate": {
-                    "spec": {
-                        "backoffLimit": 0,
-                        "template": {
-                            "spec": {
-                                "restartPolicy": "Never",
-                                "containers": [
-                                    {
-                                        "name": "main",
-                                        "image": "busybox",
-                                        "command": ["true"],
-                                        "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
-                                    }
-                                ],
-                            }
-                        },
-                    }
-                },
-            },
-        },
-        _preload_content=False,
-    )
+    batch.create_namespaced_cron_job(NS_OURS, cronjob_body(TEMPLATE), _preload_content=False)
     long_ago = ts(datetime.now(timezone.utc) - timedelta(hours=2))
 
     def model(arg: tuple[str, int]) -> None:
-        ns, i = arg
-        name = model_name(i)
-        body = {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "Model",
-            "metadata": {"name": name},
-            "spec": {"nodeSelector": {"kubernetes.io/hostname": f"node-{i:05d}"}},
-        }
-        co.create_namespaced_custom_object(GROUP, VERSION, ns, "models", body, _preload_content=False)
-        co.patch_namespaced_custom_object_status(
-            GROUP, VERSION, ns, "models", name, {"status": {"phase": "Ready", "lastActiveTime": long_ago}},
-            _content_type="application/merge-patch+json", _preload_content=False,
-        )
+        create_model(co, arg[0], arg[1], long_ago)
 
     def backfill(i: int) -> None:
         body = {
@@ -550,24 +554,29 @@ def wait_deleted(watcher: JobWatch, samples: list[Sample], timeout: float) -> No
             s.t1_client = watcher.deleted.get(s.job)
 
 
-def read_audit(path: Path, samples: list[Sample]) -> None:
-    patches: dict[str, float] = {}
-    deletes: dict[tuple[str, str], list[float]] = {}
+def audit_entries(path: Path) -> Iterator[dict[str, Any]]:
+    """The ``ResponseComplete`` entries of an apiserver JSON audit log (unparsable lines skipped)."""
     with open(path) as f:
         for line in f:
             try:
                 e = json.loads(line)
             except ValueError:
                 continue
-            if e.get("stage") != "ResponseComplete":
-                continue
-            ref = e.get("objectRef") or {}
-            code = (e.get("responseStatus") or {}).get("code", 0)
-            at = parse_ts(e["stageTimestamp"])
-            if ref.get("resource") == "models" and ref.get("subresource") == "status":
-                patches[e["auditID"]] = at
-            elif ref.get("resource") == "jobs" and e.get("verb") == "delete" and 200 <= code < 300:
-                deletes.setdefault((ref.get("namespace", ""), ref.get("name", "")), []).append(at)
+            if e.get("stage") == "ResponseComplete":
+                yield e
+
+
+def read_audit(path: Path, samples: list[Sample]) -> None:
+    patches: dict[str, float] = {}
+    deletes: dict[tuple[str, str], list[float]] = {}
+    for e in audit_entries(path):
+        ref = e.get("objectRef") or {}
+        code = (e.get("responseStatus") or {}).get("code", 0)
+        at = parse_ts(e["stageTimestamp"])
+        if ref.get("resource") == "models" and ref.get("subresource") == "status":
+            patches[e["auditID"]] = at
+        elif ref.get("resource") == "jobs" and e.get("verb") == "delete" and 200 <= code < 300:
+            deletes.setdefault((ref.get("namespace", ""), ref.get("name", "")), []).append(at)
     for s in samples:
         s.t0_server = patches.get(s.audit_id or "")
         if s.t0_server is not None:
@@ -621,7 +630,66 @@ def stats(samples: list[Sample]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- main
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def figures(
+    args: argparse.Namespace,
+    so: dict[str, Any],
+    sf: dict[str, Any],
+    sburst: dict[str, Any] | None,
+    sfb: dict[str, Any] | None,
+    sdown: dict[str, Any] | None,
+    sdown_b: dict[str, Any] | None,
+    sb: dict[str, Any],
+    audit_note: str,
+) -> list[Row]:
+    """The rows of one run (a missing phase gives a row without a value, saying why)."""
+    nan = float("nan")
+    where = f"{args.models:,} Models and ModelBackfills"
+    rows: list[Row] = []
+    for label, st_, fl_, fb_, bst in (("PostgreSQL up", so, sf, sfb, sburst), ("PostgreSQL stopped", sdown, sf, sfb, sdown_b)):
+        why = "" if st_ is not None else "not measured: an external database is not stopped"
+        for q, target in (("p50", TARGET_P50_MS), ("p99", TARGET_P99_MS)):
+            rows.append(
+                Row(
+                    f"cancel latency {q}, {label}",
+                    st_[q] if st_ else None,
+                    "ms",
+                    baseline=fl_[q],
+                    baseline_name="floor",
+                    target=target,
+                    higher_is_better=False,
+                    note=why or f"Model status PATCH -> Job DELETE (audit log), {st_['ok']}/{st_['n']} paced samples, {where}; "
+                    f"floor: a bare watch -> DELETE on the same apiserver ({fl_['ok']} samples)"
+                    + (f"; replay audit after PostgreSQL returned: {audit_note}" if st_ is sdown and st_ else ""),
+                )
+            )
+        rows.append(
+            Row(
+                f"cancel latency burst p99, {label}",
+                bst["p99"] if bst else None,
+                "ms",
+                baseline=fb_["p99"] if fb_ else nan,
+                baseline_name="floor burst",
+                target=TARGET_BURST_P99_MS,
+                higher_is_better=False,
+                note=why or (f"{bst['ok']}/{bst['n']} Models patched at once" if bst else "no burst (--burst 0)"),
+            )
+        )
+    for q in ("p50", "p99"):
+        rows.append(
+            Row(
+                f"speed-up over the upstream 5 s poller, {q}",
+                sb[q] / so[q] if so[q] else nan,
+                "x",
+                target=TARGET_RATIO,
+                note=f"poller {q} {sb[q]:.0f} ms ({sb['ok']} samples) / ours {q} {so[q]:.1f} ms",
+            )
+        )
+    return rows
+
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of this benchmark (also used by ``python -m bench`` to build its arguments)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", type=int, default=1000, help="Models and ModelBackfills (default 1000)")
     parser.add_argument("--samples", type=int, default=200, help="paced samples per side (default 200)")
@@ -630,16 +698,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--gap", type=float, default=1.0, help="mean seconds between paced groups, uniform +-50%% (default 1.0)")
     parser.add_argument("--resync", type=float, default=None, help="controller resync_seconds (default: the Settings default)")
     parser.add_argument("--workers", type=int, default=16, help="threads creating the objects (default 16)")
+    parser.add_argument("--pause", type=float, default=3.0, help="seconds let pass between phases (default 3; a third of it between a phase's parts)")
     parser.add_argument("--database-url", default=None, help="PostgreSQL URL (default: embedded server)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if 2 * (args.samples + args.burst) > args.models:
         parser.error("2 x (--samples + --burst) must not exceed --models (database up, then stopped)")
+    run(args)
+    return 0
+
+
+def run(args: argparse.Namespace, cluster: Any = None, audit_log: Path | None = None) -> list[Row]:
+    """Run the benchmark with ``args`` (as :func:`build_parser` makes them), print its tables and
+    return its figures: ours vs the floor at p50, p99 and burst p99 with PostgreSQL up and
+    stopped (issue 8 targets), and the speed-up over the upstream poller (issue 4 target).
+
+    A given ``cluster`` (CRDs applied, auditing at least :data:`AUDIT_POLICY` to ``audit_log``)
+    is used and left running; otherwise one is started and stopped here."""
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     from backfill.controller.loop import Controller
     from backfill.controller.metrics import Metrics
     from backfill.settings import Settings
-    from backfill.store import EventStore, RunStore, drop_schema, make_engine, resolve_database_url, upgrade
+    from backfill.store import EventStore, RunStore, make_engine, resolve_database_url, upgrade
 
     t_all = time.monotonic()
     settings_kw = {"database_url": args.database_url} if args.database_url else {}
@@ -648,17 +733,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     upgrade(url, schema)
     say(f"PostgreSQL schema {schema} ready{' (' + note.split(' (')[0] + ')' if note else ''}")
 
-    audit_dir = Path(tempfile.mkdtemp(prefix="backfill-bench-audit-"))
-    cluster = start_cluster(audit_dir)
+    own = cluster is None
+    audit_dir = Path(tempfile.mkdtemp(prefix="backfill-bench-audit-")) if own else None
+    if own:
+        cluster = start_cluster(audit_dir)
+        audit_log = audit_dir / "audit.log"
     api = api_client(cluster, pool=max(args.workers, args.burst, 8) + 4)
     controller = events = engine = None
     watches: list[JobWatch] = []
     poller: Poller | None = None
     try:
-        cluster.apply_crds(
-            sorted((ROOT / "deploy" / "crds").glob("*.ai.flexinfer.yaml")) + sorted((ROOT / "tests" / "envtest" / "crds").glob("*.yaml"))
-        )
-        say(f"kube-apiserver ready in {cluster.startup_seconds:.1f} s; CRDs applied; audit log in {audit_dir}")
+        if own:
+            cluster.apply_crds(
+                sorted((ROOT / "deploy" / "crds").glob("*.ai.flexinfer.yaml")) + sorted((ROOT / "tests" / "envtest" / "crds").glob("*.yaml"))
+            )
+        say(f"kube-apiserver ready in {cluster.startup_seconds:.1f} s; CRDs applied; audit log {audit_log}")
 
         t = time.monotonic()
         created = create_objects(api, args.models, args.workers)
@@ -706,7 +795,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         run_s = wait_until(lambda: running() >= args.models, 120, "every attempt Running", 0.2)
         # quiet: the log stops growing (status writes done)
         last, still = controller.position, time.monotonic()
-        while time.monotonic() - still < 2.0:
+        while time.monotonic() - still < min(2.0, 2 * args.pause):
             time.sleep(0.2)
             if controller.position != last:
                 last, still = controller.position, time.monotonic()
@@ -727,7 +816,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         spent = timers.snapshot()
         ours_burst: list[Sample] = []
         if burst:
-            time.sleep(3.0)  # let the re-admissions of the paced samples pass
+            time.sleep(args.pause)  # let the re-admissions of the paced samples pass
             ours_burst = run_samples(api, NS_OURS, burst, jobs_ours, len(burst), (0, 0))
             wait_deleted(w_ours, ours_burst, 30)
             say(f"ours: burst of {len(burst)} done")
@@ -736,14 +825,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         audit_note = "n/a (external database: not stopped)"
         server = embedded_server(settings)
         if server is not None and down_paced:
-            time.sleep(3.0)
+            time.sleep(args.pause)
             server._stop()  # pg_ctl stop: the store refuses every connection from now on
             say("PostgreSQL stopped")
             try:
                 down = run_samples(api, NS_OURS, down_paced, jobs_ours, args.group, (0.5 * args.gap, 1.5 * args.gap))
                 wait_deleted(w_ours, down, 30)
                 if down_burst:
-                    time.sleep(1.0)
+                    time.sleep(args.pause / 3)
                     down_b = run_samples(api, NS_OURS, down_burst, jobs_ours, len(down_burst), (0, 0))
                     wait_deleted(w_ours, down_b, 30)
                 say(f"ours with PostgreSQL stopped: {len(down)} paced + {len(down_b)} burst samples; "
@@ -764,12 +853,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         floor = Floor(api, NS_BASE, jobs_base)
         floor.start()
         floor.ready.wait(30)
-        time.sleep(1.0)
+        time.sleep(args.pause / 3)
         fl = run_samples(api, NS_BASE, floor_paced, jobs_base, args.group, (0.5 * args.gap, 1.5 * args.gap))
         wait_deleted(w_base, fl, 30)
         fl_b: list[Sample] = []
         if floor_burst:
-            time.sleep(1.0)
+            time.sleep(args.pause / 3)
             fl_b = run_samples(api, NS_BASE, floor_burst, jobs_base, len(floor_burst), (0, 0))
             wait_deleted(w_base, fl_b, 30)
         floor.stop_event.set()
@@ -787,7 +876,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         poller.stop_event.set()
         poller.join(10)
 
-        read_audit(audit_dir / "audit.log", ours + ours_burst + down + down_b + fl + fl_b + base)
+        read_audit(audit_log, ours + ours_burst + down + down_b + fl + fl_b + base)
         so, sb, sf = stats(ours), stats(base), stats(fl)
         sburst = stats(ours_burst) if ours_burst else None
         sfb = stats(fl_b) if fl_b else None
@@ -872,7 +961,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         setup.add_row("controller resync_seconds", f"{settings.resync_seconds:g}", "full re-check of every ModelBackfill (statuses re-read after actor.forget())")
         setup.add_row("whole run", f"{time.monotonic() - t_all:.1f}", f"event log position {controller_stats['position']}")
         console.print(setup)
-        return 0
+        return figures(args, so, sf, sburst, sfb, sdown, sdown_b, sb, audit_note)
     finally:
         if poller is not None:
             poller.stop_event.set()
@@ -885,13 +974,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         if engine is not None:
             engine.dispose()
         api.close()
-        cluster.stop()
-        try:
-            drop_schema(url, schema)
-        except Exception as exc:  # noqa: BLE001
-            say(f"dropping schema {schema} failed: {exc}")
-        import shutil
+        teardown(cluster if own else None, url, schema, audit_dir)
 
+
+def teardown(cluster: Any, url: str, schema: str, audit_dir: Path | None) -> None:
+    """Stop ``cluster`` (None: leave it), drop the scratch ``schema``, remove ``audit_dir`` (None: keep)."""
+    import shutil
+
+    from backfill.store import drop_schema
+
+    if cluster is not None:
+        cluster.stop()
+    try:
+        drop_schema(url, schema)
+    except Exception as exc:  # noqa: BLE001
+        say(f"dropping schema {schema} failed: {exc}")
+    if audit_dir is not None:
         shutil.rmtree(audit_dir, ignore_errors=True)
 
 
