@@ -346,8 +346,6 @@ class Actor:
         t = type(cmd)
         if t is WriteStatus:
             self.statuses.submit(cmd.key, cmd.status)
-        elif t is Admit:
-            self.admit(cmd, world)
         elif t is CreateJob:
             if self.due("create", cmd.key[0], cmd.job_name):
                 b = world.backfills[cmd.key]
@@ -356,20 +354,12 @@ class Actor:
             if self.due("delete", cmd.key[0], cmd.job_name):
                 self._note_terminating(cmd, world)
                 self.delete_job(cmd.key, cmd.job_name)
-        elif t is Block:
-            self.block(cmd, world)
-        elif t is Unblock:
-            self.unblock(cmd, world)
         elif t is ReleaseFinalizer:
             self.release_finalizer(cmd, world)
-        else:  # pragma: no cover
-            raise TypeError(f"unknown command {cmd!r}")
+        else:  # pragma: no cover - Admit, Block, Unblock are batched by execute; Cancel is the preemptor's
+            raise TypeError(f"not dispatched one by one: {cmd!r}")
 
     # -- admit / create -----------------------------------------------------------------------
-
-    def admit(self, cmd: Admit, world: World) -> None:
-        """Admit one attempt (see :meth:`admit_many`)."""
-        self.admit_many([cmd], world)
 
     def admit_many(self, cmds: list[Admit], world: World) -> None:
         """Record every ``AttemptAdmitted`` in one append (durable before any create: fail-closed),
@@ -549,14 +539,6 @@ class Actor:
             self._observed(ev.JobDeleted(at=self.clock(), namespace=ns, backfill=name, name=job_name))
 
     # -- block / unblock ----------------------------------------------------------------------
-
-    def block(self, cmd: Block, world: World) -> None:
-        """Record one ``BackfillBlocked`` (see :meth:`block_many`)."""
-        self.block_many([cmd], world)
-
-    def unblock(self, cmd: Unblock, world: World) -> None:
-        """Record one ``BackfillUnblocked`` (see :meth:`block_many`)."""
-        self.block_many([cmd], world)
 
     def block_many(self, cmds: list[Any], world: World) -> None:
         """Record the ``BackfillBlocked``/``BackfillUnblocked`` decisions of ``cmds`` in one append
