@@ -25,6 +25,10 @@ def _client(load: Any) -> client.ApiClient:
     cfg = client.Configuration()
     load(cfg)
     cfg.connection_pool_maxsize = CONNECTION_POOL_SIZE
+    # No retries inside urllib3: a retry there would resend a mutation below the leadership
+    # fence (controller/fence.py). Every caller retries through its own, fenced path (watches
+    # relist, deletes resend once, creates and statuses are re-issued by the next decide).
+    cfg.retries = False
     return client.ApiClient(cfg)
 
 

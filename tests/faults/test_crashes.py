@@ -18,7 +18,7 @@ import time
 import pytest
 
 from .harness import ControllerProcess, JobPlayer, Kube, assert_replay_clean, demand, log_events, of_type, run_rows, wait_for
-from .workload import CANCEL_BOUND_SECONDS, RECOVERY_BOUND_SECONDS, cluster_invariants, declare, log_invariants, start_running, wait_job
+from .workload import CANCEL_BOUND_SECONDS, RECOVERY_BOUND_SECONDS, cluster_invariants, declare, log_invariants, settled_log_invariants, start_running, wait_job
 
 pytestmark = pytest.mark.kube
 
@@ -164,7 +164,7 @@ def test_crash_during_admission(kube: Kube, player: JobPlayer, controllers, tmp_
     player.run(job.metadata.name)
     wait_for(lambda: kube.status("bf").get("phase") == "Running", timeout=10, what="Running")
     assert cluster_invariants(kube) == []
-    assert log_invariants(pg.url, schema, all_ended=False) == []
+    assert settled_log_invariants(pg.url, schema, all_ended=False) == []
     assert_replay_clean(pg.url, schema)
 
 
@@ -185,5 +185,5 @@ def test_crash_during_cancellation(kube: Kube, player: JobPlayer, controllers, t
     wait_for(lambda: [r for r in run_rows(pg.url, schema) if r.attempt == 1 and r.result == "preempted"],
              timeout=10, what="attempt 1 preempted in the runs table")  # fmt: skip
     assert cluster_invariants(kube) == []
-    assert log_invariants(pg.url, schema, all_ended=False) == []
+    assert settled_log_invariants(pg.url, schema, all_ended=False) == []
     assert_replay_clean(pg.url, schema)

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from .harness import JobPlayer, Kube, assert_replay_clean, demand, log_events, of_type, run_rows, timed, wait_for
-from .workload import CANCEL_BOUND_SECONDS, cluster_invariants, declare, log_invariants, start_running
+from .workload import CANCEL_BOUND_SECONDS, cluster_invariants, declare, log_invariants, settled_log_invariants, start_running
 
 pytestmark = pytest.mark.kube
 
@@ -93,7 +93,7 @@ def test_demand_while_the_store_is_away_cancels_at_once(kube: Kube, player: JobP
     )[0]  # fmt: skip
     assert (row.result, row.reason, row.job_name) == ("preempted", "ForegroundDemand", job)
     assert cluster_invariants(kube) == []
-    assert log_invariants(pg.url, schema, all_ended=False) == []
+    assert settled_log_invariants(pg.url, schema, all_ended=False) == []
     assert_replay_clean(pg.url, schema)
 
 
@@ -117,7 +117,7 @@ def test_store_restarted_under_a_running_controller(kube: Kube, player: JobPlaye
         lambda: [r for r in run_rows(pg.url, schema) if r.attempt == 1 and r.result == "preempted"],
         timeout=10, what="attempt 1 preempted in the runs table",
     )  # fmt: skip
-    assert log_invariants(pg.url, schema, all_ended=False) == []
+    assert settled_log_invariants(pg.url, schema, all_ended=False) == []
     assert_replay_clean(pg.url, schema)
 
 
@@ -161,5 +161,5 @@ def test_counters_match_the_log_after_batches_retried_on_store_errors(kube: Kube
           f"log: {admitted} admitted, {ended} ended")  # fmt: skip
     assert (starts, completions) == (admitted, ended)
     assert preemptions == len([r for r in run_rows(pg.url, schema) if r.result == "preempted"])
-    assert log_invariants(pg.url, schema, all_ended=False) == []
+    assert settled_log_invariants(pg.url, schema, all_ended=False) == []
     assert_replay_clean(pg.url, schema)

@@ -82,6 +82,20 @@ def cluster_invariants(kube: Kube) -> list[str]:
     return problems
 
 
+def settled_log_invariants(url: str, schema: str, *, all_ended: bool, timeout: float = 5.0) -> list[str]:
+    """:func:`log_invariants` once the controller has caught up: run rows are written by the loop's
+    next pass after an admission, so a check made just after a Job appeared may precede its row.
+    Polls until no violation or ``timeout`` seconds; returns the last violations."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        found = log_invariants(url, schema, all_ended=all_ended)
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.2)
+
+
 def log_invariants(url: str, schema: str, *, all_ended: bool) -> list[str]:
     """What must hold in the log and the runs table; returns the violations.
 
