@@ -100,3 +100,15 @@ def controllers(fault_cluster, fault_ns, controlled_pg, tmp_path):
     for proc in made:
         proc.kill()
         print(proc.tail(25))
+
+
+@pytest.fixture
+def proxy(fault_cluster):
+    """A pass-through TCP proxy in front of the fault apiserver (one replica can be cut off alone)."""
+    from .proxy import TcpProxy
+
+    p = TcpProxy("127.0.0.1", int(fault_cluster.host.rsplit(":", 1)[1])).start()
+    try:
+        yield p
+    finally:
+        p.stop()

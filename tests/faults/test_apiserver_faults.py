@@ -209,16 +209,6 @@ def test_apiserver_restarted_under_the_controller(fault_cluster, kube: Kube, pla
     assert_replay_clean(pg.url, schema)
 
 
-@pytest.fixture
-def proxy(fault_cluster):
-    from .proxy import TcpProxy
-
-    p = TcpProxy("127.0.0.1", int(fault_cluster.host.rsplit(":", 1)[1])).start()
-    try:
-        yield p
-    finally:
-        p.stop()
-
 
 def test_half_open_connections_are_abandoned(fault_cluster, kube: Kube, player: JobPlayer, controllers, proxy):
     """Every connection of the controller to the apiserver goes half-open (data and FIN

@@ -187,16 +187,6 @@ def test_leader_paused_in_a_wave_of_cancels(fault_cluster, kube: Kube, player: J
     assert_replay_clean(pg.url, schema)
 
 
-@pytest.fixture
-def proxy(fault_cluster):
-    from .proxy import TcpProxy
-
-    p = TcpProxy("127.0.0.1", int(fault_cluster.host.rsplit(":", 1)[1])).start()
-    try:
-        yield p
-    finally:
-        p.stop()
-
 
 def test_leader_partitioned_from_the_apiserver(fault_cluster, kube: Kube, player: JobPlayer, controllers, proxy):
     """Only the leader loses the apiserver (its connections go silent, the process runs on):
