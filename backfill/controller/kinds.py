@@ -40,6 +40,11 @@ class Kind:
         vanish: ``(namespace, name, uid, now, list_resource_version) -> (event, key)``, the event
             for a known object a list did not return.
         list_name: the name a listed object is matched under against ``known``.
+        lists_after: kinds whose first list must be in the log before this kind's first list
+            (bounded wait, :class:`~backfill.controller.watchers.Watcher`). Jobs list after the
+            foreground signals: after a restart, a Job deleted while nobody watched is folded
+            *after* the demand that preempted it, so its run ends ``preempted``, not
+            ``cancelled`` (the projector judges a vanished Job by the demand it has seen).
     """
 
     name: str
@@ -50,6 +55,7 @@ class Kind:
     vanish: Callable[[str, str, str, datetime, str], Pair]
     label_selector: str = ""
     list_name: Callable[[dict], str] = lambda obj: (obj.get("metadata") or {}).get("name", "")
+    lists_after: tuple[str, ...] = ()
 
     def list_functions(self, api: Any) -> tuple[Callable[..., Any], Callable[..., Any], tuple, dict]:
         """``(namespaced, cluster_wide, leading_args, kwargs)`` of the kubernetes client for this kind.
@@ -109,7 +115,10 @@ KINDS: tuple[Kind, ...] = (
     ),
     Kind("gaming", "gamingsessions", True, lambda t: t.gaming_session, lambda w: [(ns, n, "") for (ns, n) in w.gaming], _vanish("gaming")),
     Kind("lease", "gpuleases", True, lambda t: t.gpu_lease, lambda w: [(ns, n, "") for (ns, n) in w.leases], _vanish("lease")),
-    Kind("job", "jobs", False, lambda t: t.job, _known_jobs, _job_vanished, BACKFILL_LABEL, _job_list_name),
+    Kind(
+        "job", "jobs", False, lambda t: t.job, _known_jobs, _job_vanished, BACKFILL_LABEL, _job_list_name,
+        lists_after=("model", "gaming", "lease"),
+    ),
     Kind(
         "backfill", "modelbackfills", True, lambda t: t.backfill,
         lambda w: [(b.namespace, b.name, b.uid) for b in w.backfills.values() if not b.gone], _vanish("backfill"),

@@ -353,6 +353,7 @@ class Controller:
                 settings=self.settings,
                 stop=self.stop_event,
                 on_object=self._on_object if kind.name == "backfill" else None,
+                after=[x.listed for x in self.watchers if x.kind.name in kind.lists_after],
             )
             self.watchers.append(w)
             w.start()

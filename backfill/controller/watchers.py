@@ -61,6 +61,9 @@ class Watcher(threading.Thread):
             store is away; the reconcile loop admits nothing until the spool has settled).
         clock: aware UTC now.
         on_object: optional ``(type, obj)`` hook (the ModelBackfill object cache and finalizer).
+        after: the ``listed`` events of the watchers named by ``kind.lists_after``; the first
+            list waits for them, at most ``settings.api_timeout_seconds`` in all (a kind that
+            cannot be listed delays this one once, never for ever).
         list_call / watch_call: override the kubernetes client functions (tests).
     """
 
@@ -79,6 +82,7 @@ class Watcher(threading.Thread):
         stop: threading.Event,
         on_object: Callable[[str, dict], None] | None = None,
         list_call: Callable[..., Any] | None = None,
+        after: Iterable[threading.Event] = (),
     ) -> None:
         super().__init__(name=f"watch-{kind.name}", daemon=True)
         self.kind = kind
@@ -91,6 +95,8 @@ class Watcher(threading.Thread):
         self.settings = settings
         self.stop_event = stop
         self.on_object = on_object
+        self.after = list(after)
+        self.listed = threading.Event()  # a first list was handed to ``observe``
         self.synced = threading.Event()
         self.lists = 0
         self.restarts = 0
@@ -121,6 +127,14 @@ class Watcher(threading.Thread):
     # -- the loop -----------------------------------------------------------------------------
 
     def run(self) -> None:
+        deadline = time.monotonic() + self.settings.api_timeout_seconds
+        for first in self.after:
+            if not first.wait(max(0.0, deadline - time.monotonic())) and not self.stop_event.is_set():
+                log.warning(
+                    f"{self.kind.name}: listing before every kind it lists after ({', '.join(self.kind.lists_after)}) "
+                    "has listed once", extra={"resource": self.kind.name},
+                )
+                break
         backoff = self.settings.backoff_initial_seconds
         while not self.stop_event.is_set():
             try:
@@ -174,6 +188,7 @@ class Watcher(threading.Thread):
             if (ns, name) not in present:
                 pairs.append(self.kind.vanish(ns, name, uid, now, rv))
         entries = self.observe(pairs) if pairs else []
+        self.listed.set()  # in the spool's order: a kind listing after this one lands behind it
         if entries:
             self.committed(entries, self.settings.api_timeout_seconds)
         self.lists += 1
