@@ -476,9 +476,11 @@ class Actor:
     # -- cancel / delete ----------------------------------------------------------------------
 
     def preempt(self, cmds: list[Cancel], world: World) -> None:
-        """Delete the Jobs of ``cmds`` now (Background propagation, in parallel when several),
-        then log and emit the Events (side thread). Never raises and never touches the store:
-        the preemptor spools the decisions beside these calls."""
+        """Send the Job DELETEs of ``cmds`` now (Background propagation) on the "job-deletes"
+        pool, one call per Job in parallel, and return without waiting for the answers: the
+        preemptor's next observation is never held behind an earlier cancel's round trip. Each
+        answer is logged and its Event emitted (side thread) by the pool. Never raises and never
+        touches the store: the preemptor spools the decisions beside these calls."""
         try:
             self._guard()
         except NotLeader:
@@ -486,17 +488,17 @@ class Actor:
             return
         for c in cmds:
             self.due("delete", c.key[0], c.job_name)  # this is the first delete
-        if len(cmds) == 1:
-            errors = [self._try_delete(cmds[0])]
-        else:
-            errors = list(self._pool.map(self._try_delete, cmds))
-        for c, error in zip(cmds, errors):
-            ns, name = c.key
-            extra = {"backfill": f"{ns}/{name}", "position": c.cause, "decision": "AttemptCancelled"}
-            if error is not None:
-                log.error(f"deleting Job {c.job_name} failed (re-issued): {error}", extra=extra)
-            log.info(f"cancelled attempt {c.attempt} ({c.reason}): {c.message}", extra=extra)
-            self._event(ns, name, c.uid, c.reason, f"cancelled Job {c.job_name}: {c.message}", "Warning")
+            self._pool.submit(self._cancel_one, c)
+
+    def _cancel_one(self, c: Cancel) -> None:
+        """One preemption DELETE (a pool thread): the call, then its log line and Event."""
+        error = self._try_delete(c)
+        ns, name = c.key
+        extra = {"backfill": f"{ns}/{name}", "position": c.cause, "decision": "AttemptCancelled"}
+        if error is not None:
+            log.error(f"deleting Job {c.job_name} failed (re-issued): {error}", extra=extra)
+        log.info(f"cancelled attempt {c.attempt} ({c.reason}): {c.message}", extra=extra)
+        self._event(ns, name, c.uid, c.reason, f"cancelled Job {c.job_name}: {c.message}", "Warning")
 
     def _note_terminating(self, cmd: DeleteJob, world: World) -> None:
         """One Warning Event per Job that a finalizer holds after its delete (``JobTerminating``)."""
