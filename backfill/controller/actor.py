@@ -531,14 +531,24 @@ class Actor:
         try:
             crash_point("cancel/delete-sent")
             try:
-                self.batch.delete_namespaced_job(job_name, ns, propagation_policy="Background", _request_timeout=self.delete_timeout)
+                self._delete_call(ns, job_name)
             except urllib3.exceptions.HTTPError:  # timed out or broken: a fresh connection, at once
-                self.batch.delete_namespaced_job(job_name, ns, propagation_policy="Background", _request_timeout=self.delete_timeout)
+                self._delete_call(ns, job_name)
             crash_point("cancel/delete-answered")
         except ApiException as exc:
             if exc.status != 404:
                 raise
             self._observed(ev.JobDeleted(at=self.clock(), namespace=ns, backfill=name, name=job_name))
+
+    def _delete_call(self, ns: str, job_name: str) -> None:
+        """One DELETE of a Job (Background propagation, ``delete_timeout`` seconds). The answer is
+        read raw and not deserialized into client models (milliseconds of Python that would hold
+        the interpreter while other cancels wait); an error status still raises ApiException."""
+        resp = self.batch.delete_namespaced_job(
+            job_name, ns, propagation_policy="Background", _request_timeout=self.delete_timeout, _preload_content=False
+        )
+        resp.read()  # drained, so the connection goes back to the pool clean
+        resp.release_conn()
 
     # -- block / unblock ----------------------------------------------------------------------
 
