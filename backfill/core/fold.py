@@ -201,6 +201,8 @@ def _fold_gaming_started(w: World, e: ev.GamingIntentStarted, pos: int) -> World
     node_ends = w.node_gate_ends
     if old is not None and old.node != e.node:
         node_ends = _gate_end(node_ends, old.node, _ended_at(old, e.at), pos)
+    if old is not None and old.node == e.node and old.expires_at == e.expires_at:
+        return _at(w, pos)  # re-delivered unchanged: the gate keeps the position it began at
     since = old.since if old is not None and old.node == e.node else e.at
     gate = Gate(node=e.node, group="", expires_at=e.expires_at, since=since, pos=pos)
     return w._replace(position=pos, gaming=_set(w.gaming, key, gate), node_gate_ends=node_ends)
@@ -225,6 +227,8 @@ def _fold_lease_active(w: World, e: ev.GPULeaseActive, pos: int) -> World:
         if old.group != e.group:
             group_ends = _gate_end(group_ends, old.group, _ended_at(old, e.at), pos)
     same = old is not None and old.node == e.node and old.group == e.group
+    if same and old.expires_at == e.expires_at:
+        return _at(w, pos)  # re-delivered unchanged: the gate keeps the position it began at
     gate = Gate(node=e.node, group=e.group, expires_at=e.expires_at, since=old.since if same else e.at, pos=pos)
     return w._replace(
         position=pos, leases=_set(w.leases, key, gate), node_gate_ends=node_ends, group_gate_ends=group_ends
@@ -278,6 +282,8 @@ def _fold_applied(w: World, e: ev.BackfillApplied, pos: int) -> World:
     old = w.backfills.get(key)
     if old is not None and old.uid == e.uid and e.generation < old.generation:
         return _at(w, pos)  # a stale copy of an older generation
+    if old is not None and old.uid == e.uid and e.generation == old.generation and old.raw_spec == e.spec:
+        return _at(w, pos)  # re-delivered (a status write of ours): nothing to wake
     if old is None or old.uid != e.uid:
         b = BackfillState(namespace=e.namespace, name=e.name, uid=e.uid)
         old_index_model = _model_key(old)
@@ -319,6 +325,9 @@ def _template_check(name: str, job_template: Mapping[str, Any]) -> tuple[str, st
 
 
 def _fold_cronjob_seen(w: World, e: ev.CronJobSeen, pos: int) -> World:
+    old = w.templates.get((e.namespace, e.name))
+    if old is not None and old.job_template == e.job_template:
+        return _at(w, pos)  # the same template (a CronJob status update): it keeps its position
     t = Template(e.job_template, pos, _template_check(e.name, e.job_template))
     return w._replace(position=pos, templates=_set(w.templates, (e.namespace, e.name), t))
 
