@@ -54,6 +54,7 @@ from backfill.core.jobtemplate import API_GROUP, API_VERSION, build_job
 from backfill.core.state import World
 from backfill.core.timefmt import rfc3339
 
+from .cancelwindow import CancelWindow
 from .crash import crash_point
 
 log = logging.getLogger("backfill.controller.actor")
@@ -79,8 +80,11 @@ class StatusWriter:
     ``WriteStatus`` for that key (at the latest the periodic full re-check) writes it again.
     """
 
-    def __init__(self, write: Callable[[tuple[str, str], Mapping[str, Any]], None]) -> None:
+    def __init__(
+        self, write: Callable[[tuple[str, str], Mapping[str, Any]], None], before: Callable[[], Any] = lambda: None
+    ) -> None:
         self._write = write
+        self._before = before
         self._pending: dict[tuple[str, str], Mapping[str, Any]] = {}
         self._cond = threading.Condition()
         self._busy = False
@@ -117,6 +121,7 @@ class StatusWriter:
                 status = self._pending.pop(key)
                 self._busy = True
             try:
+                self._before()  # e.g. yield to preemption DELETEs in flight (CancelWindow.wait)
                 self._write(key, status)
             except NotLeader:
                 pass
@@ -149,6 +154,8 @@ class Actor:
         limiter / status_limiter: pace Job creates / status writes, each its own bucket so an
             admission never queues behind thousands of status writes (``acquire()``, a
             :class:`~backfill.controller.ratelimit.TokenBucket`); None: unpaced. Deletes never wait.
+        window: the :class:`~backfill.controller.cancelwindow.CancelWindow` its preemption
+            DELETEs open; status writes and Events wait for it (default: one of its own).
     """
 
     def __init__(
@@ -166,8 +173,10 @@ class Actor:
         remember: Callable[[tuple[str, str], Any], None] | None = None,
         limiter: Any = None,
         status_limiter: Any = None,
+        window: CancelWindow | None = None,
     ) -> None:
         self.api = api
+        self.window = window if window is not None else CancelWindow()
         self.batch = client.BatchV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.core = client.CoreV1Api(api)
@@ -186,7 +195,7 @@ class Actor:
         self._terminating_noted: set[tuple[str, str]] = set()  # (ns, job) whose JobTerminating Event was sent
         self.appended = 0
         self._decided_at: datetime | None = None
-        self.statuses = StatusWriter(self.write_status)
+        self.statuses = StatusWriter(self.write_status, before=self.window.wait)
         self._side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="k8s-events")
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="job-deletes")
         self._creates = ThreadPoolExecutor(max_workers=16, thread_name_prefix="job-creates")
@@ -274,6 +283,7 @@ class Actor:
 
         def create() -> None:
             try:
+                self.window.wait()  # informative only: after the cancels in flight
                 self._guard()
                 self.core.create_namespaced_event(ns, body, _request_timeout=self.timeout)
             except Exception as exc:  # noqa: BLE001 - an Event is informative only
@@ -488,11 +498,15 @@ class Actor:
             return
         for c in cmds:
             self.due("delete", c.key[0], c.job_name)  # this is the first delete
+            self.window.begin()
             self._pool.submit(self._cancel_one, c)
 
     def _cancel_one(self, c: Cancel) -> None:
         """One preemption DELETE (a pool thread): the call, then its log line and Event."""
-        error = self._try_delete(c)
+        try:
+            error = self._try_delete(c)
+        finally:
+            self.window.end()
         ns, name = c.key
         extra = {"backfill": f"{ns}/{name}", "position": c.cause, "decision": "AttemptCancelled"}
         if error is not None:

@@ -51,6 +51,7 @@ from .crash import crash_point
 from .kinds import KINDS
 from .metrics import Metrics
 from .fence import fence
+from .cancelwindow import CancelWindow
 from .preempt import Preemptor
 from .ratelimit import TokenBucket
 from .spool import Spool
@@ -113,6 +114,7 @@ class Controller:
         self.position = 0
         self.signal = threading.Event()
         self.stop_event = threading.Event()
+        self.window = CancelWindow()
         self.spool = Spool(
             events.append,
             events.positions_of,
@@ -121,6 +123,7 @@ class Controller:
             backoff_max=min(settings.backoff_max_seconds, 5.0),
             max_records=settings.spool_max_records,
             on_overflow_recovered=self._relist_all,
+            before_append=self.window.wait,
         )
         self._objects: dict[Key, dict] = {}
         self._objects_lock = threading.Lock()
@@ -137,6 +140,7 @@ class Controller:
             remember=self._remember_object,
             limiter=TokenBucket(settings.api_qps, settings.api_burst),
             status_limiter=TokenBucket(settings.api_qps, settings.api_burst),
+            window=self.window,
         )
         self.preemptor = Preemptor(lambda: self.world, self.spool, self.actor.preempt, self.is_leader, clock, scope=settings.namespace)
         if leader is not None:
