@@ -18,6 +18,16 @@ The phase machine (seed 000 "Expected phases"):
   deleted. Conditions, in order: deletion, suspend, spec change, model not Ready, node change,
   gaming intent, GPU lease, foreground demand (any request folded after the admission), a
   concurrent backfill admitted earlier on the same model or node.
+- Resumable attempts (``spec.preemption: Suspend``, issue 11): a preemption (the
+  :data:`~backfill.core.verdict.SUSPEND_REASONS`) of an attempt whose Job exists suspends the
+  Job instead (``AttemptCancelled`` with ``suspend``; lifecycle Suspending until the Job is
+  observed stopped, then Suspended: not live, phase WaitingForIdle). The next admission, decided
+  exactly like one (fresh full idle window, every gate), resumes the same Job
+  (``AttemptResumed``, a new run segment). A suspended attempt whose declaration is deleted,
+  suspended, changed, or whose Model is deleted is cancelled by deleting its Job; a Job deleted
+  by someone else ends the attempt (the next admission creates a new one); a Job resumed by
+  someone else is suspended again (only an admission resumes); a Job that completes (or fails)
+  while suspended ends the attempt so.
 - **Succeeded**: the Job completed; with ``repeatAfter`` it re-enters idle admission at
   ``nextRunTime = completion + repeatAfter``.
 - **Failed**: the Job failed (or hit its deadline): terminal until the spec generation changes.
@@ -40,6 +50,9 @@ from .commands import (
     CreateJob,
     DeleteJob,
     ReleaseFinalizer,
+    Resume,
+    ResumeJob,
+    SuspendJob,
     Unblock,
     WakeAt,
     WriteStatus,
@@ -65,6 +78,9 @@ from .verdict import (  # re-exported: the projector's names
     CREATE_RETRYING,
     IDLE_WINDOW_MESSAGE,
     PREEMPTION_REASONS,
+    PREEMPTION_NOT_RESUMABLE,
+    RESUMING,
+    SUSPEND_REASONS,
     WAITING,
     SUCCEEDED,
     FAILED,
@@ -73,6 +89,7 @@ from .verdict import (  # re-exported: the projector's names
     PHASES,
     Verdict,
 )
+from . import indexes
 from .jobtemplate import gpu_requests, job_name, template_problem
 from .spec import parse_spec
 from .status import status_from_verdict
@@ -83,6 +100,8 @@ from .state import (
     IDLE,
     RUNNING,
     STARTING,
+    SUSPENDED as SUSPENDED_JOB,
+    SUSPENDING,
     Attempt,
     BackfillState,
     CreateRejection,
@@ -436,27 +455,33 @@ def _fold_job_running(w: World, e: ev.JobRunning, pos: int) -> World:
 
 def _fold_job_succeeded(w: World, e: ev.JobSucceeded, pos: int) -> World:
     found = _job_attempt(w, e)
-    if found is None or not found[1].live:
+    if found is None or not (found[1].live or found[1].suspended):
         return _at(w, pos)
     b, a = found
+    a = _ended_while_suspended(_progress(a, e.completed_indexes, e.at), e.at)
     return _put_backfill(w, _end(b, a, e.at, "succeeded", "Completed", pos), pos)
 
 
 def _fold_job_failed(w: World, e: ev.JobFailed, pos: int) -> World:
     found = _job_attempt(w, e)
-    if found is None or not found[1].live:
+    if found is None or not (found[1].live or found[1].suspended):
         return _at(w, pos)
     b, a = found
+    a = _ended_while_suspended(a, e.at)
     result = "deadline_exceeded" if e.reason == "DeadlineExceeded" else "failed"
     return _put_backfill(w, _end(b, a, e.at, result, e.reason or "JobFailed", pos), pos)
 
 
 def _fold_job_deleted(w: World, e: ev.JobDeleted, pos: int) -> World:
     found = _job_attempt(w, e)
-    if found is None or not found[1].live:
+    if found is None or not (found[1].live or found[1].suspended):
         return _at(w, pos)
     b, a = found
-    if a.lifecycle == CANCELLING:
+    if a.lifecycle == SUSPENDED_JOB:
+        # Deleted by someone else while suspended: no segment ran (the last row stays preempted);
+        # the attempt is over and the next admission creates a new Job.
+        return _put_backfill(w, _end(b, a, e.at, "cancelled", "JobDeleted", pos), pos)
+    if a.lifecycle == CANCELLING or a.lifecycle == SUSPENDING:
         result = "preempted" if a.cancel_reason in PREEMPTION_REASONS else "cancelled"
         return _put_backfill(w, _end(b, a, e.at, result, a.cancel_reason, pos), pos)
     if w.models.get((b.namespace, a.model), _NO_MODEL).request_pos > a.basis:
@@ -522,6 +547,8 @@ def _fold_admitted(w: World, e: ev.AttemptAdmitted, pos: int) -> World:
         admitted_at=e.at,
         admitted_pos=pos,
         basis=e.basis if e.basis is not None and e.basis < pos else pos - 1,
+        first_admitted_at=e.at,
+        resumable=b.spec is not None and b.spec.resumable,
     )
     return _put_backfill(w, b._replace(attempts=e.attempt, attempt=a), pos)
 
@@ -529,10 +556,13 @@ def _fold_admitted(w: World, e: ev.AttemptAdmitted, pos: int) -> World:
 def _fold_cancelled(w: World, e: ev.AttemptCancelled, pos: int) -> World:
     b = w.backfills.get((e.namespace, e.backfill))
     a = b.attempt if b is not None else None
-    if a is None or a.number != e.attempt or a.lifecycle not in (STARTING, RUNNING):
+    if e.suspend:
+        return _fold_suspend_decided(w, b, a, e, pos)
+    if a is None or a.number != e.attempt or a.lifecycle not in (STARTING, RUNNING, SUSPENDING, SUSPENDED_JOB):
         return _at(w, pos)
     a = a._replace(
         lifecycle=CANCELLING,
+        suspend=False,
         cancel_reason=e.reason,
         cancel_message=e.message,
         cancelled_at=e.at,
@@ -562,6 +592,192 @@ def _fold_finalizer(w: World, e: ev.FinalizerReleased, pos: int) -> World:
     return _put_backfill(w, b._replace(finalizer_released=True), pos)
 
 
+# ---------------------------------------------------------------- resumable attempts (issue 11)
+#
+# A ``spec.preemption: Suspend`` declaration's preemption suspends its Indexed Job; the next
+# admission resumes the same Job as a new run segment (see the module docstring and
+# :mod:`backfill.core.runs` for segments).
+
+
+def _completion_mode(job_template: Mapping[str, Any] | None) -> str:
+    """The CronJob template's ``spec.completionMode`` ("" when absent or malformed)."""
+    spec = job_template.get("spec") if isinstance(job_template, Mapping) else None
+    mode = spec.get("completionMode") if isinstance(spec, Mapping) else None
+    return mode if isinstance(mode, str) else ""
+
+
+def _progress(a: Attempt, completed: str, at: datetime) -> Attempt:
+    """``a`` with the Job's completed indexes ``completed`` (interval syntax) observed at ``at``:
+    when they grew, the segment's progress time moves (not after the segment ended)."""
+    if not completed or not indexes.grew(completed, a.completed_indexes):
+        return a
+    merged = indexes.format_ranges(indexes.union(indexes.parse(completed) or (), indexes.parse(a.completed_indexes) or ()))
+    if a.segment_ended_at is not None:
+        return a._replace(completed_indexes=merged)
+    return a._replace(completed_indexes=merged, progress_at=at)
+
+
+def _ended_while_suspended(a: Attempt, at: datetime) -> Attempt:
+    """A Job that ends by itself while suspended: a zero-second segment of its own carries the
+    end (the suspended segment's row is final)."""
+    if not a.suspended:
+        return a
+    return a._replace(
+        segment=a.segment + 1, admitted_at=at, segment_started_at=at, base_indexes=a.completed_indexes,
+        progress_at=None, segment_ended_at=None, segment_reason="", segment_pos=0, suspend=False,
+    )
+
+
+def _fold_suspend_decided(w: World, b: BackfillState | None, a: Attempt | None, e: ev.AttemptCancelled, pos: int) -> World:
+    """A suspending cancel: the segment's preemption; the Job is being suspended (Suspending)."""
+    if b is None or a is None or a.number != e.attempt or a.segment != e.segment or a.lifecycle not in (STARTING, RUNNING):
+        return _at(w, pos)
+    a = a._replace(
+        lifecycle=SUSPENDING,
+        suspend=True,
+        cancel_reason=e.reason,
+        cancel_message=e.message,
+        cancelled_at=e.at,
+        cancel_pos=e.cause or pos,
+    )
+    return _put_backfill(w, b._replace(attempt=a), pos)
+
+
+def _fold_job_suspended(w: World, e: ev.JobSuspended, pos: int) -> World:
+    """The Job is observed suspended with no active pods: the segment ends (Suspended)."""
+    found = _job_attempt(w, e)
+    if found is None:
+        return _at(w, pos)
+    b, a = found
+    if a.lifecycle == SUSPENDED_JOB:
+        return _at(w, pos)  # re-observed
+    if a.lifecycle != SUSPENDING:
+        return _at(w, pos)  # not our suspension (see the README: a foreign suspend is not followed)
+    a = _progress(a, e.completed_indexes, e.at)
+    if a.segment_ended_at is None:  # not yet ended (a foreign resume and our re-suspend keep the first end)
+        start = a.started_at or a.created_at if a.segment == 1 else a.segment_started_at or a.admitted_at
+        end = e.at if start is None or e.at >= start else start
+        a = a._replace(segment_ended_at=end, segment_reason=a.cancel_reason, segment_pos=a.cancel_pos)
+    return _put_backfill(w, b._replace(attempt=a._replace(lifecycle=SUSPENDED_JOB)), pos)
+
+
+def _fold_job_resumed(w: World, e: ev.JobResumed, pos: int) -> World:
+    """``spec.suspend`` is false again: our resume is running (Running); a resume of a suspended
+    Job nobody admitted (someone else cleared ``suspend``) is suspended again (Suspending)."""
+    found = _job_attempt(w, e)
+    if found is None:
+        return _at(w, pos)
+    b, a = found
+    if a.lifecycle == STARTING and a.segment > 1 and a.segment_started_at is None:
+        at = e.at if e.at >= a.admitted_at else a.admitted_at
+        a = _progress(a._replace(lifecycle=RUNNING, segment_started_at=at), e.completed_indexes, e.at)
+        return _put_backfill(w, b._replace(attempt=a), pos)
+    if a.lifecycle == SUSPENDED_JOB:
+        return _put_backfill(w, b._replace(attempt=a._replace(lifecycle=SUSPENDING)), pos)
+    return _at(w, pos)
+
+
+def _fold_job_progress(w: World, e: ev.JobProgress, pos: int) -> World:
+    """More of an Indexed Job's indexes completed."""
+    found = _job_attempt(w, e)
+    if found is None or not (found[1].live or found[1].suspended):
+        return _at(w, pos)
+    b, a = found
+    a2 = _progress(a, e.completed_indexes, e.at)
+    if a2 is a:
+        return _at(w, pos)
+    return _put_backfill(w, b._replace(attempt=a2), pos)
+
+
+def _fold_resumed(w: World, e: ev.AttemptResumed, pos: int) -> World:
+    """A resume decision: run segment ``e.segment`` of the suspended attempt begins (Starting
+    until the Job is observed resumed). Like an admission, it names its basis."""
+    b = w.backfills.get((e.namespace, e.backfill))
+    a = b.attempt if b is not None else None
+    if b is None or a is None or b.uid != e.uid or a.number != e.attempt or not a.suspended or e.segment != a.segment + 1:
+        return _at(w, pos)
+    a = a._replace(
+        lifecycle=STARTING,
+        segment=e.segment,
+        admitted_at=e.at,
+        admitted_pos=pos,
+        basis=e.basis if e.basis is not None and e.basis < pos else pos - 1,
+        model=e.model,
+        node=e.node,
+        base_indexes=a.completed_indexes,
+        segment_started_at=None,
+        progress_at=None,
+        segment_ended_at=None,
+        segment_reason="",
+        segment_pos=0,
+        suspend=False,
+        cancel_reason="",
+        cancel_message="",
+        cancelled_at=None,
+        cancel_pos=0,
+        terminating_since=None,
+    )
+    return _put_backfill(w, b._replace(attempt=a), pos)
+
+
+def _suspends(b: BackfillState, a: Attempt, reason: str) -> bool:
+    """Whether a cancel for ``reason`` suspends ``a``'s Job instead of deleting it: a preemption
+    (:data:`SUSPEND_REASONS`) of a resumable attempt whose Job exists, its spec unchanged."""
+    return (
+        reason in SUSPEND_REASONS
+        and a.resumable
+        and b.spec is not None
+        and b.spec.resumable
+        and a.created_at is not None
+        and a.generation == b.generation
+    )
+
+
+def _hard_cancel_condition(world: World, b: BackfillState, a: Attempt) -> tuple[str, str, int] | None:
+    """The cancels that delete a suspended (or suspending) attempt's Job: the declaration is
+    deleted, suspended or changed, or its Model is gone. Availability (Model not Ready, gates,
+    demand, contenders) only holds the resume back."""
+    if b.deleting:
+        return (DELETED, "the ModelBackfill is being deleted", world.position)
+    if b.spec is not None and b.spec.suspend:
+        return (SUSPENDED, "spec.suspend is true", world.position)
+    if b.generation != a.generation:
+        return (SPEC_CHANGED, f"spec changed (generation {a.generation} -> {b.generation})", world.position)
+    m = world.models.get((b.namespace, a.model), _NO_MODEL)
+    if not m.exists:
+        return (MODEL_NOT_FOUND, f"Model {b.namespace}/{a.model} not found", world.position)
+    return None
+
+
+def _delete_suspended(key: Key, b: BackfillState, a: Attempt, cond: tuple[str, str, int]) -> Verdict:
+    reason, message, cause = cond
+    return Verdict(CANCELLING, reason, message, (Cancel(key, b.uid, a.number, a.job_name, reason, message, cause, False, a.segment),))
+
+
+def _suspending(world: World, key: Key, b: BackfillState, a: Attempt, now: datetime) -> Verdict:
+    """A Suspending attempt: delete it if a hard condition came up, else re-issue the suspend
+    until the Job is observed stopped (paced by the actor like a re-issued delete)."""
+    cond = _hard_cancel_condition(world, b, a)
+    if cond is not None:
+        return _delete_suspended(key, b, a, cond)
+    return Verdict(
+        CANCELLING,
+        a.cancel_reason,
+        f"{a.cancel_message or 'preempted'}; suspending Job {a.job_name} (completed indexes are kept)",
+        (SuspendJob(key, a.job_name),),
+        wake_at=plus_seconds(now, CANCEL_RECHECK_SECONDS),
+    )
+
+
+def _resume_or_admit(key: Key, b: BackfillState, spec: Any, node: str, cause: int) -> Command:
+    """What a due admission does: resume the suspended attempt's Job, else admit a new attempt."""
+    a = b.attempt
+    if a is not None and a.suspended:
+        return Resume(key, b.uid, a.number, a.segment + 1, b.generation, a.job_name, spec.model_ref, node, cause)
+    attempt = b.attempts + 1
+    return Admit(key, b.uid, attempt, b.generation, job_name(b.name, b.uid, attempt), spec.model_ref, node, cause)
+
+
 _FOLD: dict[type, Callable[[World, Any, int], World]] = {
     ev.ForegroundRequest: _fold_foreground,
     ev.GamingIntentStarted: _fold_gaming_started,
@@ -583,8 +799,12 @@ _FOLD: dict[type, Callable[[World, Any, int], World]] = {
     ev.JobDeleted: _fold_job_deleted,
     ev.JobTerminating: _fold_job_terminating,
     ev.JobCreateRejected: _fold_create_rejected,
+    ev.JobSuspended: _fold_job_suspended,
+    ev.JobResumed: _fold_job_resumed,
+    ev.JobProgress: _fold_job_progress,
     ev.AttemptAdmitted: _fold_admitted,
     ev.AttemptCancelled: _fold_cancelled,
+    ev.AttemptResumed: _fold_resumed,
     ev.BackfillBlocked: _fold_blocked,
     ev.BackfillUnblocked: _fold_unblocked,
     ev.FinalizerReleased: _fold_finalizer,
@@ -594,7 +814,10 @@ assert set(_FOLD) == set(ev.EVENT_TYPES.values()), "every event type needs a fol
 
 #: Events that make an attempt live or end it (the contender gate of others may change).
 _FREES_OR_TAKES_A_SLOT = frozenset(
-    {ev.AttemptAdmitted, ev.JobSucceeded, ev.JobFailed, ev.JobDeleted, ev.JobCreateRejected}
+    {
+        ev.AttemptAdmitted, ev.JobSucceeded, ev.JobFailed, ev.JobDeleted, ev.JobCreateRejected,
+        ev.JobSuspended, ev.JobResumed, ev.AttemptResumed,
+    }
 )
 
 
@@ -667,6 +890,15 @@ def block_reason(world: World, b: BackfillState) -> tuple[str, str] | None:
         return (TEMPLATE_NOT_FOUND, f"CronJob {b.namespace}/{spec.template_ref} not found")
     if t.problem is not None:
         return t.problem
+    if spec.resumable:
+        mode = _completion_mode(t.job_template)
+        if mode != "Indexed":
+            return (
+                PREEMPTION_NOT_RESUMABLE,
+                f"spec.preemption Suspend needs an Indexed Job: CronJob {b.namespace}/{spec.template_ref} has "
+                f"spec.jobTemplate.spec.completionMode {mode or 'NonIndexed (absent)'}; set completionMode: Indexed or "
+                "remove spec.preemption",
+            )
     m = world.models.get((b.namespace, spec.model_ref))
     if m is None or not m.exists:
         return (MODEL_NOT_FOUND, f"Model {b.namespace}/{spec.model_ref} not found")
@@ -803,10 +1035,20 @@ def evaluate(world: World, key: Key, now: datetime, reserved: set | None = None)
                 (DeleteJob(key, a.job_name),),
                 wake_at=plus_seconds(now, CANCEL_RECHECK_SECONDS),
             )
+        if a.lifecycle == SUSPENDING:
+            return _suspending(world, key, b, a, now)
         cond = _cancel_condition(world, b, a, now)
         if cond is not None:
             reason, message, cause = cond
-            return Verdict(CANCELLING, reason, message, (Cancel(key, b.uid, a.number, a.job_name, reason, message, cause),))
+            if _suspends(b, a, reason):
+                message = f"{message}; suspending Job {a.job_name} (completed indexes are kept)"
+                return Verdict(CANCELLING, reason, message, (Cancel(key, b.uid, a.number, a.job_name, reason, message, cause, True, a.segment),))
+            return Verdict(CANCELLING, reason, message, (Cancel(key, b.uid, a.number, a.job_name, reason, message, cause, False, a.segment),))
+        if a.lifecycle == STARTING and a.segment > 1:
+            return Verdict(
+                STARTING, RESUMING, f"resuming Job {a.job_name} (segment {a.segment})", (ResumeJob(key, a.job_name),),
+                wake_at=plus_seconds(now, RETRY_SECONDS),
+            )
         if a.lifecycle == STARTING and b.rejection is not None and b.rejection.attempt == a.number:
             return _create_retrying(key, a, b.rejection, now)  # a transient refusal: back-off
         if a.lifecycle == STARTING:
@@ -818,6 +1060,10 @@ def evaluate(world: World, key: Key, now: datetime, reserved: set | None = None)
                 wake_at=plus_seconds(now, RETRY_SECONDS),
             )
         return Verdict(RUNNING, "JobActive", f"background Job {a.job_name} is active")
+    if b.attempt is not None and b.attempt.suspended:
+        hard = _hard_cancel_condition(world, b, b.attempt)
+        if hard is not None:
+            return _delete_suspended(key, b, b.attempt, hard)
     if b.deleting:
         cmds = () if b.finalizer_released else (ReleaseFinalizer(key, b.uid),)
         return Verdict(WAITING, DELETED, "the ModelBackfill is being deleted", cmds)
@@ -873,14 +1119,14 @@ def evaluate(world: World, key: Key, now: datetime, reserved: set | None = None)
             since,
             next_run,
         )
-    attempt = b.attempts + 1
-    name = job_name(b.name, b.uid, attempt)
     if reserved is not None:
         reserved.add((b.namespace, spec.model_ref))
         if m.node:
             reserved.add(m.node)
-    admit = Admit(key, b.uid, attempt, b.generation, name, spec.model_ref, m.node, cause)
-    return Verdict(STARTING, "Admitted", f"admitting attempt {attempt}", unblock + (admit,), None, since)
+    admit = _resume_or_admit(key, b, spec, m.node, cause)
+    if isinstance(admit, Resume):
+        return Verdict(STARTING, RESUMING, f"resuming attempt {admit.attempt} (segment {admit.segment})", unblock + (admit,), None, since)
+    return Verdict(STARTING, "Admitted", f"admitting attempt {admit.attempt}", unblock + (admit,), None, since)
 
 
 def _create_retrying(key: Key, a: Attempt, rej: CreateRejection, now: datetime) -> Verdict:
