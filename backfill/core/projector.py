@@ -458,7 +458,7 @@ def _fold_job_succeeded(w: World, e: ev.JobSucceeded, pos: int) -> World:
     if found is None or not (found[1].live or found[1].suspended):
         return _at(w, pos)
     b, a = found
-    a = _ended_while_suspended(_progress(a, e.completed_indexes, e.at), e.at)
+    a = _progress(_ended_while_suspended(a, e.at), e.completed_indexes, e.at)
     return _put_backfill(w, _end(b, a, e.at, "succeeded", "Completed", pos), pos)
 
 
