@@ -2,7 +2,7 @@
 
 Where a new event type goes: add a class here (frozen pydantic model with ``type: Literal[...]``,
 a ``stream`` and, when it has a natural identity, a ``natural_key``), add it to :data:`Event`,
-and give it a handler in ``projector._FOLD`` (and ``runs`` if it touches run history).
+and give it a handler in ``fold._FOLD`` (backfill/core/fold.py) (and ``runs`` if it touches run history).
 
 Three families:
 
