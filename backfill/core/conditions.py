@@ -257,7 +257,8 @@ _SLOT_EVENTS: dict[type, Scope] = {
     t: of_slot
     for t in (
         ev.AttemptAdmitted, ev.JobSucceeded, ev.JobFailed, ev.JobDeleted, ev.JobCreateRejected,
-        ev.JobSuspended, ev.JobResumed, ev.AttemptResumed,  # a suspended attempt holds no slot
+        # a suspended attempt holds no slot; a delete of one takes it again while its Job goes
+        ev.JobSuspended, ev.JobResumed, ev.AttemptResumed, ev.AttemptCancelled,
     )
 }
 _DECLARATION_EVENTS: dict[type, Scope] = {t: live_and_own for t in (ev.BackfillApplied, ev.BackfillDeleting, ev.BackfillDeleted)}
