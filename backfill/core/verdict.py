@@ -34,8 +34,6 @@ CREATE_RETRYING = "CreateRetrying"  # Starting: the create was refused transient
 #: Blocked: ``spec.preemption: Suspend`` on a template that is not ``completionMode: Indexed``
 #: (a suspended NonIndexed Job keeps nothing worth resuming; issue 11).
 PREEMPTION_NOT_RESUMABLE = "PreemptionNotResumable"
-#: WaitingForIdle: the attempt's Job is suspended (preempted); the next admission resumes it.
-JOB_SUSPENDED = "JobSuspended"
 #: Starting: a resume of the suspended Job was decided; ``spec.suspend: false`` is being written.
 RESUMING = "Resuming"
 
