@@ -204,14 +204,21 @@ def test_suspend_on_demand_resume_after_the_window_then_succeed(kube, start_cont
     assert totals["wasted_seconds"] == pytest.approx(r1.wasted_seconds)
 
 
-def test_suspended_job_deleted_by_someone_else_gets_a_new_attempt(kube, start_controller):
-    name = "resumable-deleted"
+def _suspended(kube, start_controller, name: str, *, gaming: bool):
+    """A running resumable attempt preempted (by demand, or by gaming intent that stays on so
+    nothing can resume it) and observed suspended at the returned time."""
     c, player, job = _setup(kube, start_controller, name)
     player.start(now_s())
     wait_for(lambda: kube.status(name).get("phase") == "Running", what="phase Running")
-    _preempt(kube, player)
-    player.suspended(now_s())
+    _preempt_by_gaming(kube, player) if gaming else _preempt(kube, player)
+    t_s = now_s()
+    player.suspended(t_s)
     wait_for(lambda: kube.status(name).get("phase") == "WaitingForIdle", what="suspended")
+    return c, player, job, t_s
+
+
+def test_suspended_job_deleted_by_someone_else_gets_a_new_attempt(kube, start_controller):
+    c, player, job, _ = _suspended(kube, start_controller, "resumable-deleted", gaming=False)
     kube.batch.delete_namespaced_job(player.name, kube.ns, propagation_policy="Background")
     second = wait_for(lambda: [j for j in kube.jobs() if j.metadata.name.endswith("-2")], timeout=20, what="attempt 2's Job")[0]
     assert second.metadata.uid != job.metadata.uid and not second.spec.suspend
@@ -222,13 +229,7 @@ def test_suspended_job_deleted_by_someone_else_gets_a_new_attempt(kube, start_co
 
 def test_suspended_job_resumed_by_someone_else_is_suspended_again(kube, start_controller):
     name = "resumable-edited"
-    c, player, job = _setup(kube, start_controller, name)
-    player.start(now_s())
-    wait_for(lambda: kube.status(name).get("phase") == "Running", what="phase Running")
-    _preempt_by_gaming(kube, player)  # the session stays: no admission can resume the Job
-    t_s = now_s()
-    player.suspended(t_s)
-    wait_for(lambda: kube.status(name).get("phase") == "WaitingForIdle", what="suspended")
+    c, player, job, t_s = _suspended(kube, start_controller, name, gaming=True)  # nothing can resume it
     kube.batch.patch_namespaced_job(player.name, kube.ns, {"spec": {"suspend": False}})  # a human
     player.resumed(t_s + timedelta(seconds=1))
     wait_for(lambda: player.spec_suspend() is True, timeout=10, what="the controller suspends it again")
@@ -242,12 +243,7 @@ def test_suspended_job_resumed_by_someone_else_is_suspended_again(kube, start_co
 
 def test_spec_change_while_suspended_deletes_the_job(kube, start_controller):
     name = "resumable-changed"
-    c, player, job = _setup(kube, start_controller, name)
-    player.start(now_s())
-    wait_for(lambda: kube.status(name).get("phase") == "Running", what="phase Running")
-    _preempt_by_gaming(kube, player)
-    player.suspended(now_s())
-    wait_for(lambda: kube.status(name).get("phase") == "WaitingForIdle", what="suspended")
+    c, player, job, _ = _suspended(kube, start_controller, name, gaming=True)
     kube.patch("modelbackfills", name, {"spec": {"idleFor": "2h"}})
     wait_for(lambda: kube.job(player.name) is None, timeout=10, what="suspended Job deleted")
     reasons = [(x.reason, x.suspend) for x in _decisions(c, ev.AttemptCancelled)]
