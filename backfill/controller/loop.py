@@ -36,7 +36,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from backfill.core import events as ev
-from backfill.core.commands import Admit
+from backfill.core.commands import Admit, Resume
 from backfill.core.events import decode_many
 from backfill.core.perf import paused_gc
 from backfill.core.projector import affected, decide, fold, only_position_moved
@@ -518,8 +518,9 @@ class Controller:
                 self._wake_of[c.key] = c.at
                 heapq.heappush(self._wakes, (c.at, c.key))
         todo = commands
-        if any(isinstance(c, Admit) for c in commands) and not self.spool.settled(self.position):
-            held = {c.key for c in commands if isinstance(c, Admit)}
+        if any(isinstance(c, (Admit, Resume)) for c in commands) and not self.spool.settled(self.position):
+            # a resume is an admission (issue 11): held the same way until the log explains it
+            held = {c.key for c in commands if isinstance(c, (Admit, Resume))}
             self._carry |= held
             todo = [c for c in commands if c.key not in held]
         self._carry.update(self.actor.execute(todo, self.world, now, interrupted=self.signal.is_set))
