@@ -227,6 +227,19 @@ def test_suspended_job_deleted_by_someone_else_gets_a_new_attempt(kube, start_co
     assert [(r.attempt, r.segment, r.result) for r in rows] == [(1, 1, "preempted"), (2, 1, None)]
 
 
+def test_suspended_job_deleted_while_no_controller_watched_is_seen_by_the_relist(kube, start_controller):
+    """The relist after a restart knows the suspended Job (not live, yet it exists) and notices it vanished."""
+    c, player, job, _ = _suspended(kube, start_controller, "resumable-relist", gaming=True)
+    c.stop()
+    kube.batch.delete_namespaced_job(player.name, kube.ns, propagation_policy="Background")
+    kube.custom.delete_namespaced_custom_object("ai.flexinfer", "v1alpha2", kube.ns, "gamingsessions", "play")
+    second = start_controller(foreground_signal_granularity_seconds=1)
+    gone = wait_for(lambda: [e for e in _decisions(second, ev.JobDeleted) if e.name == player.name], what="JobDeleted from the relist")
+    assert len(gone) == 1
+    new = wait_for(lambda: [j for j in kube.jobs() if j.metadata.name.endswith("-2")], timeout=20, what="attempt 2's Job")[0]
+    assert new.metadata.uid != job.metadata.uid and _decisions(second, ev.AttemptResumed) == []
+
+
 def test_suspended_job_resumed_by_someone_else_is_suspended_again(kube, start_controller):
     name = "resumable-edited"
     c, player, job, t_s = _suspended(kube, start_controller, name, gaming=True)  # nothing can resume it
