@@ -89,6 +89,11 @@ def evaluate(world: World, key: Key, now: datetime, reserved: dict | None = None
     gating condition and then the idle window. ``reserved`` maps the slots (``(namespace,
     model)`` and node) of attempts admitted earlier in the same ``decide`` call to their
     backfill, so two backfills due at once never both pass the contender gate.
+
+    Resumable attempts (issue 11): a preemption of one whose Job exists suspends it (a
+    ``Cancel`` with ``suspend``); a Suspending one re-issues ``SuspendJob``; a suspended one is
+    deleted by the conditions marked ``ends_suspended``, else waits like any declaration and,
+    when admission is due, gets a ``Resume`` of its Job instead of an ``Admit``.
     """
     b = world.backfills.get(key)
     if b is None or b.gone:
