@@ -498,9 +498,12 @@ class Actor:
     # -- cancel / delete ----------------------------------------------------------------------
 
     def preempt(self, cmds: list[Cancel], world: World) -> None:
-        """Delete the Jobs of ``cmds`` now (Background propagation, in parallel when several),
-        then log and emit the Events (side thread). Never raises and never touches the store:
-        the preemptor spools the decisions beside these calls."""
+        """Send the Job DELETEs of ``cmds`` now (Background propagation; for a suspending cancel,
+        issue 11, the ``spec.suspend: true`` PATCH instead) on the "job-deletes" pool, one call
+        per Job in parallel, and return without waiting for the answers: the
+        preemptor's next observation is never held behind an earlier cancel's round trip. Each
+        answer is logged and its Event emitted (side thread) by the pool. Never raises and never
+        touches the store: the preemptor spools the decisions beside these calls."""
         try:
             self._guard()
         except NotLeader:
@@ -508,22 +511,22 @@ class Actor:
             return
         for c in cmds:
             self.due("suspend" if c.suspend else "delete", c.key[0], c.job_name)  # this is the first one
-        if len(cmds) == 1:
-            errors = [self._try_delete(cmds[0])]
+            self._pool.submit(self._cancel_one, c)
+
+    def _cancel_one(self, c: Cancel) -> None:
+        """One preemption DELETE, or suspend (issue 11) (a pool thread): the call, then its log
+        line and Event."""
+        error = self._try_delete(c)
+        ns, name = c.key
+        extra = {"backfill": f"{ns}/{name}", "position": c.cause, "decision": "AttemptCancelled"}
+        if error is not None:
+            log.error(f"{'suspending' if c.suspend else 'deleting'} Job {c.job_name} failed (re-issued): {error}", extra=extra)
+        if c.suspend:
+            log.info(f"suspended attempt {c.attempt} segment {c.segment} ({c.reason}): {c.message}", extra=extra)
+            self._event(ns, name, c.uid, c.reason, f"suspended Job {c.job_name} (completed indexes kept): {c.message}", "Warning")
         else:
-            errors = list(self._pool.map(self._try_delete, cmds))
-        for c, error in zip(cmds, errors):
-            ns, name = c.key
-            extra = {"backfill": f"{ns}/{name}", "position": c.cause, "decision": "AttemptCancelled"}
-            verb = "suspending" if c.suspend else "deleting"
-            if error is not None:
-                log.error(f"{verb} Job {c.job_name} failed (re-issued): {error}", extra=extra)
-            if c.suspend:
-                log.info(f"suspended attempt {c.attempt} segment {c.segment} ({c.reason}): {c.message}", extra=extra)
-                self._event(ns, name, c.uid, c.reason, f"suspended Job {c.job_name} (completed indexes kept): {c.message}", "Warning")
-            else:
-                log.info(f"cancelled attempt {c.attempt} ({c.reason}): {c.message}", extra=extra)
-                self._event(ns, name, c.uid, c.reason, f"cancelled Job {c.job_name}: {c.message}", "Warning")
+            log.info(f"cancelled attempt {c.attempt} ({c.reason}): {c.message}", extra=extra)
+            self._event(ns, name, c.uid, c.reason, f"cancelled Job {c.job_name}: {c.message}", "Warning")
 
     def _note_terminating(self, cmd: DeleteJob, world: World) -> None:
         """One Warning Event per Job that a finalizer holds after its delete (``JobTerminating``)."""
@@ -559,14 +562,24 @@ class Actor:
         try:
             crash_point("cancel/delete-sent")
             try:
-                self.batch.delete_namespaced_job(job_name, ns, propagation_policy="Background", _request_timeout=self.delete_timeout)
+                self._delete_call(ns, job_name)
             except urllib3.exceptions.HTTPError:  # timed out or broken: a fresh connection, at once
-                self.batch.delete_namespaced_job(job_name, ns, propagation_policy="Background", _request_timeout=self.delete_timeout)
+                self._delete_call(ns, job_name)
             crash_point("cancel/delete-answered")
         except ApiException as exc:
             if exc.status != 404:
                 raise
             self._observed(ev.JobDeleted(at=self.clock(), namespace=ns, backfill=name, name=job_name))
+
+    def _delete_call(self, ns: str, job_name: str) -> None:
+        """One DELETE of a Job (Background propagation, ``delete_timeout`` seconds). The answer is
+        read raw and not deserialized into client models (milliseconds of Python that would hold
+        the interpreter while other cancels wait); an error status still raises ApiException."""
+        resp = self.batch.delete_namespaced_job(
+            job_name, ns, propagation_policy="Background", _request_timeout=self.delete_timeout, _preload_content=False
+        )
+        resp.read()  # drained, so the connection goes back to the pool clean
+        resp.release_conn()
 
     def suspend_job(self, key: tuple[str, str], job_name: str, suspend: bool) -> None:
         """Set the Job's ``spec.suspend`` (a strategic-merge PATCH of that one field); a 404
@@ -574,9 +587,9 @@ class Actor:
 
         ``suspend=True`` is the preemption of a resumable declaration (issue 11): exactly the
         delete's discipline, so it stops the pods as fast: the fence (``_guard`` here and the
-        client's), the delete's client-side timeout, and one immediate resend on a fresh
+        client's), the delete's client-side timeout, one immediate resend on a fresh
         connection when the first send times out or breaks (setting the field twice is
-        harmless). ``suspend=False`` is a recorded resume (the call's normal timeout).
+        harmless), the answer drained raw like the delete's. ``suspend=False`` is a recorded resume (the call's normal timeout).
         Raises what the API server answers otherwise (the re-issue retries it)."""
         ns, name = key
         self._guard()
@@ -584,9 +597,9 @@ class Actor:
         timeout = self.delete_timeout if suspend else self.timeout
         try:
             try:
-                self.batch.patch_namespaced_job(job_name, ns, body, _request_timeout=timeout)
+                self._patch_call(ns, job_name, body, timeout)
             except urllib3.exceptions.HTTPError:  # timed out or broken: a fresh connection, at once
-                self.batch.patch_namespaced_job(job_name, ns, body, _request_timeout=timeout)
+                self._patch_call(ns, job_name, body, timeout)
         except ApiException as exc:
             if exc.status != 404:
                 raise
@@ -617,6 +630,12 @@ class Actor:
                 raise
             except Exception as exc:  # noqa: BLE001 - re-issued by the next decide (ResumeJob)
                 log.error(f"resuming Job {c.job_name} failed (re-issued): {_first_line(exc)}", extra={"backfill": f"{ns}/{name}"})
+
+    def _patch_call(self, ns: str, job_name: str, body: dict, timeout: float) -> None:
+        """One PATCH of a Job's spec, its answer drained raw like :meth:`_delete_call`'s."""
+        resp = self.batch.patch_namespaced_job(job_name, ns, body, _request_timeout=timeout, _preload_content=False)
+        resp.read()
+        resp.release_conn()
 
     # -- block / unblock ----------------------------------------------------------------------
 

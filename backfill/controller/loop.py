@@ -9,8 +9,8 @@ Pieces and threads (each named here, and only here, :meth:`Controller.start`):
   and the cancels it decides, in order, in the background; holds them in memory while the store
   is away.
 - **preempt** (:class:`~backfill.controller.preempt.Preemptor`): folds observations in memory on
-  top of the durable projection and deletes a Job the moment a cancel condition holds. The only
-  thread that cancels; it touches no database.
+  top of the durable projection and sends a Job's DELETE (on the actor's job-deletes pool) the
+  moment a cancel condition holds. The only thread that cancels; it touches no database.
 - **reconcile** (:meth:`Controller.run`): reads the log back (the *durable* projection), keeps
   run rows and metrics, decides everything but cancels (admissions, blocks, statuses, finalizers,
   re-issued creates and deletes) and hands the commands to the actor. Admissions are fail-closed:

@@ -23,8 +23,10 @@ resync brought), is made here: the reconcile loop pokes the keys its catch-up af
 cancels itself. Everything else (admissions, blocks, statuses, finalizers, re-issued deletes) is
 the loop's, on the durable projection: admissions are fail-closed and need the durable log.
 
-Threads: one, "preempt". It touches no database; its only I/O is the Job DELETE (with a
-client-side timeout) and, through the actor's side thread, a Kubernetes Event.
+Threads: one, "preempt". It touches no database and waits for nothing: the Job DELETEs (with a
+client-side timeout) go out on the actor's "job-deletes" pool, which also logs each answer and
+emits its Kubernetes Event (side thread), so a second demand is decided while the first cancel's
+DELETE is still in flight.
 """
 
 from __future__ import annotations
