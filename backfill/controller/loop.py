@@ -36,11 +36,11 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from backfill.core import events as ev
-from backfill.core.commands import Admit
+from backfill.core.commands import Admit, Resume
 from backfill.core.events import decode_many
 from backfill.core.perf import paused_gc
 from backfill.core.projector import affected, decide, fold, only_position_moved
-from backfill.core.runs import run_rows
+from backfill.core.runs import previous_row, run_rows
 from backfill.core.state import World
 from backfill.settings import Settings
 from backfill.store import EventStore, RunStore
@@ -300,14 +300,15 @@ class Controller:
         return keys
 
     def _count(self, before: World, row: Any, event: Any) -> None:
-        if isinstance(event, ev.AttemptAdmitted) and row.result is None:
+        """The metrics follow the rows: a start per row begun by an admission or a resume, an
+        end (completion, preemption, running seconds) when a row's ``result`` is first set."""
+        if isinstance(event, (ev.AttemptAdmitted, ev.AttemptResumed)) and row.result is None:
             self.metrics.started(row)
             return
         if row.result is None:
             return
-        b0 = before.backfills.get((row.namespace, row.backfill))
-        a0 = b0.attempt if b0 is not None else None
-        if a0 is None or a0.number != row.attempt or a0.result is None:
+        prev = previous_row(before, row)
+        if prev is None or prev.result is None:
             self.metrics.ended(row)
 
     # -- threads ------------------------------------------------------------------------------
@@ -521,8 +522,9 @@ class Controller:
                 self._wake_of[c.key] = c.at
                 heapq.heappush(self._wakes, (c.at, c.key))
         todo = commands
-        if any(isinstance(c, Admit) for c in commands) and not self.spool.settled(self.position):
-            held = {c.key for c in commands if isinstance(c, Admit)}
+        if any(isinstance(c, (Admit, Resume)) for c in commands) and not self.spool.settled(self.position):
+            # a resume is an admission (issue 11): held the same way until the log explains it
+            held = {c.key for c in commands if isinstance(c, (Admit, Resume))}
             self._carry |= held
             todo = [c for c in commands if c.key not in held]
         self._carry.update(self.actor.execute(todo, self.world, now, interrupted=self.signal.is_set))

@@ -13,7 +13,8 @@ observed that the durable projection does not contain yet (the :class:`~.spool.S
 unfolded entries, folded in arrival order at provisional positions above the durable one). On
 every new observation it folds it, asks the pure ``decide`` about the backfills it affects and
 executes only the ``Cancel`` commands: the decision is spooled (in memory) and the Job DELETE
-goes out at once. The decision is appended *behind* the events that caused it (``cause``/``basis`` point at their spool entries and are
+goes out at once (for a preemption of a ``spec.preemption: Suspend`` declaration, issue 11, the
+PATCH ``spec.suspend: true`` instead: the same command, path and call discipline). The decision is appended *behind* the events that caused it (``cause``/``basis`` point at their spool entries and are
 resolved to real positions when the writer commits them), so replay checks it against exactly
 the state it was made on, even when PostgreSQL was away while it was made.
 
@@ -95,7 +96,9 @@ class Preemptor:
         self._folded_seq = 0
         self._entry_at: dict[int, Entry] = {}
         self._folded: list[Entry] = []  # entries folded onto the base, in order
-        self.inflight: dict[tuple[Key, int], float] = {}  # (key, attempt) -> monotonic time decided
+        # (key, attempt, segment, suspend) -> monotonic time decided (a suspend ends a segment; a
+        # delete may follow it for the same attempt, issue 11)
+        self.inflight: dict[tuple[Key, int, int, bool], float] = {}
         self.cancels = 0
         self.last_pass = time.monotonic()
         self.error: str | None = None
@@ -126,12 +129,18 @@ class Preemptor:
         """Forget in-flight cancels the durable projection now shows (or that are too old)."""
         now = time.monotonic()
         with self._lock:
-            for (key, attempt), t0 in list(self.inflight.items()):
+            for entry, t0 in list(self.inflight.items()):
+                key, attempt, segment, suspend = entry
                 b = durable.backfills.get(key)
                 a = b.attempt if b is not None else None
-                shown = a is None or a.number != attempt or a.lifecycle not in ("Starting", "Running")
+                if a is None or a.number != attempt or a.segment > segment:
+                    shown = True
+                elif suspend:
+                    shown = a.lifecycle not in ("Starting", "Running")
+                else:
+                    shown = a.lifecycle not in ("Starting", "Running", "Suspending", "Suspended")
                 if shown or now - t0 > INFLIGHT_SECONDS:
-                    del self.inflight[(key, attempt)]
+                    del self.inflight[entry]
 
     # -- the pass -----------------------------------------------------------------------------
 
@@ -191,14 +200,14 @@ class Preemptor:
         cancels = [
             c
             for c in decide(opt, now, wanted)
-            if isinstance(c, Cancel) and (c.key, c.attempt) not in self.inflight
+            if isinstance(c, Cancel) and (c.key, c.attempt, c.segment, c.suspend) not in self.inflight
         ]
         if not cancels:
             return []
         t0 = time.monotonic()
         with self._lock:
             for c in cancels:
-                self.inflight[(c.key, c.attempt)] = t0
+                self.inflight[(c.key, c.attempt, c.segment, c.suspend)] = t0
         # Spool the decisions first (memory only: nothing waits for the store), so the log has
         # each cancel before the Job's deletion that the watch will report.
         for c in cancels:

@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from . import events as ev
-from .commands import Admit, Block, Cancel, ReleaseFinalizer, Unblock
+from .commands import Admit, Block, Cancel, ReleaseFinalizer, Resume, Unblock
 from .projector import decide, fold
 from .state import World
 
@@ -25,7 +25,8 @@ WINDOW = 4096
 
 @dataclass(frozen=True)
 class TrailEntry:
-    """One recorded admit or cancel, with its cause.
+    """One recorded admit, cancel, suspend or resume, with its cause (``decision`` is ``admit``,
+    ``cancel``, ``suspend`` or ``resume``).
 
     ``latency_seconds``: decision time minus the cause event's time (None if the cause is
     unknown or outside the audited range).
@@ -125,18 +126,22 @@ class Auditor:
         key = (d.namespace, d.backfill)
         if self.backfill is not None and key != self.backfill:
             return
-        if isinstance(d, (ev.AttemptAdmitted, ev.AttemptCancelled)):
+        if isinstance(d, (ev.AttemptAdmitted, ev.AttemptCancelled, ev.AttemptResumed)):
             ctype, cat = self._cause(d.cause)
             reason = d.reason if isinstance(d, ev.AttemptCancelled) else ""
-            self.trail.append(
-                TrailEntry(position, d.at, d.namespace, d.backfill, "admit" if reason == "" else "cancel", reason, d.cause, ctype, cat)
-            )
+            if isinstance(d, ev.AttemptResumed):
+                kind = "resume"
+            elif reason == "":
+                kind = "admit"
+            else:
+                kind = "suspend" if d.suspend else "cancel"
+            self.trail.append(TrailEntry(position, d.at, d.namespace, d.backfill, kind, reason, d.cause, ctype, cat))
         state = self._basis_state(position, d.basis)
         if state is None:
             self.unverifiable.append(position)
             return
         self.checked += 1
-        derived = [c for c in decide(state, d.at, [key]) if isinstance(c, (Admit, Cancel, Block, Unblock, ReleaseFinalizer))]
+        derived = [c for c in decide(state, d.at, [key]) if isinstance(c, (Admit, Cancel, Resume, Block, Unblock, ReleaseFinalizer))]
         if not any(_matches(d, c) for c in derived):
             self.divergences.append(Divergence(position, _describe_event(d), "; ".join(_describe_command(c) for c in derived) or "nothing"))
 
@@ -147,7 +152,11 @@ def _matches(d: Any, c: Any) -> bool:
             c.attempt, c.job_name, c.model, c.node, c.generation, c.cause
         )
     if isinstance(d, ev.AttemptCancelled) and isinstance(c, Cancel):
-        return (d.attempt, d.reason, d.cause) == (c.attempt, c.reason, c.cause)
+        return (d.attempt, d.reason, d.cause, d.suspend, d.segment) == (c.attempt, c.reason, c.cause, c.suspend, c.segment)
+    if isinstance(d, ev.AttemptResumed) and isinstance(c, Resume):
+        return (d.attempt, d.segment, d.job_name, d.model, d.node, d.generation, d.cause) == (
+            c.attempt, c.segment, c.job_name, c.model, c.node, c.generation, c.cause
+        )
     if isinstance(d, ev.BackfillBlocked) and isinstance(c, Block):
         return d.reason == c.reason
     if isinstance(d, ev.BackfillUnblocked) and isinstance(c, Unblock):
@@ -161,7 +170,10 @@ def _describe_event(d: Any) -> str:
     if isinstance(d, ev.AttemptAdmitted):
         return f"admit attempt {d.attempt} job {d.job_name} (cause {d.cause})"
     if isinstance(d, ev.AttemptCancelled):
-        return f"cancel attempt {d.attempt} for {d.reason} (cause {d.cause})"
+        verb = f"suspend attempt {d.attempt} segment {d.segment}" if d.suspend else f"cancel attempt {d.attempt}"
+        return f"{verb} for {d.reason} (cause {d.cause})"
+    if isinstance(d, ev.AttemptResumed):
+        return f"resume attempt {d.attempt} segment {d.segment} (cause {d.cause})"
     if isinstance(d, ev.BackfillBlocked):
         return f"block {d.reason}"
     return d.type
@@ -171,7 +183,10 @@ def _describe_command(c: Any) -> str:
     if isinstance(c, Admit):
         return f"admit attempt {c.attempt} job {c.job_name} (cause {c.cause})"
     if isinstance(c, Cancel):
-        return f"cancel attempt {c.attempt} for {c.reason} (cause {c.cause})"
+        verb = f"suspend attempt {c.attempt} segment {c.segment}" if c.suspend else f"cancel attempt {c.attempt}"
+        return f"{verb} for {c.reason} (cause {c.cause})"
+    if isinstance(c, Resume):
+        return f"resume attempt {c.attempt} segment {c.segment} (cause {c.cause})"
     if isinstance(c, Block):
         return f"block {c.reason}"
     return type(c).__name__

@@ -37,6 +37,7 @@ from .verdict import (
     MODEL_NOT_FOUND,
     MODEL_NOT_READY,
     NODE_CHANGED,
+    PREEMPTION_NOT_RESUMABLE,
     SPEC_CHANGED,
     SUSPENDED,
     TEMPLATE_NOT_FOUND,
@@ -89,6 +90,9 @@ class Condition:
         holds: ``(world, subject, now) -> Hit | None``; pure.
         cancels: asked for a live attempt (a Hit ends it: ``AttemptCancelled``).
         gates: asked for a waiting backfill (a Hit keeps it waiting with this reason).
+        ends_suspended: asked for a suspended attempt (``spec.preemption: Suspend``, issue 11):
+            a Hit deletes its Job. The others (availability: readiness, gates, demand,
+            contenders) only hold its resume back, like any admission.
         wakes: event type -> :data:`Scope` of the backfills to re-check when it is folded.
     """
 
@@ -97,6 +101,7 @@ class Condition:
     cancels: bool
     gates: bool
     wakes: Mapping[type, Scope]
+    ends_suspended: bool = False
 
 
 # ----------------------------------------------------------------------------- scopes
@@ -201,6 +206,12 @@ def _spec_changed(world: World, s: Subject, now: datetime) -> Hit | None:
     return None
 
 
+def _model_gone(world: World, s: Subject, now: datetime) -> Hit | None:
+    if not s.state.exists:
+        return Hit(MODEL_NOT_FOUND, f"Model {s.backfill.namespace}/{s.model} not found", world.position)
+    return None
+
+
 def _model_not_ready(world: World, s: Subject, now: datetime) -> Hit | None:
     if not s.state.ready:
         return Hit(MODEL_NOT_READY, f"Model {s.model} is not Ready", world.position)
@@ -243,14 +254,21 @@ def _concurrent(world: World, s: Subject, now: datetime) -> Hit | None:
 
 _MODEL_EVENTS = {ev.ModelReady: of_model_and_node, ev.ModelNotReady: of_model_and_node, ev.ModelDeleted: of_model_and_node}
 _SLOT_EVENTS: dict[type, Scope] = {
-    t: of_slot for t in (ev.AttemptAdmitted, ev.JobSucceeded, ev.JobFailed, ev.JobDeleted, ev.JobCreateRejected)
+    t: of_slot
+    for t in (
+        ev.AttemptAdmitted, ev.JobSucceeded, ev.JobFailed, ev.JobDeleted, ev.JobCreateRejected,
+        # a suspended attempt holds no slot; a delete of one takes it again while its Job goes
+        ev.JobSuspended, ev.JobResumed, ev.AttemptResumed, ev.AttemptCancelled,
+    )
 }
 _DECLARATION_EVENTS: dict[type, Scope] = {t: live_and_own for t in (ev.BackfillApplied, ev.BackfillDeleting, ev.BackfillDeleted)}
 
 CONDITIONS: tuple[Condition, ...] = (
-    Condition(DELETED, _deleted, cancels=True, gates=False, wakes={ev.BackfillDeleting: own}),
-    Condition(SUSPENDED, _suspended, cancels=True, gates=False, wakes={ev.BackfillApplied: own}),
-    Condition(SPEC_CHANGED, _spec_changed, cancels=True, gates=False, wakes={ev.BackfillApplied: own}),
+    Condition(DELETED, _deleted, cancels=True, gates=False, wakes={ev.BackfillDeleting: own}, ends_suspended=True),
+    Condition(SUSPENDED, _suspended, cancels=True, gates=False, wakes={ev.BackfillApplied: own}, ends_suspended=True),
+    Condition(SPEC_CHANGED, _spec_changed, cancels=True, gates=False, wakes={ev.BackfillApplied: own}, ends_suspended=True),
+    # A running attempt's Model that is deleted is not Ready (below); a suspended one's is gone.
+    Condition(MODEL_NOT_FOUND, _model_gone, cancels=False, gates=False, wakes=_MODEL_EVENTS, ends_suspended=True),
     Condition(MODEL_NOT_READY, _model_not_ready, cancels=True, gates=True, wakes=_MODEL_EVENTS),
     Condition(NODE_CHANGED, _node_changed, cancels=True, gates=False, wakes=_MODEL_EVENTS),
     Condition(GAMING_INTENT, _gaming, cancels=True, gates=True, wakes={ev.GamingIntentStarted: everyone, ev.GamingIntentEnded: everyone}),
@@ -263,6 +281,10 @@ CONDITIONS: tuple[Condition, ...] = (
 #: ``holds`` of the conditions asked for a live attempt / a waiting backfill, in table order.
 CANCEL_CHECKS: tuple[Callable[[World, Subject, datetime], Hit | None], ...] = tuple(c.holds for c in CONDITIONS if c.cancels)
 GATE_CHECKS: tuple[Callable[[World, Subject, datetime], Hit | None], ...] = tuple(c.holds for c in CONDITIONS if c.gates)
+#: ``holds`` of the conditions that delete a suspended attempt's Job (issue 11), in table order.
+SUSPENDED_CHECKS: tuple[Callable[[World, Subject, datetime], Hit | None], ...] = tuple(
+    c.holds for c in CONDITIONS if c.ends_suspended
+)
 
 #: What wakes the rest of a verdict (not a gate or cancel condition): the backfill an event is
 #: about (its Job, attempt, declaration, block or finalizer facts), the idle window (a foreground
@@ -321,8 +343,9 @@ def template_ref(b: BackfillState) -> str:
 
 
 def block_reason(world: World, b: BackfillState) -> tuple[str, str] | None:
-    """Why ``b`` is Blocked, as (reason, message), or None. Order: spec, template, GPU, model,
-    a permanent create refusal (seed: an invalid spec is Blocked with a reason and message)."""
+    """Why ``b`` is Blocked, as (reason, message), or None. Order: spec, template, GPU, a
+    ``spec.preemption: Suspend`` on a template that is not Indexed (issue 11), model, a permanent
+    create refusal (seed: an invalid spec is Blocked with a reason and message)."""
     if b.problem is not None:
         return (b.problem.reason, b.problem.message)
     spec = b.spec
@@ -332,6 +355,15 @@ def block_reason(world: World, b: BackfillState) -> tuple[str, str] | None:
         return (TEMPLATE_NOT_FOUND, f"CronJob {b.namespace}/{spec.template_ref} not found")
     if t.problem is not None:
         return t.problem
+    if spec.resumable:
+        mode = completion_mode(t.job_template)
+        if mode != "Indexed":
+            return (
+                PREEMPTION_NOT_RESUMABLE,
+                f"spec.preemption Suspend needs an Indexed Job: CronJob {b.namespace}/{spec.template_ref} has "
+                f"spec.jobTemplate.spec.completionMode {mode or 'NonIndexed (absent)'}; set completionMode: Indexed or "
+                "remove spec.preemption",
+            )
     m = world.models.get((b.namespace, spec.model_ref))
     if m is None or not m.exists:
         return (MODEL_NOT_FOUND, f"Model {b.namespace}/{spec.model_ref} not found")
@@ -339,6 +371,13 @@ def block_reason(world: World, b: BackfillState) -> tuple[str, str] | None:
     if rej is not None:
         return (JOB_REJECTED, f"the API server refused the Job ({rej.summary}); change the spec or the CronJob to try again")
     return None
+
+
+def completion_mode(job_template: Mapping[str, Any] | None) -> str:
+    """A CronJob template's ``spec.completionMode`` ("" when absent or malformed)."""
+    spec = job_template.get("spec") if isinstance(job_template, Mapping) else None
+    mode = spec.get("completionMode") if isinstance(spec, Mapping) else None
+    return mode if isinstance(mode, str) else ""
 
 
 def permanent_rejection(b: BackfillState, job_template: Mapping[str, Any] | None) -> CreateRejection | None:

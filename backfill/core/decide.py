@@ -12,10 +12,24 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Iterable
 
-from .commands import Admit, Block, Cancel, Command, CreateJob, DeleteJob, ReleaseFinalizer, Unblock, WakeAt, WriteStatus
-from .conditions import CANCEL_CHECKS, GATE_CHECKS, block_cause, block_reason, subject
+from .commands import (
+    Admit,
+    Block,
+    Cancel,
+    Command,
+    CreateJob,
+    DeleteJob,
+    ReleaseFinalizer,
+    Resume,
+    ResumeJob,
+    SuspendJob,
+    Unblock,
+    WakeAt,
+    WriteStatus,
+)
+from .conditions import CANCEL_CHECKS, GATE_CHECKS, SUSPENDED_CHECKS, Hit, block_cause, block_reason, subject
 from .jobtemplate import job_name
-from .state import CANCELLING, RUNNING, STARTING, Attempt, CreateRejection, Key, ModelState, World
+from .state import CANCELLING, RUNNING, STARTING, SUSPENDING, Attempt, BackfillState, CreateRejection, Key, ModelState, World
 from .status import status_from_verdict
 from .timefmt import plus_seconds, rfc3339
 from .verdict import (
@@ -27,7 +41,9 @@ from .verdict import (
     IDLE_WINDOW_MESSAGE,
     REPEAT_DUE,
     REPEAT_SCHEDULED,
+    RESUMING,
     SUCCEEDED,
+    SUSPEND_REASONS,
     SUSPENDED,
     SUSPENDED_PHASE,
     WAITING,
@@ -73,6 +89,11 @@ def evaluate(world: World, key: Key, now: datetime, reserved: dict | None = None
     gating condition and then the idle window. ``reserved`` maps the slots (``(namespace,
     model)`` and node) of attempts admitted earlier in the same ``decide`` call to their
     backfill, so two backfills due at once never both pass the contender gate.
+
+    Resumable attempts (issue 11): a preemption of one whose Job exists suspends it (a
+    ``Cancel`` with ``suspend``); a Suspending one re-issues ``SuspendJob``; a suspended one is
+    deleted by the conditions marked ``ends_suspended``, else waits like any declaration and,
+    when admission is due, gets a ``Resume`` of its Job instead of an ``Admit``.
     """
     b = world.backfills.get(key)
     if b is None or b.gone:
@@ -97,12 +118,23 @@ def evaluate(world: World, key: Key, now: datetime, reserved: dict | None = None
                 (DeleteJob(key, a.job_name),),
                 wake_at=plus_seconds(now, CANCEL_RECHECK_SECONDS),
             )
+        if a.lifecycle == SUSPENDING:
+            return _suspending(world, key, b, a, now)
         s = subject(world, b, a)
         for holds in CANCEL_CHECKS:
             hit = holds(world, s, now)
             if hit is not None:
-                cancel = Cancel(key, b.uid, a.number, a.job_name, hit.reason, hit.message, hit.cause)
+                if _suspends(b, a, hit.reason):  # issue 11: keep the completed indexes
+                    message = f"{hit.message}; suspending Job {a.job_name} (completed indexes are kept)"
+                    cancel = Cancel(key, b.uid, a.number, a.job_name, hit.reason, message, hit.cause, True, a.segment)
+                    return Verdict(CANCELLING, hit.reason, message, (cancel,))
+                cancel = Cancel(key, b.uid, a.number, a.job_name, hit.reason, hit.message, hit.cause, False, a.segment)
                 return Verdict(CANCELLING, hit.reason, hit.message, (cancel,))
+        if a.lifecycle == STARTING and a.segment > 1:
+            return Verdict(
+                STARTING, RESUMING, f"resuming Job {a.job_name} (segment {a.segment})", (ResumeJob(key, a.job_name),),
+                wake_at=plus_seconds(now, RETRY_SECONDS),
+            )
         if a.lifecycle == STARTING and b.rejection is not None and b.rejection.attempt == a.number:
             return _create_retrying(key, a, b.rejection, now)  # a transient refusal: back-off
         if a.lifecycle == STARTING:
@@ -114,6 +146,10 @@ def evaluate(world: World, key: Key, now: datetime, reserved: dict | None = None
                 wake_at=plus_seconds(now, RETRY_SECONDS),
             )
         return Verdict(RUNNING, "JobActive", f"background Job {a.job_name} is active")
+    if b.attempt is not None and b.attempt.suspended:
+        hit = _ends_suspended(world, b, b.attempt, now)
+        if hit is not None:
+            return _delete_suspended(key, b, b.attempt, hit)
     if b.deleting:
         cmds = () if b.finalizer_released else (ReleaseFinalizer(key, b.uid),)
         return Verdict(WAITING, DELETED, "the ModelBackfill is being deleted", cmds)
@@ -160,14 +196,65 @@ def evaluate(world: World, key: Key, now: datetime, reserved: dict | None = None
             since,
             next_run,
         )
-    attempt = b.attempts + 1
-    name = job_name(b.name, b.uid, attempt)
     if reserved is not None:
         reserved[(b.namespace, spec.model_ref)] = key
         if m.node:
             reserved[m.node] = key
+    last = b.attempt
+    if last is not None and last.suspended:  # issue 11: the admission resumes the same Job
+        resume = Resume(key, b.uid, last.number, last.segment + 1, b.generation, last.job_name, spec.model_ref, m.node, cause)
+        return Verdict(STARTING, RESUMING, f"resuming attempt {last.number} (segment {resume.segment})", unblock + (resume,), None, since)
+    attempt = b.attempts + 1
+    name = job_name(b.name, b.uid, attempt)
     admit = Admit(key, b.uid, attempt, b.generation, name, spec.model_ref, m.node, cause)
     return Verdict(STARTING, "Admitted", f"admitting attempt {attempt}", unblock + (admit,), None, since)
+
+
+# ---------------------------------------------------------------- resumable attempts (issue 11)
+
+
+def _suspends(b: BackfillState, a: Attempt, reason: str) -> bool:
+    """Whether a cancel for ``reason`` suspends ``a``'s Job instead of deleting it: a preemption
+    (:data:`~backfill.core.verdict.SUSPEND_REASONS`) of an attempt admitted under
+    ``spec.preemption: Suspend`` whose Job exists, its spec unchanged."""
+    return (
+        reason in SUSPEND_REASONS
+        and a.resumable
+        and b.spec is not None
+        and b.spec.resumable
+        and a.created_at is not None
+        and a.generation == b.generation
+    )
+
+
+def _ends_suspended(world: World, b: BackfillState, a: Attempt, now: datetime) -> Hit | None:
+    """The first condition that deletes a suspended (or suspending) attempt's Job, if any."""
+    s = subject(world, b, a)
+    for holds in SUSPENDED_CHECKS:
+        hit = holds(world, s, now)
+        if hit is not None:
+            return hit
+    return None
+
+
+def _delete_suspended(key: Key, b: BackfillState, a: Attempt, hit: Hit) -> Verdict:
+    cancel = Cancel(key, b.uid, a.number, a.job_name, hit.reason, hit.message, hit.cause, False, a.segment)
+    return Verdict(CANCELLING, hit.reason, hit.message, (cancel,))
+
+
+def _suspending(world: World, key: Key, b: BackfillState, a: Attempt, now: datetime) -> Verdict:
+    """A Suspending attempt: delete its Job if a hard condition came up, else re-issue the
+    suspend until the Job is observed stopped (paced by the actor like a re-issued delete)."""
+    hit = _ends_suspended(world, b, a, now)
+    if hit is not None:
+        return _delete_suspended(key, b, a, hit)
+    return Verdict(
+        CANCELLING,
+        a.cancel_reason,
+        a.cancel_message or f"preempted; suspending Job {a.job_name} (completed indexes are kept)",
+        (SuspendJob(key, a.job_name),),
+        wake_at=plus_seconds(now, CANCEL_RECHECK_SECONDS),
+    )
 
 
 def _create_retrying(key: Key, a: Attempt, rej: CreateRejection, now: datetime) -> Verdict:

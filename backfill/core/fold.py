@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any, Callable, Iterable, Mapping
 
 from . import events as ev
+from . import indexes
 from .jobtemplate import gpu_requests, template_problem
 from .spec import parse_spec
 from .state import (
@@ -26,6 +27,8 @@ from .state import (
     IDLE,
     RUNNING,
     STARTING,
+    SUSPENDED,
+    SUSPENDING,
     Attempt,
     BackfillState,
     CreateRejection,
@@ -381,27 +384,33 @@ def _fold_job_running(w: World, e: ev.JobRunning, pos: int) -> World:
 
 def _fold_job_succeeded(w: World, e: ev.JobSucceeded, pos: int) -> World:
     found = _job_attempt(w, e)
-    if found is None or not found[1].live:
+    if found is None or not (found[1].live or found[1].suspended):
         return _at(w, pos)
     b, a = found
+    a = _progress(_ended_while_suspended(a, e.at), e.completed_indexes, e.at)
     return _put_backfill(w, _end(b, a, e.at, "succeeded", "Completed", pos), pos)
 
 
 def _fold_job_failed(w: World, e: ev.JobFailed, pos: int) -> World:
     found = _job_attempt(w, e)
-    if found is None or not found[1].live:
+    if found is None or not (found[1].live or found[1].suspended):
         return _at(w, pos)
     b, a = found
+    a = _ended_while_suspended(a, e.at)
     result = "deadline_exceeded" if e.reason == "DeadlineExceeded" else "failed"
     return _put_backfill(w, _end(b, a, e.at, result, e.reason or "JobFailed", pos), pos)
 
 
 def _fold_job_deleted(w: World, e: ev.JobDeleted, pos: int) -> World:
     found = _job_attempt(w, e)
-    if found is None or not found[1].live:
+    if found is None or not (found[1].live or found[1].suspended):
         return _at(w, pos)
     b, a = found
-    if a.lifecycle == CANCELLING:
+    if a.lifecycle == SUSPENDED:
+        # Deleted by someone else while suspended: no segment ran (the last row stays preempted);
+        # the attempt is over and the next admission creates a new Job.
+        return _put_backfill(w, _end(b, a, e.at, "cancelled", "JobDeleted", pos), pos)
+    if a.lifecycle == CANCELLING or a.lifecycle == SUSPENDING:
         result = "preempted" if a.cancel_reason in PREEMPTION_REASONS else "cancelled"
         return _put_backfill(w, _end(b, a, e.at, result, a.cancel_reason, pos), pos)
     if w.models.get((b.namespace, a.model), _NO_MODEL).request_pos > a.basis:
@@ -467,6 +476,8 @@ def _fold_admitted(w: World, e: ev.AttemptAdmitted, pos: int) -> World:
         admitted_at=e.at,
         admitted_pos=pos,
         basis=e.basis if e.basis is not None and e.basis < pos else pos - 1,
+        first_admitted_at=e.at,
+        resumable=b.spec is not None and b.spec.resumable,
     )
     return _put_backfill(w, b._replace(attempts=e.attempt, attempt=a), pos)
 
@@ -474,10 +485,13 @@ def _fold_admitted(w: World, e: ev.AttemptAdmitted, pos: int) -> World:
 def _fold_cancelled(w: World, e: ev.AttemptCancelled, pos: int) -> World:
     b = w.backfills.get((e.namespace, e.backfill))
     a = b.attempt if b is not None else None
-    if a is None or a.number != e.attempt or a.lifecycle not in (STARTING, RUNNING):
+    if e.suspend:
+        return _fold_suspend_decided(w, b, a, e, pos)
+    if a is None or a.number != e.attempt or a.lifecycle not in (STARTING, RUNNING, SUSPENDING, SUSPENDED):
         return _at(w, pos)
     a = a._replace(
         lifecycle=CANCELLING,
+        suspend=False,
         cancel_reason=e.reason,
         cancel_message=e.message,
         cancelled_at=e.at,
@@ -507,6 +521,125 @@ def _fold_finalizer(w: World, e: ev.FinalizerReleased, pos: int) -> World:
     return _put_backfill(w, b._replace(finalizer_released=True), pos)
 
 
+# ---------------------------------------------------------------- resumable attempts (issue 11)
+#
+# A ``spec.preemption: Suspend`` declaration's preemption suspends its Indexed Job (lifecycle
+# Suspending, then Suspended once the Job is observed stopped); the next admission resumes the
+# same Job as a new run segment (see :mod:`backfill.core.projector` and, for segments,
+# :mod:`backfill.core.runs`).
+
+
+def _progress(a: Attempt, completed: str, at: datetime) -> Attempt:
+    """``a`` with the Job's completed indexes ``completed`` (interval syntax) observed at ``at``:
+    when they grew, the segment's progress time moves (not after the segment ended)."""
+    if not completed or not indexes.grew(completed, a.completed_indexes):
+        return a
+    merged = indexes.format_ranges(indexes.union(indexes.parse(completed) or (), indexes.parse(a.completed_indexes) or ()))
+    if a.segment_ended_at is not None:
+        return a._replace(completed_indexes=merged)
+    return a._replace(completed_indexes=merged, progress_at=at)
+
+
+def _ended_while_suspended(a: Attempt, at: datetime) -> Attempt:
+    """A Job that ends by itself while suspended: a zero-second segment of its own carries the
+    end (the suspended segment's row is final)."""
+    if not a.suspended:
+        return a
+    return a._replace(
+        segment=a.segment + 1, admitted_at=at, segment_started_at=at, base_indexes=a.completed_indexes,
+        progress_at=None, segment_ended_at=None, segment_reason="", segment_pos=0, suspend=False,
+    )
+
+
+def _fold_suspend_decided(w: World, b: BackfillState | None, a: Attempt | None, e: ev.AttemptCancelled, pos: int) -> World:
+    """A suspending cancel: the segment's preemption; the Job is being suspended (Suspending)."""
+    if b is None or a is None or a.number != e.attempt or a.segment != e.segment or a.lifecycle not in (STARTING, RUNNING):
+        return _at(w, pos)
+    a = a._replace(
+        lifecycle=SUSPENDING,
+        suspend=True,
+        cancel_reason=e.reason,
+        cancel_message=e.message,
+        cancelled_at=e.at,
+        cancel_pos=e.cause or pos,
+    )
+    return _put_backfill(w, b._replace(attempt=a), pos)
+
+
+def _fold_job_suspended(w: World, e: ev.JobSuspended, pos: int) -> World:
+    """The Job is observed suspended with no active pods: our suspension's segment ends
+    (Suspended). A Job someone else suspends while it runs is not followed (README)."""
+    found = _job_attempt(w, e)
+    if found is None or found[1].lifecycle != SUSPENDING:
+        return _at(w, pos)
+    b, a = found
+    a = _progress(a, e.completed_indexes, e.at)
+    if a.segment_ended_at is None:  # a foreign resume and our re-suspend keep the first end
+        start = (a.started_at or a.created_at) if a.segment == 1 else (a.segment_started_at or a.admitted_at)
+        end = e.at if start is None or e.at >= start else start
+        a = a._replace(segment_ended_at=end, segment_reason=a.cancel_reason, segment_pos=a.cancel_pos)
+    return _put_backfill(w, b._replace(attempt=a._replace(lifecycle=SUSPENDED)), pos)
+
+
+def _fold_job_resumed(w: World, e: ev.JobResumed, pos: int) -> World:
+    """``spec.suspend`` is false again: our resume is running (Running); a resume of a suspended
+    Job nobody admitted (someone else cleared ``suspend``) is suspended again (Suspending)."""
+    found = _job_attempt(w, e)
+    if found is None:
+        return _at(w, pos)
+    b, a = found
+    if a.lifecycle == STARTING and a.segment > 1 and a.segment_started_at is None:
+        at = e.at if e.at >= a.admitted_at else a.admitted_at  # whole-second stamps: not before the decision
+        a = _progress(a._replace(lifecycle=RUNNING, segment_started_at=at), e.completed_indexes, e.at)
+        return _put_backfill(w, b._replace(attempt=a), pos)
+    if a.lifecycle == SUSPENDED:
+        return _put_backfill(w, b._replace(attempt=a._replace(lifecycle=SUSPENDING)), pos)
+    return _at(w, pos)
+
+
+def _fold_job_progress(w: World, e: ev.JobProgress, pos: int) -> World:
+    """More of an Indexed Job's indexes completed."""
+    found = _job_attempt(w, e)
+    if found is None or not (found[1].live or found[1].suspended):
+        return _at(w, pos)
+    b, a = found
+    a2 = _progress(a, e.completed_indexes, e.at)
+    if a2 is a:
+        return _at(w, pos)
+    return _put_backfill(w, b._replace(attempt=a2), pos)
+
+
+def _fold_resumed(w: World, e: ev.AttemptResumed, pos: int) -> World:
+    """A resume decision: run segment ``e.segment`` of the suspended attempt begins (Starting
+    until the Job is observed resumed). Like an admission, it names its basis."""
+    b = w.backfills.get((e.namespace, e.backfill))
+    a = b.attempt if b is not None else None
+    if b is None or a is None or b.uid != e.uid or a.number != e.attempt or not a.suspended or e.segment != a.segment + 1:
+        return _at(w, pos)
+    a = a._replace(
+        lifecycle=STARTING,
+        segment=e.segment,
+        admitted_at=e.at,
+        admitted_pos=pos,
+        basis=e.basis if e.basis is not None and e.basis < pos else pos - 1,
+        model=e.model,
+        node=e.node,
+        base_indexes=a.completed_indexes,
+        segment_started_at=None,
+        progress_at=None,
+        segment_ended_at=None,
+        segment_reason="",
+        segment_pos=0,
+        suspend=False,
+        cancel_reason="",
+        cancel_message="",
+        cancelled_at=None,
+        cancel_pos=0,
+        terminating_since=None,
+    )
+    return _put_backfill(w, b._replace(attempt=a), pos)
+
+
 _FOLD: dict[type, Callable[[World, Any, int], World]] = {
     ev.ForegroundRequest: _fold_foreground,
     ev.GamingIntentStarted: _fold_gaming_started,
@@ -528,8 +661,12 @@ _FOLD: dict[type, Callable[[World, Any, int], World]] = {
     ev.JobDeleted: _fold_job_deleted,
     ev.JobTerminating: _fold_job_terminating,
     ev.JobCreateRejected: _fold_create_rejected,
+    ev.JobSuspended: _fold_job_suspended,
+    ev.JobResumed: _fold_job_resumed,
+    ev.JobProgress: _fold_job_progress,
     ev.AttemptAdmitted: _fold_admitted,
     ev.AttemptCancelled: _fold_cancelled,
+    ev.AttemptResumed: _fold_resumed,
     ev.BackfillBlocked: _fold_blocked,
     ev.BackfillUnblocked: _fold_unblocked,
     ev.FinalizerReleased: _fold_finalizer,

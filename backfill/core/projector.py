@@ -26,6 +26,16 @@ The phase machine (seed 000 "Expected phases"):
   deleted. Conditions, in order: deletion, suspend, spec change, model not Ready, node change,
   gaming intent, GPU lease, foreground demand (any request folded after the admission), a
   concurrent backfill admitted earlier on the same model or node.
+- Resumable attempts (``spec.preemption: Suspend``, issue 11): a preemption (the
+  :data:`~backfill.core.verdict.SUSPEND_REASONS`) of an attempt whose Job exists suspends the
+  Job instead (``AttemptCancelled`` with ``suspend``; lifecycle Suspending until the Job is
+  observed stopped, then Suspended: not live, phase WaitingForIdle). The next admission, decided
+  exactly like one (fresh full idle window, every gate), resumes the same Job
+  (``AttemptResumed``, a new run segment). A suspended attempt whose declaration is deleted,
+  suspended or changed, or whose Model is deleted, is cancelled by deleting its Job (the
+  conditions marked ``ends_suspended``); a Job deleted by someone else ends the attempt (the
+  next admission creates a new one); a Job resumed by someone else is suspended again (only an
+  admission resumes); a Job that completes (or fails) while suspended ends the attempt so.
 - **Succeeded**: the Job completed; with ``repeatAfter`` it re-enters idle admission at
   ``nextRunTime = completion + repeatAfter``.
 - **Failed**: the Job failed (or hit its deadline): terminal until the spec generation changes.
