@@ -658,11 +658,14 @@ def runs(
     else:
         table = Table(title=f"{len(rows)} run(s)")
         shown = ["backfill", "model", "attempt", "segment", "job_name", "admitted_at", "ended_at", "result", "reason", "running_seconds"]
+        if any(r.completed_indexes or r.segment > 1 for r in rows):  # a resumable declaration's segments (issue 11)
+            shown += ["completed_indexes", "useful_seconds", "wasted_seconds"]
+        seconds = {"running_seconds", "useful_seconds", "wasted_seconds"}
         for c in shown:
             table.add_column(c)
         for r in rows:
             table.add_row(*[
-                (f"{r.namespace}/{r.backfill}" if f == "backfill" else f"{r.running_seconds:,.0f}" if f == "running_seconds" else str(val(r, f) or ""))
+                (f"{r.namespace}/{r.backfill}" if f == "backfill" else f"{val(r, f):,.0f}" if f in seconds else str(val(r, f) or ""))
                 for f in shown
             ])
         out.print(table)
@@ -791,9 +794,6 @@ def controller(
     except ValidationError as exc:
         e = exc.errors()[0]
         raise CLIError(f"settings: {'.'.join(str(x) for x in e['loc'])}: {e['msg']}") from None
-    host, sep, port = settings.metrics_address.rpartition(":")
-    if not sep or not port.isdigit():
-        raise CLIError(f"--metrics-address {settings.metrics_address!r} is not host:port")
     from .controller import run
     from .controller.kube import KubeConfigError, api_client
     from .store import upgrade

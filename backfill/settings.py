@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -146,6 +146,15 @@ class Settings(BaseSettings):
                 raise ValueError(f"database_url_file {self.database_url_file} is empty")
             self.database_url = text
         return self
+
+    @field_validator("metrics_address")
+    @classmethod
+    def _host_port(cls, v: str) -> str:
+        """``host:port`` with a port 0-65535 (0: any free port); ValueError otherwise."""
+        host, sep, port = v.rpartition(":")
+        if not sep or not (port.isascii() and port.isdigit()) or not 0 <= int(port) <= 65535:
+            raise ValueError(f"{v!r} is not host:port with a port from 0 to 65535")
+        return v
 
     @model_validator(mode="after")
     def _tls_pair(self) -> "Settings":

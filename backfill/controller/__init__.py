@@ -144,7 +144,7 @@ def run(
             tls_cert=settings.tls_cert_file,
             tls_key=settings.tls_key_file,
         )
-    except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+    except (OSError, ValueError, OverflowError) as exc:  # ssl.SSLError is an OSError
         raise ControllerConfigError(f"HTTP server on {settings.metrics_address}: {exc}") from None
     stop = stop if stop is not None else threading.Event()
 

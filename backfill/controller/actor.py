@@ -382,6 +382,14 @@ class Actor:
                 self.delete_job(cmd.key, cmd.job_name)
         elif t is SuspendJob:
             if self.due("suspend", cmd.key[0], cmd.job_name):
+                b = world.backfills.get(cmd.key)
+                a = b.attempt if b is not None else None
+                log.info(
+                    f"suspending Job {cmd.job_name} again (not observed suspended yet, or its spec.suspend was cleared "
+                    f"by someone else): the recorded cancel stands (its cause: position {a.cancel_pos if a is not None else '?'})",
+                    extra={"backfill": f"{cmd.key[0]}/{cmd.key[1]}", "position": a.cancel_pos if a is not None else None,
+                           "decision": "AttemptCancelled"},
+                )  # fmt: skip
                 self.suspend_job(cmd.key, cmd.job_name, True)
         elif t is ResumeJob:
             if self.due("resume", cmd.key[0], cmd.job_name):
@@ -532,7 +540,9 @@ class Actor:
         finally:
             self.window.end()
         ns, name = c.key
-        extra = {"backfill": f"{ns}/{name}", "position": c.cause, "decision": "AttemptCancelled"}
+        # Decided in memory: its log position exists once the spool commits it (the spool logs
+        # "recorded AttemptCancelled at position P (cause C, basis B)" then); none is named here.
+        extra = {"backfill": f"{ns}/{name}", "decision": "AttemptCancelled"}
         if error is not None:
             log.error(f"{'suspending' if c.suspend else 'deleting'} Job {c.job_name} failed (re-issued): {error}", extra=extra)
         if c.suspend:

@@ -48,7 +48,7 @@ class Entry:
         duplicate: the key was already stored (nothing new was appended).
     """
 
-    __slots__ = ("seq", "event", "record", "position", "duplicate", "_make", "_deps")
+    __slots__ = ("seq", "event", "record", "position", "duplicate", "decision", "_make", "_deps")
 
     def __init__(self, seq: int, event: Any = None, record: Any = None, make: Any = None, deps: Sequence["Entry"] = ()) -> None:
         self.seq = seq
@@ -56,6 +56,7 @@ class Entry:
         self.record = record
         self.position: int | None = None
         self.duplicate = False
+        self.decision = make is not None  # a decision of this process (logged when recorded)
         self._make = make
         self._deps = tuple(deps)
 
@@ -279,7 +280,25 @@ class Spool:
             self._next += len(chunk)
             self.committed += len(chunk)
             self._cond.notify_all()
+        for e in chunk:
+            if e.decision:
+                _log_recorded(e)
         self._on_commit()
+
+
+def _log_recorded(e: Entry) -> None:
+    """One line per decision of this process once it is in the log, naming its real position,
+    cause and basis (the cancel's own line, written when its call went out, cannot)."""
+    d = e.event
+    what = type(d).__name__
+    attempt = getattr(d, "attempt", None)
+    extra = {"backfill": f"{getattr(d, 'namespace', '')}/{getattr(d, 'backfill', '')}", "position": e.position, "decision": what}
+    state = "already recorded (another replica's copy)" if e.duplicate else "recorded"
+    log.info(
+        f"{state} {what}{f' of attempt {attempt}' if attempt is not None else ''} at position {e.position} "
+        f"(cause {getattr(d, 'cause', None)}, basis {getattr(d, 'basis', None)})",
+        extra=extra,
+    )
 
 
 def _resolve(ref: Any) -> int:

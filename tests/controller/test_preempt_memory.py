@@ -168,3 +168,23 @@ def test_a_resync_sweep_never_holds_an_observed_demand_behind_it():
     spool.stop()
     assert sorted(c.key[1] for c in executed) == ["b005"] + [f"b{i:03}" for i in late]
     assert passes == -(-n // SWEEP_CHUNK)
+
+
+def test_a_cancel_decided_in_memory_is_logged_with_its_real_position_once_recorded(caplog):
+    """The cancel's own log line goes out with the DELETE, before the log has a position for it;
+    the spool logs the decision's real position, cause and basis when it commits (a new user
+    matched cancel lines to ``backfill replay`` positions and found provisional ones)."""
+    import logging
+
+    store, durable, _ = _store_with_running_attempt()
+    spool = Spool(store.append, store.positions_of, lambda: None)
+    pre = Preemptor(lambda: durable, spool, lambda cmds, world: None, lambda: True, lambda: T0 + timedelta(minutes=12))
+    with caplog.at_level(logging.INFO, logger="backfill.controller.spool"):
+        spool.put([(ev.ForegroundRequest(at=T0 + timedelta(minutes=12), namespace=NS, model="m", source="ingest"), "fg-1")])
+        assert len(pre.run_once()) == 1
+        assert _wait(lambda: spool.backlog == 0)
+        spool.stop()
+    (pos, cancel), = [(p, e) for p, e in _events(store) if isinstance(e, ev.AttemptCancelled)]
+    lines = [r for r in caplog.records if getattr(r, "decision", None) == "AttemptCancelled"]
+    assert [(r.position, r.backfill) for r in lines] == [(pos, f"{NS}/b")]
+    assert f"at position {pos} (cause {cancel.cause}, basis {cancel.basis})" in lines[0].getMessage()

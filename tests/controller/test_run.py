@@ -76,5 +76,7 @@ def test_run_wires_leader_http_and_loop(kube_cluster, kube_api, kube_namespace, 
 def test_controller_command_bad_settings(capsys, tmp_path):
     assert main(["controller", "--kubeconfig", str(tmp_path / "missing")]) == 2
     assert capsys.readouterr().err.strip() == f"backfill: error: kubeconfig {tmp_path / 'missing'} does not exist"
-    assert main(["controller", "--metrics-address", "nowhere"]) == 2
-    assert "is not host:port" in capsys.readouterr().err
+    for bad in ("nowhere", "127.0.0.1:99999", "127.0.0.1:-1", ":80x"):
+        assert main(["controller", "--metrics-address", bad]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and f"{bad!r} is not host:port with a port from 0 to 65535" in err, err

@@ -1,0 +1,37 @@
+"""``backfill runs`` shows a resumable declaration's segments in its table (a new user found the
+table hid ``completed_indexes``/``useful_seconds``/``wasted_seconds``; only CSV/JSON had them)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from backfill.cli import main
+from backfill.store.runs import RunStore
+from tests.store.contract import T0, run_row
+
+pytestmark = pytest.mark.db
+
+
+def test_the_runs_table_shows_segments_with_their_indexes_and_useful_and_wasted_seconds(pg_schema, pg_engine, capsys) -> None:
+    url, schema = pg_schema
+    first = run_row("u", 1, segment=1, started_at=T0, ended_at=T0 + timedelta(seconds=24), result="preempted",
+                    reason="ForegroundDemand", running_seconds=24.0, completed_indexes="0-1", kept_seconds=14.0)  # fmt: skip
+    second = run_row("u", 1, segment=2, started_at=T0 + timedelta(seconds=60), ended_at=T0 + timedelta(seconds=70),
+                     result="succeeded", reason="Completed", running_seconds=10.0, completed_indexes="2-3")  # fmt: skip
+    RunStore(pg_engine).apply([first, second], "runs", 9)
+    assert main(["runs", "--database-url", url, "--schema", schema]) == 0
+    out = capsys.readouterr().out
+    for column in ("completed_indexes", "useful_seconds", "wasted_seconds"):
+        assert column in out
+    lines = {line.split("│")[4].strip(): [c.strip() for c in line.split("│")] for line in out.splitlines() if "bf-1" in line}
+    assert lines["1"][-4:-1] == ["0-1", "14", "10"]  # 24 s ran: 14 kept (up to the last index), 10 wasted
+    assert lines["2"][-4:-1] == ["2-3", "10", "0"]
+
+
+def test_a_table_without_resumable_rows_keeps_its_columns(pg_schema, pg_engine, capsys) -> None:
+    url, schema = pg_schema
+    RunStore(pg_engine).apply([run_row("u", 1)], "runs", 1)
+    assert main(["runs", "--database-url", url, "--schema", schema]) == 0
+    assert "completed_indexes" not in capsys.readouterr().out
