@@ -566,6 +566,62 @@ def _fast_decode(type_name: str, version: int, data: str) -> Any:
     return event
 
 
+class _Required:
+    """Marks a field with no default in :data:`_TEMPLATES` (never a field's value)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:  # pragma: no cover - only in an error message
+        return "<required>"
+
+
+_REQUIRED = _Required()
+
+#: class -> (every field in declaration order with its default or _REQUIRED, the required names,
+#: the shared fields-set). ``type`` has its Literal's default.
+_TEMPLATES: dict[type, tuple[dict[str, Any], frozenset[str], set[str]]] = {
+    cls: (
+        {name: (_REQUIRED if info.is_required() else info.get_default(call_default_factory=True)) for name, info in cls.model_fields.items()},
+        frozenset(name for name, info in cls.model_fields.items() if info.is_required()),
+        set(cls.model_fields),
+    )
+    for cls in EVENT_TYPES.values()
+}
+
+
+def construct(cls: type[_Event], /, **values: Any) -> Any:
+    """An event of ``cls`` built from ``values`` without validation, for events the project's own
+    code produces from values it already holds typed (the simulator's observations): about 4x
+    cheaper than ``cls(**values)``. Foreign input (watchers, ingest, an imported export) goes
+    through ``cls(...)``, which validates.
+
+    The instance equals, dumps and encodes exactly as ``cls(**values)`` would when the values
+    are valid (the caller's promise: timezone-aware datetimes, the field types of ``cls``);
+    defaults are filled (a ``default_factory`` is called). Works for every class of
+    :data:`EVENT_TYPES`, with ``model_fields_set`` = every field (as the log's fast decode path).
+
+    Raises:
+        TypeError: a name that is not a field of ``cls``, a required field missing, ``type``
+            given, or ``cls`` not an event class.
+    """
+    try:
+        template, required, fields_set = _TEMPLATES[cls]
+    except KeyError:
+        raise TypeError(f"{cls!r} is not an event class") from None
+    payload = template.copy()
+    payload.update(values)
+    if len(payload) != len(template) or "type" in values or not required <= values.keys():
+        unknown = sorted(set(values) - set(template) | ({"type"} & set(values)))
+        missing = sorted(required - values.keys())
+        raise TypeError(f"{cls.__name__}: unknown or fixed fields {unknown}, missing {missing}")
+    event = _new(cls)
+    _set_dict(event, "__dict__", payload)
+    _set_fields_set(event, fields_set)
+    _set_extra(event, None)
+    _set_private(event, None)
+    return event
+
+
 def decode(type_name: str, version: int, data: str, *, validate: bool = False) -> Any:
     """Turn a stored record's (type, version, JSON text) back into a typed event.
 
