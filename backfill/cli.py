@@ -627,7 +627,7 @@ def runs(
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the most recent N runs (printed oldest first)."),
     output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o"),
 ) -> None:
-    """Run history (one row per Job attempt) with filters, as a table, CSV or JSON."""
+    """Run history (one row per Job attempt; per run segment of a resumable one) with filters, as a table, CSV or JSON."""
     from .store import RunStore
 
     ns = name = None
@@ -643,6 +643,7 @@ def runs(
     fields = [
         "namespace", "backfill", "model", "node", "attempt", "job_name", "job_uid", "generation", "admitted_at",
         "started_at", "ended_at", "result", "reason", "running_seconds", "deciding_position",
+        "segment", "completed_indexes", "useful_seconds", "wasted_seconds",
     ]
     def val(r: Any, f: str) -> Any:
         v = getattr(r, f)
@@ -656,7 +657,7 @@ def runs(
             w.writerow(["" if val(r, f) is None else val(r, f) for f in fields])
     else:
         table = Table(title=f"{len(rows)} run(s)")
-        shown = ["backfill", "model", "attempt", "job_name", "admitted_at", "ended_at", "result", "reason", "running_seconds"]
+        shown = ["backfill", "model", "attempt", "segment", "job_name", "admitted_at", "ended_at", "result", "reason", "running_seconds"]
         for c in shown:
             table.add_column(c)
         for r in rows:

@@ -13,7 +13,9 @@ One run, side by side:
   overhead of everything the real controller does besides.
 - **ours**: the in-process :class:`backfill.controller.loop.Controller` (no leader election, a
   fresh PostgreSQL schema) over ``--models`` Models and as many ModelBackfills in namespace
-  ``bench-ours``. Every ModelBackfill is admitted (its Job created, then marked running the way
+  ``bench-ours``; ``--suspend`` of them declare ``preemption: Suspend`` on an Indexed template
+  (issue 11), and their samples are shuffled into the paced ones: the same run and method
+  measure demand -> the Job's ``spec.suspend: true`` PATCH accepted beside demand -> DELETE. Every ModelBackfill is admitted (its Job created, then marked running the way
   the Job controller would), then ``--samples`` sampled Models get ``status.lastActiveTime = now``
   through the status subresource, a few at a time at random intervals; optionally a burst of
   ``--burst`` more Models all at once. Then the same again **with PostgreSQL stopped** (embedded
@@ -71,6 +73,7 @@ GROUP, VERSION = "ai.flexinfer", "v1alpha2"
 BACKFILL_LABEL = "modelbackfill.ai.flexinfer/name"
 NS_OURS, NS_BASE = "bench-ours", "bench-base"
 TEMPLATE = "bench-template"
+TEMPLATE_INDEXED = "bench-template-indexed"  # the resumable declarations' (issue 11)
 BASELINE_INTERVAL = 5.0  # upstream's poll period, seconds
 TARGET_P50_MS = 10.0
 TARGET_P99_MS = 30.0
@@ -83,7 +86,7 @@ kind: Policy
 omitStages: ["RequestReceived", "ResponseStarted"]
 rules:
   - level: Metadata
-    verbs: ["create", "delete"]
+    verbs: ["create", "delete", "patch"]
     resources:
       - group: "batch"
         resources: ["jobs", "cronjobs"]
@@ -150,6 +153,7 @@ class JobWatch(threading.Thread):
         self.ns = ns
         self.added: dict[str, float] = {}
         self.deleted: dict[str, float] = {}
+        self.suspended: dict[str, float] = {}  # first seen with spec.suspend true
         self.owner: dict[str, str] = {}  # job name -> backfill label
         self.lock = threading.Lock()
         self.stop_event = threading.Event()
@@ -164,6 +168,8 @@ class JobWatch(threading.Thread):
                 self.owner[name] = (m.get("labels") or {}).get(BACKFILL_LABEL, "")
             elif kind == "DELETED":
                 self.deleted.setdefault(name, now)
+            if kind == "MODIFIED" and (obj.get("spec") or {}).get("suspend") is True:
+                self.suspended.setdefault(name, now)
 
     def run(self) -> None:
         from kubernetes import watch
@@ -307,9 +313,10 @@ def pmap(pool: ThreadPoolExecutor, fn: Callable[[Any], Any], items: Iterable[Any
     return list(pool.map(fn, items))
 
 
-def cronjob_body(name: str) -> dict[str, Any]:
-    """A suspended CronJob ``name`` whose jobTemplate runs busybox ``true`` (a template for ModelBackfills)."""
-    return {
+def cronjob_body(name: str, indexed: bool = False) -> dict[str, Any]:
+    """A suspended CronJob ``name`` whose jobTemplate runs busybox ``true`` (a template for
+    ModelBackfills); ``indexed``: an Indexed Job of 4 shards, one at a time."""
+    body = {
         "apiVersion": "batch/v1",
         "kind": "CronJob",
         "metadata": {"name": name},
@@ -331,6 +338,9 @@ def cronjob_body(name: str) -> dict[str, Any]:
             },
         },
     }
+    if indexed:
+        body["spec"]["jobTemplate"]["spec"].update(completionMode="Indexed", completions=4, parallelism=1)
+    return body
 
 
 def create_model(co: Any, ns: str, i: int, last_active: str) -> None:
@@ -349,15 +359,17 @@ def create_model(co: Any, ns: str, i: int, last_active: str) -> None:
     )
 
 
-def create_objects(api: Any, n: int, workers: int) -> dict[str, float]:
-    """Namespaces, the CronJob, 2 x n Models (Ready, long idle), n ModelBackfills (ours), n Jobs
-    (baseline). Returns timings."""
+def create_objects(api: Any, n: int, workers: int, resumable: frozenset[int] = frozenset()) -> dict[str, float]:
+    """Namespaces, the CronJobs, 2 x n Models (Ready, long idle), n ModelBackfills (ours; those
+    in ``resumable`` with ``preemption: Suspend`` on the Indexed template), n Jobs (baseline).
+    Returns timings."""
     from kubernetes import client
 
     core, batch, co = client.CoreV1Api(api), client.BatchV1Api(api), client.CustomObjectsApi(api)
     for ns in (NS_OURS, NS_BASE):
         core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
     batch.create_namespaced_cron_job(NS_OURS, cronjob_body(TEMPLATE), _preload_content=False)
+    batch.create_namespaced_cron_job(NS_OURS, cronjob_body(TEMPLATE_INDEXED, indexed=True), _preload_content=False)
     long_ago = ts(datetime.now(timezone.utc) - timedelta(hours=2))
 
     def model(arg: tuple[str, int]) -> None:
@@ -370,6 +382,8 @@ def create_objects(api: Any, n: int, workers: int) -> dict[str, float]:
             "metadata": {"name": backfill_name(i)},
             "spec": {"modelRef": model_name(i), "templateRef": TEMPLATE, "idleFor": "2s", "maxRunDuration": "15m"},
         }
+        if i in resumable:
+            body["spec"].update(templateRef=TEMPLATE_INDEXED, preemption="Suspend")
         co.create_namespaced_custom_object(GROUP, VERSION, NS_OURS, "modelbackfills", body, _preload_content=False)
 
     out: dict[str, float] = {}
@@ -503,8 +517,9 @@ class Poller(threading.Thread):
 
 
 class Sample:
-    def __init__(self, ns: str, index: int, job: str) -> None:
+    def __init__(self, ns: str, index: int, job: str, suspend: bool = False) -> None:
         self.ns, self.index, self.job = ns, index, job
+        self.suspend = suspend  # measured to the Job's suspend PATCH, not its DELETE
         self.audit_id: str | None = None
         self.t0_client: float | None = None  # PATCH call returned (client clock, epoch s)
         self.t0_server: float | None = None  # audit ResponseComplete of the PATCH
@@ -524,13 +539,15 @@ def patch_active(co: Any, s: Sample) -> None:
 
 
 def run_samples(
-    api: Any, ns: str, picks: list[int], jobs: dict[str, str], group: int, gap: tuple[float, float]
+    api: Any, ns: str, picks: list[int], jobs: dict[str, str], group: int, gap: tuple[float, float],
+    suspending: frozenset[int] = frozenset(),
 ) -> list[Sample]:
-    """Patch the sampled Models ``group`` at a time (concurrently), a random gap between groups."""
+    """Patch the sampled Models ``group`` at a time (concurrently), a random gap between groups
+    (those in ``suspending`` are measured to their Job's suspend)."""
     from kubernetes import client
 
     co = client.CustomObjectsApi(api)
-    samples = [Sample(ns, i, jobs[backfill_name(i)]) for i in picks]
+    samples = [Sample(ns, i, jobs[backfill_name(i)], i in suspending) for i in picks]
     with ThreadPoolExecutor(max(group, 1)) as pool:
         for k in range(0, len(samples), group):
             batch = samples[k : k + group]
@@ -541,17 +558,41 @@ def run_samples(
 
 
 def wait_deleted(watcher: JobWatch, samples: list[Sample], timeout: float) -> None:
+    """Wait until the watch saw every sampled Job deleted (a suspending sample's: suspended)."""
+
+    def seen(s: Sample) -> float | None:
+        return (watcher.suspended if s.suspend else watcher.deleted).get(s.job)
+
     def done() -> bool:
         with watcher.lock:
-            return all(s.job in watcher.deleted for s in samples)
+            return all(seen(s) is not None for s in samples)
 
     try:
-        wait_until(done, timeout, "the sampled Jobs to be deleted", interval=0.1)
+        wait_until(done, timeout, "the sampled Jobs to be deleted (or suspended)", interval=0.1)
     except SystemExit as exc:
         say(f"[red]{exc}[/red] (missing ones are left out of the statistics)")
     with watcher.lock:
         for s in samples:
-            s.t1_client = watcher.deleted.get(s.job)
+            s.t1_client = seen(s)
+
+
+def retire_suspended(api: Any, samples: list[Sample], workers: int) -> None:
+    """After the measure: set ``spec.suspend: true`` on the suspending samples' ModelBackfills,
+    so the controller deletes their Jobs and stays quiet for the later phases (nobody plays the
+    Job controller's ``Suspended`` condition, so their attempts would otherwise keep re-issuing
+    the suspend, paced up to every 30 s)."""
+    from kubernetes import client
+
+    co = client.CustomObjectsApi(api)
+    with ThreadPoolExecutor(workers) as pool:
+        pmap(
+            pool,
+            lambda s: co.patch_namespaced_custom_object(
+                GROUP, VERSION, s.ns, "modelbackfills", backfill_name(s.index), {"spec": {"suspend": True}},
+                _content_type="application/merge-patch+json", _preload_content=False,
+            ),
+            [s for s in samples if s.suspend],
+        )
 
 
 def audit_entries(path: Path) -> Iterator[dict[str, Any]]:
@@ -569,6 +610,7 @@ def audit_entries(path: Path) -> Iterator[dict[str, Any]]:
 def read_audit(path: Path, samples: list[Sample]) -> None:
     patches: dict[str, float] = {}
     deletes: dict[tuple[str, str], list[float]] = {}
+    suspends: dict[tuple[str, str], list[float]] = {}  # PATCHes of the Job itself (not its status)
     for e in audit_entries(path):
         ref = e.get("objectRef") or {}
         code = (e.get("responseStatus") or {}).get("code", 0)
@@ -577,10 +619,12 @@ def read_audit(path: Path, samples: list[Sample]) -> None:
             patches[e["auditID"]] = at
         elif ref.get("resource") == "jobs" and e.get("verb") == "delete" and 200 <= code < 300:
             deletes.setdefault((ref.get("namespace", ""), ref.get("name", "")), []).append(at)
+        elif ref.get("resource") == "jobs" and e.get("verb") == "patch" and not ref.get("subresource") and 200 <= code < 300:
+            suspends.setdefault((ref.get("namespace", ""), ref.get("name", "")), []).append(at)
     for s in samples:
         s.t0_server = patches.get(s.audit_id or "")
         if s.t0_server is not None:
-            after = [t for t in deletes.get((s.ns, s.job), []) if t >= s.t0_server]
+            after = [t for t in (suspends if s.suspend else deletes).get((s.ns, s.job), []) if t >= s.t0_server]
             s.t1_server = min(after) if after else None
 
 
@@ -640,11 +684,27 @@ def figures(
     sdown_b: dict[str, Any] | None,
     sb: dict[str, Any],
     audit_note: str,
+    ssus: dict[str, Any] | None = None,
 ) -> list[Row]:
     """The rows of one run (a missing phase gives a row without a value, saying why)."""
     nan = float("nan")
     where = f"{args.models:,} Models and ModelBackfills"
     rows: list[Row] = []
+    for q, target in (("p50", TARGET_P50_MS), ("p99", TARGET_P99_MS)):
+        rows.append(
+            Row(
+                f"suspend latency {q}, PostgreSQL up",
+                ssus[q] if ssus else None,
+                "ms",
+                baseline=so[q],
+                baseline_name="DELETE, same run",
+                target=target,
+                higher_is_better=False,
+                note=(f"Model status PATCH -> Job spec.suspend PATCH (audit log), {ssus['ok']}/{ssus['n']} paced samples "
+                      f"of preemption: Suspend declarations shuffled among the DELETE ones (issue 11)")
+                if ssus else "not measured (--suspend 0)",
+            )
+        )
     for label, st_, fl_, fb_, bst in (("PostgreSQL up", so, sf, sfb, sburst), ("PostgreSQL stopped", sdown, sf, sfb, sdown_b)):
         why = "" if st_ is not None else "not measured: an external database is not stopped"
         for q, target in (("p50", TARGET_P50_MS), ("p99", TARGET_P99_MS)):
@@ -700,16 +760,26 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--workers", type=int, default=16, help="threads creating the objects (default 16)")
     parser.add_argument("--pause", type=float, default=3.0, help="seconds let pass between phases (default 3; a third of it between a phase's parts)")
     parser.add_argument("--database-url", default=None, help="PostgreSQL URL (default: embedded server)")
+    parser.add_argument(
+        "--suspend", type=int, default=None,
+        help="paced samples of preemption: Suspend declarations, shuffled among the DELETE ones (default: --samples; 0: none)",
+    )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if 2 * (args.samples + args.burst) > args.models:
-        parser.error("2 x (--samples + --burst) must not exceed --models (database up, then stopped)")
+    if 2 * (args.samples + args.burst) + n_suspend(args) > args.models:
+        parser.error("2 x (--samples + --burst) + --suspend must not exceed --models (database up, then stopped)")
     run(args)
     return 0
+
+
+def n_suspend(args: argparse.Namespace) -> int:
+    """How many suspending samples (``--suspend``; default ``--samples``, limited by ``--models``)."""
+    want = args.samples if getattr(args, "suspend", None) is None else args.suspend
+    return max(0, min(want, args.models - 2 * (args.samples + args.burst)))
 
 
 def run(args: argparse.Namespace, cluster: Any = None, audit_log: Path | None = None) -> list[Row]:
@@ -749,8 +819,10 @@ def run(args: argparse.Namespace, cluster: Any = None, audit_log: Path | None = 
             )
         say(f"kube-apiserver ready in {cluster.startup_seconds:.1f} s; CRDs applied; audit log {audit_log}")
 
+        picks = random.sample(range(args.models), min(args.models, 2 * (args.samples + args.burst) + n_suspend(args)))
+        resumable = frozenset(picks[2 * (args.samples + args.burst) :])
         t = time.monotonic()
-        created = create_objects(api, args.models, args.workers)
+        created = create_objects(api, args.models, args.workers, resumable)
         create_s = time.monotonic() - t
         n_objects = 2 * args.models + args.models + args.models
         say(f"created {n_objects} objects in {create_s:.1f} s")
@@ -804,16 +876,21 @@ def run(args: argparse.Namespace, cluster: Any = None, audit_log: Path | None = 
 
         # -- ours: paced samples, then a burst; then the same with PostgreSQL stopped
         n_base = args.samples + args.burst  # floor: paced + burst; baseline: paced (disjoint)
-        picks = random.sample(range(args.models), min(args.models, 2 * (args.samples + args.burst)))
         paced, burst = picks[: args.samples], picks[args.samples : args.samples + args.burst]
         down_paced = picks[args.samples + args.burst : 2 * args.samples + args.burst]
-        down_burst = picks[2 * args.samples + args.burst :]
+        down_burst = picks[2 * args.samples + args.burst : 2 * (args.samples + args.burst)]
         t = time.monotonic()
         timers.reset()
-        ours = run_samples(api, NS_OURS, paced, jobs_ours, args.group, (0.5 * args.gap, 1.5 * args.gap))
-        wait_deleted(w_ours, ours, 30)
-        say(f"ours: {len(ours)} paced samples in {time.monotonic() - t:.1f} s")
+        mixed = paced + sorted(resumable)
+        random.shuffle(mixed)  # DELETE and suspend samples side by side, in one paced sequence
+        both = run_samples(api, NS_OURS, mixed, jobs_ours, args.group, (0.5 * args.gap, 1.5 * args.gap), resumable)
+        wait_deleted(w_ours, both, 30)
+        ours = [s for s in both if not s.suspend]
+        ours_suspend = [s for s in both if s.suspend]
+        say(f"ours: {len(ours)} paced DELETE + {len(ours_suspend)} suspend samples in {time.monotonic() - t:.1f} s")
         spent = timers.snapshot()
+        if ours_suspend:
+            retire_suspended(api, ours_suspend, args.workers)
         ours_burst: list[Sample] = []
         if burst:
             time.sleep(args.pause)  # let the re-admissions of the paced samples pass
@@ -876,8 +953,9 @@ def run(args: argparse.Namespace, cluster: Any = None, audit_log: Path | None = 
         poller.stop_event.set()
         poller.join(10)
 
-        read_audit(audit_log, ours + ours_burst + down + down_b + fl + fl_b + base)
+        read_audit(audit_log, ours + ours_suspend + ours_burst + down + down_b + fl + fl_b + base)
         so, sb, sf = stats(ours), stats(base), stats(fl)
+        ssus = stats(ours_suspend) if ours_suspend else None
         sburst = stats(ours_burst) if ours_burst else None
         sfb = stats(fl_b) if fl_b else None
         sdown = stats(down) if down else None
@@ -898,6 +976,8 @@ def run(args: argparse.Namespace, cluster: Any = None, audit_log: Path | None = 
         if sfb:
             row(f"floor, burst of {len(fl_b)} at once", sfb)
         row(f"ours, {args.group} every ~{args.gap:g} s", so)
+        if ssus:
+            row(f"ours, spec.suspend instead of DELETE (shuffled among them)", ssus)
         if sburst:
             row(f"ours, burst of {len(ours_burst)} at once", sburst)
         if sdown:
@@ -961,7 +1041,7 @@ def run(args: argparse.Namespace, cluster: Any = None, audit_log: Path | None = 
         setup.add_row("controller resync_seconds", f"{settings.resync_seconds:g}", "full re-check of every ModelBackfill (statuses re-read after actor.forget())")
         setup.add_row("whole run", f"{time.monotonic() - t_all:.1f}", f"event log position {controller_stats['position']}")
         console.print(setup)
-        return figures(args, so, sf, sburst, sfb, sdown, sdown_b, sb, audit_note)
+        return figures(args, so, sf, sburst, sfb, sdown, sdown_b, sb, audit_note, ssus)
     finally:
         if poller is not None:
             poller.stop_event.set()

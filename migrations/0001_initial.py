@@ -15,7 +15,46 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql as pg
 
-from backfill.store.schema import LATEST_RUNS_VIEW, MODEL_RUN_TOTALS_VIEW, PREEMPTIONS_BY_REASON_VIEW
+# The run-history views as this revision created them (later revisions carry their own DDL).
+LATEST_RUNS_VIEW = """
+CREATE VIEW latest_runs AS
+SELECT DISTINCT ON (namespace, backfill) namespace, backfill, backfill_uid, model, node, job_name, job_uid, attempt, generation, admitted_at, started_at, ended_at, result, reason, running_seconds, deciding_position
+FROM runs
+ORDER BY namespace, backfill, admitted_at DESC, attempt DESC
+"""
+
+MODEL_RUN_TOTALS_VIEW = """
+CREATE VIEW model_run_totals AS
+SELECT
+    namespace,
+    model,
+    count(*) AS attempts,
+    count(*) FILTER (WHERE result = 'succeeded') AS succeeded,
+    count(*) FILTER (WHERE result = 'preempted') AS preempted,
+    count(*) FILTER (WHERE result = 'failed') AS failed,
+    count(*) FILTER (WHERE result = 'deadline_exceeded') AS deadline_exceeded,
+    count(*) FILTER (WHERE result = 'cancelled') AS cancelled,
+    count(*) FILTER (WHERE result IS NULL) AS running,
+    coalesce(sum(running_seconds) FILTER (WHERE result = 'succeeded'), 0)::double precision
+        AS useful_seconds,
+    coalesce(sum(running_seconds) FILTER (WHERE result IS NOT NULL AND result <> 'succeeded'), 0)::double precision
+        AS wasted_seconds
+FROM runs
+GROUP BY namespace, model
+"""
+
+PREEMPTIONS_BY_REASON_VIEW = """
+CREATE VIEW preemptions_by_reason AS
+SELECT
+    namespace,
+    model,
+    reason,
+    count(*) AS preemptions,
+    coalesce(sum(running_seconds), 0)::double precision AS wasted_seconds
+FROM runs
+WHERE result = 'preempted'
+GROUP BY namespace, model, reason
+"""
 
 # revision identifiers, used by Alembic.
 revision: str = "0001"

@@ -7,7 +7,10 @@ Two asymmetric rules:
   that is down means no start. The same holds for Block, Unblock and ReleaseFinalizer.
 - **Stopping is fail-safe.** :meth:`Actor.preempt` (called by the preemptor) sends the Job DELETEs
   first, in parallel, and the decision goes to the spool beside them; nothing on that path waits
-  for the database, a status write or an Event.
+  for the database, a status write or an Event. A suspending cancel (issue 11) is the same call
+  with a PATCH ``spec.suspend: true`` instead of the DELETE: same thread, same timeout, same
+  immediate resend on a fresh connection, same fence. A resume (``Resume``) is an admission:
+  recorded durably first, then ``spec.suspend: false``.
 
 Observations the actor makes itself (``JobCreated``, ``JobDeleted`` on a 404, ``JobCreateRejected``
 of a refused create) go through the spool too, in order with the watchers' events.
@@ -44,6 +47,9 @@ from backfill.core.commands import (
     CreateJob,
     DeleteJob,
     ReleaseFinalizer,
+    Resume,
+    ResumeJob,
+    SuspendJob,
     Unblock,
     WakeAt,
     WriteStatus,
@@ -54,6 +60,7 @@ from backfill.core.jobtemplate import API_GROUP, API_VERSION, build_job
 from backfill.core.state import World
 from backfill.core.timefmt import rfc3339
 
+from .cancelwindow import CancelWindow
 from .crash import crash_point
 
 log = logging.getLogger("backfill.controller.actor")
@@ -79,8 +86,11 @@ class StatusWriter:
     ``WriteStatus`` for that key (at the latest the periodic full re-check) writes it again.
     """
 
-    def __init__(self, write: Callable[[tuple[str, str], Mapping[str, Any]], None]) -> None:
+    def __init__(
+        self, write: Callable[[tuple[str, str], Mapping[str, Any]], None], before: Callable[[], Any] = lambda: None
+    ) -> None:
         self._write = write
+        self._before = before
         self._pending: dict[tuple[str, str], Mapping[str, Any]] = {}
         self._cond = threading.Condition()
         self._busy = False
@@ -117,6 +127,7 @@ class StatusWriter:
                 status = self._pending.pop(key)
                 self._busy = True
             try:
+                self._before()  # e.g. yield to preemption DELETEs in flight (CancelWindow.wait)
                 self._write(key, status)
             except NotLeader:
                 pass
@@ -149,6 +160,8 @@ class Actor:
         limiter / status_limiter: pace Job creates / status writes, each its own bucket so an
             admission never queues behind thousands of status writes (``acquire()``, a
             :class:`~backfill.controller.ratelimit.TokenBucket`); None: unpaced. Deletes never wait.
+        window: the :class:`~backfill.controller.cancelwindow.CancelWindow` its preemption
+            DELETEs open; status writes and Events wait for it (default: one of its own).
     """
 
     def __init__(
@@ -166,8 +179,10 @@ class Actor:
         remember: Callable[[tuple[str, str], Any], None] | None = None,
         limiter: Any = None,
         status_limiter: Any = None,
+        window: CancelWindow | None = None,
     ) -> None:
         self.api = api
+        self.window = window if window is not None else CancelWindow()
         self.batch = client.BatchV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.core = client.CoreV1Api(api)
@@ -186,7 +201,7 @@ class Actor:
         self._terminating_noted: set[tuple[str, str]] = set()  # (ns, job) whose JobTerminating Event was sent
         self.appended = 0
         self._decided_at: datetime | None = None
-        self.statuses = StatusWriter(self.write_status)
+        self.statuses = StatusWriter(self.write_status, before=self.window.wait)
         self._side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="k8s-events")
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="job-deletes")
         self._creates = ThreadPoolExecutor(max_workers=16, thread_name_prefix="job-creates")
@@ -274,6 +289,7 @@ class Actor:
 
         def create() -> None:
             try:
+                self.window.wait()  # informative only: after the cancels in flight
                 self._guard()
                 self.core.create_namespaced_event(ns, body, _request_timeout=self.timeout)
             except Exception as exc:  # noqa: BLE001 - an Event is informative only
@@ -303,9 +319,9 @@ class Actor:
             and nothing was recorded for them).
         """
         self._decided_at = now
-        todo = [c for c in commands if not isinstance(c, (WakeAt, Cancel, Admit, Block, Unblock))]
-        todo.sort(key=lambda c: 0 if isinstance(c, DeleteJob) else 1)  # stable: per-key order kept
-        admits = [c for c in commands if isinstance(c, Admit)]
+        todo = [c for c in commands if not isinstance(c, (WakeAt, Cancel, Admit, Resume, Block, Unblock))]
+        todo.sort(key=lambda c: 0 if isinstance(c, (DeleteJob, SuspendJob)) else 1)  # stable: per-key order kept
+        admits = [c for c in commands if isinstance(c, (Admit, Resume))]
         blocks = [c for c in commands if isinstance(c, (Block, Unblock))]
         if blocks:  # before the admissions: an Unblock comes before the Admit it allows
             try:
@@ -329,9 +345,19 @@ class Actor:
                     f"{type(cmd).__name__} failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
                     extra={"backfill": f"{cmd.key[0]}/{cmd.key[1]}", "position": world.position, "decision": type(cmd).__name__},
                 )
-            if not isinstance(cmd, (WriteStatus, DeleteJob)) and interrupted():
+            if not isinstance(cmd, (WriteStatus, DeleteJob, SuspendJob)) and interrupted():
                 # every remaining key, status-only ones too: they are decided again next pass
                 return sorted({c.key for c in todo[i + 1 :]} | {c.key for c in admits})
+        resumes = [c for c in admits if isinstance(c, Resume)]
+        admits = [c for c in admits if isinstance(c, Admit)]
+        if resumes:
+            try:
+                self._guard()
+                self.resume_many(resumes, world)
+            except NotLeader:
+                log.info("not the leader any more: resumes skipped")
+            except Exception as exc:  # noqa: BLE001 - nothing recorded: decided again next pass
+                log.error(f"resuming {len(resumes)} attempts failed: {type(exc).__name__}: {_first_line(exc)}", extra={"position": world.position})
         if admits:
             try:
                 self._guard()
@@ -354,9 +380,15 @@ class Actor:
             if self.due("delete", cmd.key[0], cmd.job_name):
                 self._note_terminating(cmd, world)
                 self.delete_job(cmd.key, cmd.job_name)
+        elif t is SuspendJob:
+            if self.due("suspend", cmd.key[0], cmd.job_name):
+                self.suspend_job(cmd.key, cmd.job_name, True)
+        elif t is ResumeJob:
+            if self.due("resume", cmd.key[0], cmd.job_name):
+                self.suspend_job(cmd.key, cmd.job_name, False)
         elif t is ReleaseFinalizer:
             self.release_finalizer(cmd, world)
-        else:  # pragma: no cover - Admit, Block, Unblock are batched by execute; Cancel is the preemptor's
+        else:  # pragma: no cover - Admit, Resume, Block, Unblock are batched by execute; Cancel is the preemptor's
             raise TypeError(f"not dispatched one by one: {cmd!r}")
 
     # -- admit / create -----------------------------------------------------------------------
@@ -476,25 +508,37 @@ class Actor:
     # -- cancel / delete ----------------------------------------------------------------------
 
     def preempt(self, cmds: list[Cancel], world: World) -> None:
-        """Delete the Jobs of ``cmds`` now (Background propagation, in parallel when several),
-        then log and emit the Events (side thread). Never raises and never touches the store:
-        the preemptor spools the decisions beside these calls."""
+        """Send the Job DELETEs of ``cmds`` now (Background propagation; for a suspending cancel,
+        issue 11, the ``spec.suspend: true`` PATCH instead) on the "job-deletes" pool, one call
+        per Job in parallel, and return without waiting for the answers: the
+        preemptor's next observation is never held behind an earlier cancel's round trip. Each
+        answer is logged and its Event emitted (side thread) by the pool. Never raises and never
+        touches the store: the preemptor spools the decisions beside these calls."""
         try:
             self._guard()
         except NotLeader:
             log.info("not the leader any more: cancels skipped")
             return
         for c in cmds:
-            self.due("delete", c.key[0], c.job_name)  # this is the first delete
-        if len(cmds) == 1:
-            errors = [self._try_delete(cmds[0])]
+            self.due("suspend" if c.suspend else "delete", c.key[0], c.job_name)  # this is the first one
+            self.window.begin()
+            self._pool.submit(self._cancel_one, c)
+
+    def _cancel_one(self, c: Cancel) -> None:
+        """One preemption DELETE, or suspend (issue 11) (a pool thread): the call, then its log
+        line and Event."""
+        try:
+            error = self._try_delete(c)
+        finally:
+            self.window.end()
+        ns, name = c.key
+        extra = {"backfill": f"{ns}/{name}", "position": c.cause, "decision": "AttemptCancelled"}
+        if error is not None:
+            log.error(f"{'suspending' if c.suspend else 'deleting'} Job {c.job_name} failed (re-issued): {error}", extra=extra)
+        if c.suspend:
+            log.info(f"suspended attempt {c.attempt} segment {c.segment} ({c.reason}): {c.message}", extra=extra)
+            self._event(ns, name, c.uid, c.reason, f"suspended Job {c.job_name} (completed indexes kept): {c.message}", "Warning")
         else:
-            errors = list(self._pool.map(self._try_delete, cmds))
-        for c, error in zip(cmds, errors):
-            ns, name = c.key
-            extra = {"backfill": f"{ns}/{name}", "position": c.cause, "decision": "AttemptCancelled"}
-            if error is not None:
-                log.error(f"deleting Job {c.job_name} failed (re-issued): {error}", extra=extra)
             log.info(f"cancelled attempt {c.attempt} ({c.reason}): {c.message}", extra=extra)
             self._event(ns, name, c.uid, c.reason, f"cancelled Job {c.job_name}: {c.message}", "Warning")
 
@@ -517,7 +561,10 @@ class Actor:
 
     def _try_delete(self, cmd: Cancel) -> str | None:
         try:
-            self.delete_job(cmd.key, cmd.job_name)
+            if cmd.suspend:
+                self.suspend_job(cmd.key, cmd.job_name, True)
+            else:
+                self.delete_job(cmd.key, cmd.job_name)
             return None
         except Exception as exc:  # noqa: BLE001 - re-issued by the next decide (DeleteJob)
             return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
@@ -529,14 +576,80 @@ class Actor:
         try:
             crash_point("cancel/delete-sent")
             try:
-                self.batch.delete_namespaced_job(job_name, ns, propagation_policy="Background", _request_timeout=self.delete_timeout)
+                self._delete_call(ns, job_name)
             except urllib3.exceptions.HTTPError:  # timed out or broken: a fresh connection, at once
-                self.batch.delete_namespaced_job(job_name, ns, propagation_policy="Background", _request_timeout=self.delete_timeout)
+                self._delete_call(ns, job_name)
             crash_point("cancel/delete-answered")
         except ApiException as exc:
             if exc.status != 404:
                 raise
             self._observed(ev.JobDeleted(at=self.clock(), namespace=ns, backfill=name, name=job_name))
+
+    def _delete_call(self, ns: str, job_name: str) -> None:
+        """One DELETE of a Job (Background propagation, ``delete_timeout`` seconds). The answer is
+        read raw and not deserialized into client models (milliseconds of Python that would hold
+        the interpreter while other cancels wait); an error status still raises ApiException."""
+        resp = self.batch.delete_namespaced_job(
+            job_name, ns, propagation_policy="Background", _request_timeout=self.delete_timeout, _preload_content=False
+        )
+        resp.read()  # drained, so the connection goes back to the pool clean
+        resp.release_conn()
+
+    def suspend_job(self, key: tuple[str, str], job_name: str, suspend: bool) -> None:
+        """Set the Job's ``spec.suspend`` (a strategic-merge PATCH of that one field); a 404
+        observes ``JobDeleted``.
+
+        ``suspend=True`` is the preemption of a resumable declaration (issue 11): exactly the
+        delete's discipline, so it stops the pods as fast: the fence (``_guard`` here and the
+        client's), the delete's client-side timeout, one immediate resend on a fresh
+        connection when the first send times out or breaks (setting the field twice is
+        harmless), the answer drained raw like the delete's. ``suspend=False`` is a recorded resume (the call's normal timeout).
+        Raises what the API server answers otherwise (the re-issue retries it)."""
+        ns, name = key
+        self._guard()
+        body = {"spec": {"suspend": suspend}}
+        timeout = self.delete_timeout if suspend else self.timeout
+        try:
+            try:
+                self._patch_call(ns, job_name, body, timeout)
+            except urllib3.exceptions.HTTPError:  # timed out or broken: a fresh connection, at once
+                self._patch_call(ns, job_name, body, timeout)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            self._observed(ev.JobDeleted(at=self.clock(), namespace=ns, backfill=name, name=job_name))
+
+    def resume_many(self, cmds: list[Resume], world: World) -> None:
+        """Record every ``AttemptResumed`` in one append (durable before any call: a resume is an
+        admission, fail-closed), then clear each Job's ``spec.suspend`` and emit the Events.
+        A decision already stored elsewhere sends nothing here (the re-issued ``ResumeJob`` does).
+        Raises when the append fails: then nothing was recorded and nothing is sent."""
+        records = [decision_record(c, at=self._decision_time(), basis=world.position) for c in cmds]
+        self._guard()
+        positions = self.append_records([encode(e, k) for e, k in records])
+        for c, p in zip(cmds, positions):
+            ns, name = c.key
+            if p is None:
+                continue
+            self.appended += 1
+            log.info(
+                f"resumed attempt {c.attempt} segment {c.segment}: Job {c.job_name}",
+                extra={"backfill": f"{ns}/{name}", "position": world.position, "decision": "AttemptResumed"},
+            )
+            self._event(ns, name, c.uid, "Resumed", f"idle window complete; resuming Job {c.job_name} (attempt {c.attempt}, segment {c.segment})")
+            self.due("resume", ns, c.job_name)  # the first resume is this one
+            try:
+                self.suspend_job(c.key, c.job_name, False)
+            except NotLeader:
+                raise
+            except Exception as exc:  # noqa: BLE001 - re-issued by the next decide (ResumeJob)
+                log.error(f"resuming Job {c.job_name} failed (re-issued): {_first_line(exc)}", extra={"backfill": f"{ns}/{name}"})
+
+    def _patch_call(self, ns: str, job_name: str, body: dict, timeout: float) -> None:
+        """One PATCH of a Job's spec, its answer drained raw like :meth:`_delete_call`'s."""
+        resp = self.batch.patch_namespaced_job(job_name, ns, body, _request_timeout=timeout, _preload_content=False)
+        resp.read()
+        resp.release_conn()
 
     # -- block / unblock ----------------------------------------------------------------------
 

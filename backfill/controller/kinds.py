@@ -90,12 +90,18 @@ def _job_vanished(ns: str, name: str, uid: str, now: datetime, rv: str) -> Pair:
 
 
 def _known_jobs(world: World) -> list[Known]:
-    """Live attempts whose Job was observed, as (namespace, "backfill/job", job uid)."""
-    return [
+    """Live attempts whose Job was observed, and suspended ones (their Job still exists, issue
+    11), as (namespace, "backfill/job", job uid)."""
+    out = [
         (ns, f"{name}/{a.job_name}", a.job_uid)
         for (ns, name), a in world.live.items()
         if a.created_at is not None or a.started_at is not None
     ]
+    for (ns, name), b in world.backfills.items():  # a relist is rare: a scan is fine
+        a = b.attempt
+        if a is not None and a.suspended:
+            out.append((ns, f"{name}/{a.job_name}", a.job_uid))
+    return out
 
 
 def _job_list_name(obj: dict) -> str:

@@ -9,8 +9,8 @@ Pieces and threads (each named here, and only here, :meth:`Controller.start`):
   and the cancels it decides, in order, in the background; holds them in memory while the store
   is away.
 - **preempt** (:class:`~backfill.controller.preempt.Preemptor`): folds observations in memory on
-  top of the durable projection and deletes a Job the moment a cancel condition holds. The only
-  thread that cancels; it touches no database.
+  top of the durable projection and sends a Job's DELETE (on the actor's job-deletes pool) the
+  moment a cancel condition holds. The only thread that cancels; it touches no database.
 - **reconcile** (:meth:`Controller.run`): reads the log back (the *durable* projection), keeps
   run rows and metrics, decides everything but cancels (admissions, blocks, statuses, finalizers,
   re-issued creates and deletes) and hands the commands to the actor. Admissions are fail-closed:
@@ -36,11 +36,11 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from backfill.core import events as ev
-from backfill.core.commands import Admit
+from backfill.core.commands import Admit, Resume
 from backfill.core.events import decode_many
 from backfill.core.perf import paused_gc
 from backfill.core.projector import affected, decide, fold, only_position_moved
-from backfill.core.runs import run_rows
+from backfill.core.runs import previous_row, run_rows
 from backfill.core.state import World
 from backfill.settings import Settings
 from backfill.store import EventStore, RunStore
@@ -51,6 +51,7 @@ from .crash import crash_point
 from .kinds import KINDS
 from .metrics import Metrics
 from .fence import fence
+from .cancelwindow import CancelWindow
 from .preempt import Preemptor
 from .ratelimit import TokenBucket
 from .spool import Spool
@@ -113,6 +114,7 @@ class Controller:
         self.position = 0
         self.signal = threading.Event()
         self.stop_event = threading.Event()
+        self.window = CancelWindow()
         self.spool = Spool(
             events.append,
             events.positions_of,
@@ -121,6 +123,7 @@ class Controller:
             backoff_max=min(settings.backoff_max_seconds, 5.0),
             max_records=settings.spool_max_records,
             on_overflow_recovered=self._relist_all,
+            before_append=self.window.wait,
         )
         self._objects: dict[Key, dict] = {}
         self._objects_lock = threading.Lock()
@@ -137,6 +140,7 @@ class Controller:
             remember=self._remember_object,
             limiter=TokenBucket(settings.api_qps, settings.api_burst),
             status_limiter=TokenBucket(settings.api_qps, settings.api_burst),
+            window=self.window,
         )
         self.preemptor = Preemptor(lambda: self.world, self.spool, self.actor.preempt, self.is_leader, clock, scope=settings.namespace)
         if leader is not None:
@@ -296,14 +300,15 @@ class Controller:
         return keys
 
     def _count(self, before: World, row: Any, event: Any) -> None:
-        if isinstance(event, ev.AttemptAdmitted) and row.result is None:
+        """The metrics follow the rows: a start per row begun by an admission or a resume, an
+        end (completion, preemption, running seconds) when a row's ``result`` is first set."""
+        if isinstance(event, (ev.AttemptAdmitted, ev.AttemptResumed)) and row.result is None:
             self.metrics.started(row)
             return
         if row.result is None:
             return
-        b0 = before.backfills.get((row.namespace, row.backfill))
-        a0 = b0.attempt if b0 is not None else None
-        if a0 is None or a0.number != row.attempt or a0.result is None:
+        prev = previous_row(before, row)
+        if prev is None or prev.result is None:
             self.metrics.ended(row)
 
     # -- threads ------------------------------------------------------------------------------
@@ -517,8 +522,9 @@ class Controller:
                 self._wake_of[c.key] = c.at
                 heapq.heappush(self._wakes, (c.at, c.key))
         todo = commands
-        if any(isinstance(c, Admit) for c in commands) and not self.spool.settled(self.position):
-            held = {c.key for c in commands if isinstance(c, Admit)}
+        if any(isinstance(c, (Admit, Resume)) for c in commands) and not self.spool.settled(self.position):
+            # a resume is an admission (issue 11): held the same way until the log explains it
+            held = {c.key for c in commands if isinstance(c, (Admit, Resume))}
             self._carry |= held
             todo = [c for c in commands if c.key not in held]
         self._carry.update(self.actor.execute(todo, self.world, now, interrupted=self.signal.is_set))

@@ -42,11 +42,12 @@ class Metrics:
         )
 
     def started(self, row: RunRow) -> None:
-        """An attempt was admitted."""
+        """An attempt was admitted, or a suspended one resumed (a new run segment, issue 11)."""
         self.starts.labels(row.backfill, row.namespace, row.model).inc()
 
     def ended(self, row: RunRow) -> None:
-        """An attempt ended (``row.result`` set)."""
+        """An attempt (a run segment: a suspension ends one as ``preempted``) ended
+        (``row.result`` set); counted once per row, so the counters add up to the ``runs`` rows."""
         base = (row.backfill, row.namespace, row.model)
         self.completions.labels(*base, row.result).inc()
         if row.result == "preempted":

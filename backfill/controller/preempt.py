@@ -13,7 +13,8 @@ observed that the durable projection does not contain yet (the :class:`~.spool.S
 unfolded entries, folded in arrival order at provisional positions above the durable one). On
 every new observation it folds it, asks the pure ``decide`` about the backfills it affects and
 executes only the ``Cancel`` commands: the decision is spooled (in memory) and the Job DELETE
-goes out at once. The decision is appended *behind* the events that caused it (``cause``/``basis`` point at their spool entries and are
+goes out at once (for a preemption of a ``spec.preemption: Suspend`` declaration, issue 11, the
+PATCH ``spec.suspend: true`` instead: the same command, path and call discipline). The decision is appended *behind* the events that caused it (``cause``/``basis`` point at their spool entries and are
 resolved to real positions when the writer commits them), so replay checks it against exactly
 the state it was made on, even when PostgreSQL was away while it was made.
 
@@ -22,8 +23,10 @@ resync brought), is made here: the reconcile loop pokes the keys its catch-up af
 cancels itself. Everything else (admissions, blocks, statuses, finalizers, re-issued deletes) is
 the loop's, on the durable projection: admissions are fail-closed and need the durable log.
 
-Threads: one, "preempt". It touches no database; its only I/O is the Job DELETE (with a
-client-side timeout) and, through the actor's side thread, a Kubernetes Event.
+Threads: one, "preempt". It touches no database and waits for nothing: the Job DELETEs (with a
+client-side timeout) go out on the actor's "job-deletes" pool, which also logs each answer and
+emits its Kubernetes Event (side thread), so a second demand is decided while the first cancel's
+DELETE is still in flight.
 """
 
 from __future__ import annotations
@@ -48,6 +51,10 @@ _BASIS = object()  # a cause that is the decision's own basis
 
 #: Seconds after which a cancel that the durable projection still does not show is decided again.
 INFLIGHT_SECONDS = 60.0
+#: Backfills re-checked per pass by a sweep (a resync's ``poke(None)``): a pass decides the keys
+#: new observations affect *first*, then at most this many of the sweep, so a resync of 10,000
+#: backfills never holds a foreground cancel behind it (about 1 ms of deciding per chunk).
+SWEEP_CHUNK = 64
 
 
 class Preemptor:
@@ -83,12 +90,15 @@ class Preemptor:
         self._lock = threading.Lock()
         self._poked: set[Key] = set()
         self._poke_all = True
+        self._sweep: list[Key] = []  # a resync's keys still to re-check, in chunks (last first)
         self._base: World | None = None
         self._opt: World = World()
         self._folded_seq = 0
         self._entry_at: dict[int, Entry] = {}
         self._folded: list[Entry] = []  # entries folded onto the base, in order
-        self.inflight: dict[tuple[Key, int], float] = {}  # (key, attempt) -> monotonic time decided
+        # (key, attempt, segment, suspend) -> monotonic time decided (a suspend ends a segment; a
+        # delete may follow it for the same attempt, issue 11)
+        self.inflight: dict[tuple[Key, int, int, bool], float] = {}
         self.cancels = 0
         self.last_pass = time.monotonic()
         self.error: str | None = None
@@ -106,7 +116,8 @@ class Preemptor:
         self._thread.join(timeout)
 
     def poke(self, keys: Iterable[Key] | None = None) -> None:
-        """Re-check ``keys`` (None: every backfill) on the next pass, and wake the thread."""
+        """Re-check ``keys`` on the next pass, and wake the thread. None: every backfill, as a
+        sweep of :data:`SWEEP_CHUNK` keys per pass behind the keys new observations affect."""
         with self._lock:
             if keys is None:
                 self._poke_all = True
@@ -118,12 +129,18 @@ class Preemptor:
         """Forget in-flight cancels the durable projection now shows (or that are too old)."""
         now = time.monotonic()
         with self._lock:
-            for (key, attempt), t0 in list(self.inflight.items()):
+            for entry, t0 in list(self.inflight.items()):
+                key, attempt, segment, suspend = entry
                 b = durable.backfills.get(key)
                 a = b.attempt if b is not None else None
-                shown = a is None or a.number != attempt or a.lifecycle not in ("Starting", "Running")
+                if a is None or a.number != attempt or a.segment > segment:
+                    shown = True
+                elif suspend:
+                    shown = a.lifecycle not in ("Starting", "Running")
+                else:
+                    shown = a.lifecycle not in ("Starting", "Running", "Suspending", "Suspended")
                 if shown or now - t0 > INFLIGHT_SECONDS:
-                    del self.inflight[(key, attempt)]
+                    del self.inflight[entry]
 
     # -- the pass -----------------------------------------------------------------------------
 
@@ -166,25 +183,31 @@ class Preemptor:
             if not only_position_moved(before, opt):
                 keys.update(affected(opt, entry.event))
         self._opt = opt
-        if not keys and not everything:
+        if everything:
+            self._sweep = sorted(opt.backfills, reverse=True)
+        if not keys and not self._sweep:
             return []
         if not self._can_act():
+            self._sweep = []
             return []
         now = self._clock()
-        wanted: Any = None if everything else keys
-        if self._scope:
-            wanted = [k for k in (opt.backfills if wanted is None else wanted) if k[0] == self._scope]
+        if self._sweep:  # the urgent keys first, then one chunk of the sweep; the rest next pass
+            chunk, self._sweep = self._sweep[-SWEEP_CHUNK:], self._sweep[:-SWEEP_CHUNK]
+            keys.update(chunk)
+            if self._sweep:
+                self.signal.set()
+        wanted = [k for k in keys if k[0] == self._scope] if self._scope else keys
         cancels = [
             c
             for c in decide(opt, now, wanted)
-            if isinstance(c, Cancel) and (c.key, c.attempt) not in self.inflight
+            if isinstance(c, Cancel) and (c.key, c.attempt, c.segment, c.suspend) not in self.inflight
         ]
         if not cancels:
             return []
         t0 = time.monotonic()
         with self._lock:
             for c in cancels:
-                self.inflight[(c.key, c.attempt)] = t0
+                self.inflight[(c.key, c.attempt, c.segment, c.suspend)] = t0
         # Spool the decisions first (memory only: nothing waits for the store), so the log has
         # each cancel before the Job's deletion that the watch will report.
         for c in cancels:

@@ -74,6 +74,9 @@ class Spool:
         backoff_initial / backoff_max: retry back-off of a failed append, seconds.
         max_records: most observations held while the store does not accept them.
         on_overflow_recovered: called once the backlog drained after observations were dropped.
+        before_append: called before each append (the controller passes
+            :meth:`~backfill.controller.cancelwindow.CancelWindow.wait`: PostgreSQL's commit does
+            not compete with a preemption DELETE in flight; bounded).
     """
 
     def __init__(
@@ -86,8 +89,10 @@ class Spool:
         backoff_max: float = 5.0,
         max_records: int = 100_000,
         on_overflow_recovered: Callable[[], None] = lambda: None,
+        before_append: Callable[[], Any] = lambda: None,
     ) -> None:
         self._append = append
+        self._before_append = before_append
         self._positions_of = positions_of
         self._on_commit = on_commit
         self._backoff = (backoff_initial, backoff_max)
@@ -222,6 +227,7 @@ class Spool:
                 if self._stopped:
                     return
                 todo = self._entries[self._next :]
+            self._before_append()
             try:
                 self.writing_since = time.monotonic()
                 self._write(todo)

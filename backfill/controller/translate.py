@@ -22,6 +22,7 @@ from datetime import datetime, timedelta
 from typing import Any, Mapping
 
 from backfill.core import events as ev
+from backfill.core import indexes
 from backfill.core.jobtemplate import backfill_of_job
 from backfill.core.timefmt import parse_rfc3339, plus_seconds
 
@@ -244,7 +245,13 @@ class Translator:
     def job(self, kind: str, obj: Mapping[str, Any], now: datetime) -> list[Pair]:
         """An owned Job (labelled with its ModelBackfill) -> JobCreated/JobRunning/JobSucceeded/
         JobFailed/JobDeleted, each with its natural key. The backfill is the Job's controller
-        ownerReference (its full name, even past 63 characters; the label may be hashed)."""
+        ownerReference (its full name, even past 63 characters; the label may be hashed).
+
+        Indexed Jobs (issue 11) also give ``JobProgress`` when ``status.completedIndexes`` is
+        non-empty (normalised interval syntax; a malformed value is ignored), ``JobSuspended``
+        when ``spec.suspend`` is true, condition ``Suspended`` is True and ``status.active`` is 0
+        (the pods are gone), and ``JobResumed`` when ``spec.suspend`` is false and condition
+        ``Suspended`` is False (the Job controller's ``JobResumed`` transition)."""
         ns, name, uid, _ = _ident(obj)
         m = _meta(obj)
         backfill = backfill_of_job(m)
@@ -260,12 +267,32 @@ class Translator:
         start = _time(status.get("startTime"))
         if start is not None:
             out.append(ev.JobRunning(at=start, **common))
+        ranges = indexes.parse(status.get("completedIndexes"))
+        done = indexes.format_ranges(ranges) if ranges else ""
+        if done:
+            active = status.get("active")
+            active = active if isinstance(active, int) and not isinstance(active, bool) and active >= 0 else 0
+            out.append(ev.JobProgress(at=now, completed_indexes=done, active=active, **common))
+        spec = obj.get("spec") or {}
+        suspend = spec.get("suspend") is True if isinstance(spec, Mapping) else False
         for c in status.get("conditions") or []:
-            if c.get("status") != "True":
+            if not isinstance(c, Mapping):
                 continue
             when = _time(c.get("lastTransitionTime")) or now
+            if c.get("type") == "Suspended":
+                # A suspension is keyed by the Job's resourceVersion (a resume and a re-suspend
+                # before the Job controller flips the condition leave its time unchanged), a
+                # resume by the condition's transition time (one per resume, not per status write).
+                if c.get("status") == "True" and suspend and not status.get("active"):
+                    out.append(ev.JobSuspended(at=when, completed_indexes=done, episode=_ident(obj)[3], **common))
+                elif c.get("status") == "False" and not suspend:
+                    episode = str(c.get("lastTransitionTime") or _ident(obj)[3])
+                    out.append(ev.JobResumed(at=when, completed_indexes=done, episode=episode, **common))
+                continue
+            if c.get("status") != "True":
+                continue
             if c.get("type") == "Complete":
-                out.append(ev.JobSucceeded(at=_time(status.get("completionTime")) or when, **common))
+                out.append(ev.JobSucceeded(at=_time(status.get("completionTime")) or when, completed_indexes=done, **common))
             elif c.get("type") == "Failed":
                 out.append(ev.JobFailed(at=when, reason=str(c.get("reason") or "JobFailed"), **common))
         return _natural(out)

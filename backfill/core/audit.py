@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from typing import Any, Iterable, NamedTuple
 
 from . import events as ev
-from .commands import Admit, Block, Cancel, ReleaseFinalizer, Unblock
+from .commands import Admit, Block, Cancel, ReleaseFinalizer, Resume, Unblock
 from .projector import decide, fold
 from .state import World
 
@@ -24,8 +24,9 @@ WINDOW = 4096
 
 
 class TrailEntry(NamedTuple):
-    """One recorded admit or cancel, with its cause (immutable; a NamedTuple: one is built per
-    admit and cancel of a replay).
+    """One recorded admit, cancel, suspend or resume, with its cause (``decision`` is ``admit``,
+    ``cancel``, ``suspend`` or ``resume``; immutable, a NamedTuple: one is built per such
+    decision of a replay).
 
     ``latency_seconds``: decision time minus the cause event's time (None if the cause is
     unknown or outside the audited range).
@@ -148,12 +149,16 @@ class Auditor:
         if self.backfill is not None and key != self.backfill:
             return
         t = type(d)
-        if t is ev.AttemptAdmitted or t is ev.AttemptCancelled:
+        if t is ev.AttemptAdmitted or t is ev.AttemptCancelled or t is ev.AttemptResumed:
             ctype, cat = self._cause(d.cause)
             reason = d.reason if t is ev.AttemptCancelled else ""
-            self.trail.append(
-                TrailEntry(position, d.at, d.namespace, d.backfill, "admit" if reason == "" else "cancel", reason, d.cause, ctype, cat)
-            )
+            if t is ev.AttemptResumed:
+                kind = "resume"
+            elif reason == "":
+                kind = "admit"
+            else:
+                kind = "suspend" if d.suspend else "cancel"
+            self.trail.append(TrailEntry(position, d.at, d.namespace, d.backfill, kind, reason, d.cause, ctype, cat))
         state = self._basis_state(position, d.basis)
         if state is None:
             self.unverifiable.append(position)
@@ -165,7 +170,7 @@ class Auditor:
 
 
 _DECISION_TYPES = frozenset(ev.DECISIONS)
-_DECISION_COMMANDS = frozenset((Admit, Cancel, Block, Unblock, ReleaseFinalizer))
+_DECISION_COMMANDS = frozenset((Admit, Cancel, Resume, Block, Unblock, ReleaseFinalizer))
 
 
 def _matches(d: Any, c: Any) -> bool:
@@ -174,7 +179,11 @@ def _matches(d: Any, c: Any) -> bool:
             c.attempt, c.job_name, c.model, c.node, c.generation, c.cause
         )
     if isinstance(d, ev.AttemptCancelled) and isinstance(c, Cancel):
-        return (d.attempt, d.reason, d.cause) == (c.attempt, c.reason, c.cause)
+        return (d.attempt, d.reason, d.cause, d.suspend, d.segment) == (c.attempt, c.reason, c.cause, c.suspend, c.segment)
+    if isinstance(d, ev.AttemptResumed) and isinstance(c, Resume):
+        return (d.attempt, d.segment, d.job_name, d.model, d.node, d.generation, d.cause) == (
+            c.attempt, c.segment, c.job_name, c.model, c.node, c.generation, c.cause
+        )
     if isinstance(d, ev.BackfillBlocked) and isinstance(c, Block):
         return d.reason == c.reason
     if isinstance(d, ev.BackfillUnblocked) and isinstance(c, Unblock):
@@ -188,7 +197,10 @@ def _describe_event(d: Any) -> str:
     if isinstance(d, ev.AttemptAdmitted):
         return f"admit attempt {d.attempt} job {d.job_name} (cause {d.cause})"
     if isinstance(d, ev.AttemptCancelled):
-        return f"cancel attempt {d.attempt} for {d.reason} (cause {d.cause})"
+        verb = f"suspend attempt {d.attempt} segment {d.segment}" if d.suspend else f"cancel attempt {d.attempt}"
+        return f"{verb} for {d.reason} (cause {d.cause})"
+    if isinstance(d, ev.AttemptResumed):
+        return f"resume attempt {d.attempt} segment {d.segment} (cause {d.cause})"
     if isinstance(d, ev.BackfillBlocked):
         return f"block {d.reason}"
     return d.type
@@ -198,7 +210,10 @@ def _describe_command(c: Any) -> str:
     if isinstance(c, Admit):
         return f"admit attempt {c.attempt} job {c.job_name} (cause {c.cause})"
     if isinstance(c, Cancel):
-        return f"cancel attempt {c.attempt} for {c.reason} (cause {c.cause})"
+        verb = f"suspend attempt {c.attempt} segment {c.segment}" if c.suspend else f"cancel attempt {c.attempt}"
+        return f"{verb} for {c.reason} (cause {c.cause})"
+    if isinstance(c, Resume):
+        return f"resume attempt {c.attempt} segment {c.segment} (cause {c.cause})"
     if isinstance(c, Block):
         return f"block {c.reason}"
     return type(c).__name__

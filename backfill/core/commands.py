@@ -1,9 +1,9 @@
 """What :func:`backfill.core.projector.decide` asks the actor to do.
 
-Commands are plain frozen dataclasses. ``Admit``, ``Cancel``, ``Block``, ``Unblock`` and
+Commands are plain frozen dataclasses. ``Admit``, ``Cancel``, ``Resume``, ``Block``, ``Unblock`` and
 ``ReleaseFinalizer`` are *decisions*: :func:`backfill.core.decisions.decision_record` turns each
 into the one decision event (and idempotency key) that the actor, the simulator and the tests all
-append. ``CreateJob`` and ``DeleteJob`` are idempotent re-issues of a create/delete that has not
+append. ``CreateJob``, ``DeleteJob``, ``SuspendJob`` and ``ResumeJob`` are idempotent re-issues of a create/delete that has not
 been observed yet (emitted on every decide while it is outstanding; the actor paces them); ``WriteStatus`` carries the derived status; ``WakeAt`` asks to
 be called again at a time (UTC) when something becomes due without any new event.
 """
@@ -45,7 +45,12 @@ class CreateJob:
 
 @dataclass(frozen=True, slots=True)
 class Cancel:
-    """Cancel the live attempt: record the decision, then delete its Job with a propagation policy."""
+    """Cancel the live attempt: record the decision, then delete its Job with a propagation policy.
+
+    ``suspend`` (issue 11): a preemption of a ``spec.preemption: Suspend`` declaration whose Job
+    exists: set the Job's ``spec.suspend: true`` instead of deleting it, on the same path (the
+    preemptor, from memory, fenced, with the delete's timeout and resend); ``segment`` is the
+    run segment it ends. A non-suspending cancel of a suspended attempt deletes its Job."""
 
     key: Key
     uid: str
@@ -54,11 +59,49 @@ class Cancel:
     reason: str
     message: str
     cause: int
+    suspend: bool = False
+    segment: int = 1
 
 
 @dataclass(frozen=True, slots=True)
 class DeleteJob:
     """Re-issue the delete of a cancelled attempt's Job (NotFound counts as done)."""
+
+    key: Key
+    job_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class SuspendJob:
+    """Re-issue ``spec.suspend: true`` on a suspending attempt's Job until it is observed
+    suspended (paced like :class:`DeleteJob`; NotFound observes ``JobDeleted``)."""
+
+    key: Key
+    job_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Resume:
+    """Resume the suspended attempt ``attempt`` as run segment ``segment``: record the decision
+    (durable first, like :class:`Admit`), then clear the Job's ``spec.suspend``.
+
+    Decided exactly where an :class:`Admit` would be (a fresh full idle window and every gate);
+    ``cause`` is the position of the event that started that window."""
+
+    key: Key
+    uid: str
+    attempt: int
+    segment: int
+    generation: int
+    job_name: str
+    model: str
+    node: str
+    cause: int
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeJob:
+    """Re-issue ``spec.suspend: false`` on a resumed attempt's Job until the resume is observed."""
 
     key: Key
     job_name: str
@@ -111,4 +154,6 @@ class WakeAt:
     at: datetime
 
 
-Command = Union[Admit, CreateJob, Cancel, DeleteJob, Block, Unblock, ReleaseFinalizer, WriteStatus, WakeAt]
+Command = Union[
+    Admit, CreateJob, Cancel, DeleteJob, SuspendJob, Resume, ResumeJob, Block, Unblock, ReleaseFinalizer, WriteStatus, WakeAt
+]

@@ -13,10 +13,10 @@ from datetime import datetime
 from typing import Any
 
 from . import events as ev
-from .commands import Admit, Block, Cancel, ReleaseFinalizer, Unblock
+from .commands import Admit, Block, Cancel, ReleaseFinalizer, Resume, Unblock
 
 #: The command types that are decisions (recorded in the log); the others are re-issues or hints.
-DECISION_COMMANDS = (Admit, Cancel, Block, Unblock, ReleaseFinalizer)
+DECISION_COMMANDS = (Admit, Cancel, Resume, Block, Unblock, ReleaseFinalizer)
 
 
 def decision_record(cmd: Any, *, at: datetime, basis: int, cause: int | None = None) -> tuple[Any, str]:
@@ -31,7 +31,7 @@ def decision_record(cmd: Any, *, at: datetime, basis: int, cause: int | None = N
 
     Returns:
         ``(event, idempotency_key)``. Keys: one admit and one cancel per attempt of an object
-        (uid); one block per reason, cause and generation; one unblock per cause; one finalizer
+        (uid), one suspend per attempt and segment, one resume per attempt and segment; one block per reason, cause and generation; one unblock per cause; one finalizer
         release per object.
 
     Raises:
@@ -50,6 +50,14 @@ def decision_record(cmd: Any, *, at: datetime, basis: int, cause: int | None = N
         e = ev.AttemptCancelled(
             at=at, namespace=ns, backfill=name, cause=cmd.cause if cause is None else cause, basis=basis,
             uid=cmd.uid, attempt=cmd.attempt, job_name=cmd.job_name, reason=cmd.reason, message=cmd.message,
+            suspend=cmd.suspend, segment=cmd.segment,
+        )
+        return e, e.natural_key()
+    if t is Resume:
+        e = ev.AttemptResumed(
+            at=at, namespace=ns, backfill=name, cause=cmd.cause if cause is None else cause, basis=basis,
+            uid=cmd.uid, attempt=cmd.attempt, segment=cmd.segment, generation=cmd.generation, job_name=cmd.job_name,
+            model=cmd.model, node=cmd.node,
         )
         return e, e.natural_key()
     if t is Block:

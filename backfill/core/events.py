@@ -2,7 +2,7 @@
 
 Where a new event type goes: add a class here (frozen pydantic model with ``type: Literal[...]``,
 a ``stream`` and, when it has a natural identity, a ``natural_key``), add it to :data:`Event`,
-and give it a handler in ``projector._FOLD`` (and ``runs`` if it touches run history).
+and give it a handler in ``fold._FOLD`` (backfill/core/fold.py) (and ``runs`` if it touches run history).
 
 Three families:
 
@@ -10,7 +10,8 @@ Three families:
   requests, gaming intent, GPU leases, Model readiness, ModelBackfill specs, CronJob templates and
   owned Job states.
 - **Decisions** appended by the actor before it acts: admit, cancel (with reason and the position
-  of the event that caused it), block/unblock, finalizer released.
+  of the event that caused it; a delete, or a suspend of an Indexed Job), resume, block/unblock,
+  finalizer released.
 
 Every event carries ``at``: when the fact happened (timezone-aware UTC). The log adds a global
 ``position`` and ``recorded_at``. Payloads are versioned: a record with an older ``version`` is
@@ -227,9 +228,11 @@ class JobRunning(_JobEvent):
 
 
 class JobSucceeded(_JobEvent):
-    """The Job has condition Complete=True; ``at`` is its completion time."""
+    """The Job has condition Complete=True; ``at`` is its completion time. ``completed_indexes``:
+    an Indexed Job's ``status.completedIndexes`` (interval syntax, "" otherwise)."""
 
     type: Literal["JobSucceeded"] = "JobSucceeded"
+    completed_indexes: str = ""
 
 
 class JobFailed(_JobEvent):
@@ -251,6 +254,48 @@ class JobTerminating(_JobEvent):
     new is admitted on its model or node, and the status says the Job is still terminating."""
 
     type: Literal["JobTerminating"] = "JobTerminating"
+
+
+class JobSuspended(_JobEvent):
+    """The Job has ``spec.suspend: true``, condition ``Suspended=True`` and no active pods: its
+    work has stopped (issue 11). ``at`` is the condition's ``lastTransitionTime``;
+    ``completed_indexes`` the Job's ``status.completedIndexes`` then (interval syntax);
+    ``episode`` is the Job's resourceVersion: a re-delivery or relist of the same object is
+    stored once, a later change (another suspension) is a new fact."""
+
+    type: Literal["JobSuspended"] = "JobSuspended"
+    completed_indexes: str = ""
+    episode: str = ""
+
+    def natural_key(self) -> str | None:
+        return f"job/{self.namespace}/{self.name}/{self.type}/{self.episode}"
+
+
+class JobResumed(_JobEvent):
+    """The Job has ``spec.suspend`` false again after a suspension: condition ``Suspended=False``
+    (reason ``JobResumed`` from the Job controller). ``at`` is that transition's time;
+    ``episode`` is the condition's transition time (one fact per resume). Whoever cleared ``suspend`` (the
+    controller's resume, or someone else): the projector tells them apart."""
+
+    type: Literal["JobResumed"] = "JobResumed"
+    completed_indexes: str = ""
+    episode: str = ""
+
+    def natural_key(self) -> str | None:
+        return f"job/{self.namespace}/{self.name}/{self.type}/{self.episode}"
+
+
+class JobProgress(_JobEvent):
+    """An Indexed Job's ``status.completedIndexes`` changed (``at``: when it was observed).
+    ``active`` is ``status.active``. Keyed by the value itself: a re-delivery or relist of the
+    same progress is stored once. The run history's useful seconds end at the last one."""
+
+    type: Literal["JobProgress"] = "JobProgress"
+    completed_indexes: str
+    active: int = 0
+
+    def natural_key(self) -> str | None:
+        return f"job/{self.namespace}/{self.name}/{self.type}/{self.completed_indexes}"
 
 
 class JobCreateRejected(_JobEvent):
@@ -333,12 +378,39 @@ class AttemptAdmitted(_AttemptDecision):
 
 
 class AttemptCancelled(_AttemptDecision):
-    """The controller cancels attempt ``attempt`` for ``reason`` and deletes its Job (-> Cancelling)."""
+    """The controller cancels attempt ``attempt`` for ``reason`` and deletes its Job (-> Cancelling).
+
+    With ``suspend`` (a preemption of a ``spec.preemption: Suspend`` declaration, issue 11) it
+    sets the Job's ``spec.suspend`` instead and run segment ``segment`` ends (-> Suspending); one
+    such decision per segment, and at most one deleting cancel per attempt (also after
+    suspensions)."""
 
     type: Literal["AttemptCancelled"] = "AttemptCancelled"
     _verb: ClassVar[str] = "cancel"
     reason: str
     message: str = ""
+    suspend: bool = False
+    segment: int = Field(default=1, ge=1)
+
+    def natural_key(self) -> str | None:
+        base = super().natural_key()
+        return f"{base}/suspend/{self.segment}" if self.suspend else base
+
+
+class AttemptResumed(_AttemptDecision):
+    """The controller admitted run segment ``segment`` (>= 2) of attempt ``attempt``: it clears
+    the suspended Job's ``spec.suspend`` (-> Starting, then Running). Decided like an admission
+    (a fresh full idle window and every gate); ``model``/``node`` as then."""
+
+    type: Literal["AttemptResumed"] = "AttemptResumed"
+    _verb: ClassVar[str] = "resume"
+    segment: int = Field(ge=2)
+    generation: int
+    model: str
+    node: str = ""
+
+    def natural_key(self) -> str | None:
+        return f"{super().natural_key()}/{self.segment}"
 
 
 class BackfillBlocked(_Decision):
@@ -387,8 +459,12 @@ Event = Annotated[
         JobDeleted,
         JobTerminating,
         JobCreateRejected,
+        JobSuspended,
+        JobResumed,
+        JobProgress,
         AttemptAdmitted,
         AttemptCancelled,
+        AttemptResumed,
         BackfillBlocked,
         BackfillUnblocked,
         FinalizerReleased,
@@ -399,6 +475,7 @@ Event = Annotated[
 DECISIONS: tuple[type, ...] = (
     AttemptAdmitted,
     AttemptCancelled,
+    AttemptResumed,
     BackfillBlocked,
     BackfillUnblocked,
     FinalizerReleased,

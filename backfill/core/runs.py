@@ -1,7 +1,32 @@
-"""The run-history projection: one row per Job attempt.
+"""The run-history projection: one row per run segment of a Job attempt.
 
-Pure: :func:`RunsProjection.apply` turns one event into the rows it creates or changes. The store
-upserts those rows and the projection's checkpoint in one transaction.
+Pure: :func:`run_rows` turns one event into the rows it creates or changes. The store upserts
+those rows and the projection's checkpoint in one transaction.
+
+A **segment** is one run of an attempt's Job: from its admission (segment 1) or a resume
+(segments 2, 3, ... of a ``spec.preemption: Suspend`` declaration, issue 11) to its end: a
+suspension (result ``preempted``, the preemption's reason), or the attempt's end (succeeded,
+failed, deadline_exceeded, preempted or cancelled by a delete). A declaration without
+``spec.preemption: Suspend`` has one segment per attempt, exactly the rows of before.
+
+Useful and wasted seconds of a row (wall-clock seconds of the segment, ``running_seconds`` =
+``useful_seconds + wasted_seconds``):
+
+- a ``succeeded`` segment: all of it is useful;
+- a segment of a resumable attempt that ended otherwise: useful from its start to the moment the
+  last index completed in it was observed (``JobProgress``; its completed shards are kept, the
+  Job's ``status.completedIndexes``), wasted after it (the interrupted shard(s)); with no index
+  completed in it, all wasted;
+- any other segment (a NonIndexed or ``Delete`` declaration): all wasted, as before.
+
+With ``parallelism: 1`` (shards one after another, the simulator's model) this is exactly "the
+finished shards' seconds are useful, the running shard's are wasted"; with more parallel pods it
+is the wall-clock span up to the last completion, not pod-seconds.
+
+A suspended attempt that is then deleted (a spec change, the ModelBackfill deleted, someone else
+deleting its Job) adds no row: no segment ran; its last row stays ``preempted``. A Job that
+ends by itself while suspended (Complete, or Failed) adds a zero-second row with that result
+(segment n + 1, begun by no admission or resume), so the attempt's end is counted once.
 """
 
 from __future__ import annotations
@@ -9,6 +34,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+from . import indexes
 
 #: Bounded results of an ended attempt (seed: completions_total{result}).
 RESULTS = ("succeeded", "failed", "preempted", "deadline_exceeded", "cancelled")
@@ -18,7 +45,7 @@ RESULTS = ("succeeded", "failed", "preempted", "deadline_exceeded", "cancelled")
 class RunRow:
     """One attempt of one ModelBackfill; the ``runs`` table's row.
 
-    Identity: ``(backfill_uid, attempt)``. ``ended_at``/``result`` stay ``None`` while the
+    Identity: ``(backfill_uid, attempt, segment)``. ``ended_at``/``result`` stay ``None`` while the
     attempt is live. Times are timezone-aware UTC; ``running_seconds`` is seconds (float) from
     ``started_at`` (Job running, else admission) to ``ended_at``.
 
@@ -36,6 +63,12 @@ class RunRow:
         running_seconds: seconds the background work ran.
         deciding_position: log position of the event that ended the attempt (for a cancel, the
             event that caused it); the admission's position while live.
+        segment: the run segment (1 = the admission; each resume of a suspended Job adds one).
+        completed_indexes: the Job's indexes completed in this segment (interval syntax, "" for
+            a NonIndexed Job).
+        kept_seconds: of a segment that did not succeed, the seconds from its start to the
+            last index completed in it (resumable declarations only; else 0): the useful part.
+            :attr:`useful_seconds` / :attr:`wasted_seconds` split ``running_seconds`` by it.
     """
 
     namespace: str
@@ -54,23 +87,61 @@ class RunRow:
     reason: str
     running_seconds: float
     deciding_position: int
+    segment: int = 1
+    completed_indexes: str = ""
+    kept_seconds: float = 0.0
+
+    @property
+    def useful_seconds(self) -> float:
+        """Seconds of useful work (module docstring): all of a succeeded segment, the kept part
+        of another ended one, 0 while live."""
+        if self.result == "succeeded":
+            return self.running_seconds
+        if self.result is None:
+            return 0.0
+        return min(self.kept_seconds, self.running_seconds)
+
+    @property
+    def wasted_seconds(self) -> float:
+        """The rest of an ended segment's running seconds (0 while live)."""
+        return self.running_seconds - self.useful_seconds if self.result is not None else 0.0
+
+    @property
+    def identity(self) -> tuple[str, int, int]:
+        """``(backfill_uid, attempt, segment)``: the row's primary key."""
+        return (self.backfill_uid, self.attempt, self.segment)
+
+
+def _seconds(start: datetime | None, end: datetime | None) -> float:
+    return max(0.0, (end - start).total_seconds()) if (start is not None and end is not None) else 0.0
 
 
 def row_of(b: Any, a: Any) -> RunRow:
-    """The run row of attempt ``a`` (a :class:`backfill.core.state.Attempt`) of backfill ``b``.
+    """The run row of the current segment of attempt ``a`` (a :class:`backfill.core.state.Attempt`)
+    of backfill ``b`` (see the module docstring for segments, useful and wasted seconds).
 
-    ``running_seconds`` counts from the Job's start (or creation) to the end (0 if the Job never
-    existed). ``deciding_position``: the cancel's cause for cancelled/preempted attempts, the
-    ending event for other ended attempts, the admission while live.
+    ``running_seconds`` counts from the segment's start (the Job's start or creation; a resume's
+    observation, else the resume decision) to its end (0 if the Job never existed).
+    ``deciding_position``: the cancel's cause for cancelled/preempted segments, the ending event
+    for other ended ones, the admission (or resume) while live.
     """
-    start = a.started_at or a.created_at
-    running = max(0.0, (a.ended_at - start).total_seconds()) if (a.ended_at and start) else 0.0
-    if a.result in ("preempted", "cancelled") and a.cancel_pos:
-        deciding = a.cancel_pos
-    elif a.result is not None:
-        deciding = a.end_pos
+    if a.segment_ended_at is not None:
+        # the segment ended suspended; a delete that ended the attempt later ran nothing
+        ended, result, reason, deciding = a.segment_ended_at, "preempted", a.segment_reason, a.segment_pos
     else:
-        deciding = a.admitted_pos
+        ended, result, reason = a.ended_at, a.result, a.end_reason or a.cancel_reason
+        if result in ("preempted", "cancelled") and a.cancel_pos:
+            deciding = a.cancel_pos
+        elif result is not None:
+            deciding = a.end_pos
+        else:
+            deciding = a.admitted_pos
+    start = (a.started_at or a.created_at) if a.segment == 1 else (a.segment_started_at or a.admitted_at)
+    if start is not None and ended is not None and start > ended:
+        start = ended
+    running = _seconds(start, ended) if ended is not None else 0.0
+    done = indexes.minus_text(a.completed_indexes, a.base_indexes)
+    kept = min(running, _seconds(start, a.progress_at)) if (a.resumable and done and a.progress_at is not None) else 0.0
     return RunRow(
         namespace=b.namespace,
         backfill=b.name,
@@ -83,11 +154,14 @@ def row_of(b: Any, a: Any) -> RunRow:
         generation=a.generation,
         admitted_at=a.admitted_at,
         started_at=start,
-        ended_at=a.ended_at,
-        result=a.result,
-        reason=a.end_reason or a.cancel_reason,
+        ended_at=ended,
+        result=result,
+        reason=reason,
         running_seconds=running,
         deciding_position=deciding,
+        segment=a.segment,
+        completed_indexes=done,
+        kept_seconds=kept,
     )
 
 
@@ -102,7 +176,8 @@ def run_rows(before: Any, after: Any, event: Any) -> list[RunRow]:
         event: the folded event.
 
     Returns:
-        Zero or one :class:`RunRow` (the attempt's full row, for an upsert).
+        Zero or one :class:`RunRow` (the current segment's full row, for an upsert); none when
+        the row did not change (an ended segment's row is final).
     """
     ns, name = getattr(event, "namespace", None), getattr(event, "backfill", None)
     if name is None:
@@ -113,4 +188,17 @@ def run_rows(before: Any, after: Any, event: Any) -> list[RunRow]:
     b0 = before.backfills.get((ns, name))
     if b0 is not None and b0.attempt is b1.attempt:
         return []
-    return [row_of(b1, b1.attempt)]
+    row = row_of(b1, b1.attempt)
+    if previous_row(before, row) == row:
+        return []
+    return [row]
+
+
+def previous_row(before: Any, row: RunRow) -> RunRow | None:
+    """The same segment's row in the world ``before`` (None if it did not exist there): the
+    metrics count a start when a row appears and an end when its ``result`` is first set."""
+    b0 = before.backfills.get((row.namespace, row.backfill))
+    a0 = b0.attempt if b0 is not None else None
+    if a0 is None or b0.uid != row.backfill_uid or a0.number != row.attempt or a0.segment != row.segment:
+        return None
+    return row_of(b0, a0)

@@ -16,6 +16,11 @@ Rules (seed 000 "Contract", cluster-contract.md "ModelBackfill"):
   ``FLEXINFER_WORKLOAD_CLASS`` (reason ``InvalidEnvironment``). The strict rule, not the relaxed
   one a newer apiserver may apply, so a declaration behaves the same on every cluster.
 - ``suspend``: bool, default false.
+- ``preemption``: ``Delete`` (default; absent or null is ``Delete``) or ``Suspend`` (a preemption
+  suspends the Indexed Job and the next admission resumes it, issue 11); anything else is
+  ``InvalidSpec``. The CRD's enum rejects other values at admission already; this is the same
+  rule for objects stored before the CRD had it. Whether the template is Indexed is the
+  projector's check (reason ``PreemptionNotResumable``), as the template is a separate object.
 """
 
 from __future__ import annotations
@@ -32,6 +37,10 @@ MIN_REPEAT_AFTER = 60.0  # seconds; seed: "nonzero values must be at least one m
 MAX_ENV = 32  # seed: "env can override up to 32 literal environment variables"
 RESERVED_ENV = "FLEXINFER_WORKLOAD_CLASS"  # seed: reserved so declarations cannot weaken safety
 BACKGROUND_CLASS = "background"
+#: ``spec.preemption`` values: what a preemption does to the running Job (issue 11).
+PREEMPTION_DELETE = "Delete"
+PREEMPTION_SUSPEND = "Suspend"
+PREEMPTION_MODES = (PREEMPTION_DELETE, PREEMPTION_SUSPEND)
 _ENV_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*")
 
 
@@ -63,6 +72,8 @@ class Spec:
         repeat_after: successful-run cooldown, seconds; 0 = one-shot, else >= 60.
         env: sorted tuple of (name, value) literal overrides, at most 32.
         suspend: no attempt may run while true.
+        preemption: ``Delete`` or ``Suspend`` (:data:`PREEMPTION_MODES`): whether a preemption
+            deletes the Job or suspends it for a later resume.
     """
 
     model_ref: str
@@ -72,6 +83,12 @@ class Spec:
     repeat_after: float = 0.0
     env: tuple[tuple[str, str], ...] = ()
     suspend: bool = False
+    preemption: str = PREEMPTION_DELETE
+
+    @property
+    def resumable(self) -> bool:
+        """True when a preemption suspends the Job instead of deleting it."""
+        return self.preemption == PREEMPTION_SUSPEND
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +125,8 @@ def parse_spec(raw: Mapping[str, Any] | None) -> Spec | SpecProblem:
 
     Returns:
         A :class:`Spec` when every rule holds, else the first :class:`SpecProblem` found, in
-        this order: required refs, idleFor, maxRunDuration, repeatAfter, suspend, env.
+        this order: required refs, idleFor, maxRunDuration, repeatAfter, suspend, preemption,
+        env.
         Never raises.
     """
     if not isinstance(raw, Mapping):
@@ -138,6 +156,11 @@ def parse_spec(raw: Mapping[str, Any] | None) -> Spec | SpecProblem:
         suspend = False
     if not isinstance(suspend, bool):
         return SpecProblem(INVALID_SPEC, "spec.suspend must be true or false")
+    preemption = raw.get("preemption")
+    if preemption is None:
+        preemption = PREEMPTION_DELETE
+    if preemption not in PREEMPTION_MODES or not isinstance(preemption, str):
+        return SpecProblem(INVALID_SPEC, f"spec.preemption {preemption!r} must be Delete or Suspend")
     env = raw.get("env") or {}
     if not isinstance(env, Mapping):
         return SpecProblem(INVALID_ENVIRONMENT, "spec.env must be a map of NAME: value")
@@ -164,4 +187,5 @@ def parse_spec(raw: Mapping[str, Any] | None) -> Spec | SpecProblem:
         repeat_after=repeat_after,
         env=tuple(pairs),
         suspend=suspend,
+        preemption=preemption,
     )

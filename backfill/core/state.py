@@ -32,7 +32,8 @@ Key = tuple[str, str]
 #: differently): snapshots of another version are never read, start-up refolds from the log.
 #: Shape changes (fields, event types, event versions) change the fingerprint by themselves
 #: (:func:`backfill.store.projection.code_version`).
-STATE_VERSION = 1
+STATE_VERSION = 3  # 2: run segments of resumable (Indexed) attempts, issue 11; 3: unchanged re-deliveries
+#: (CronJob, gaming, lease) keep their first position
 
 _EMPTY: Mapping[Any, Any] = immutables.Map()  # shared, immutable default of every World map
 _NO_SPEC: Mapping[str, Any] = MappingProxyType({})
@@ -42,7 +43,13 @@ IDLE = "Idle"  # no live attempt
 STARTING = "Starting"
 RUNNING = "Running"
 CANCELLING = "Cancelling"
-LIVE = (STARTING, RUNNING, CANCELLING)
+#: A preemption suspended the Job (issue 11): ``spec.suspend: true`` is sent, the Job is not yet
+#: observed stopped. Live: it holds its model and node like a Job being deleted.
+SUSPENDING = "Suspending"
+#: The Job is observed suspended with no active pods. Not live (it runs nothing); the attempt
+#: is resumed by the next admission, or ended by a deleting cancel or by the Job's end.
+SUSPENDED = "Suspended"
+LIVE = (STARTING, RUNNING, CANCELLING, SUSPENDING)
 
 
 
@@ -113,6 +120,17 @@ class Attempt(NamedTuple):
     ``cancelled``). ``basis`` is the log position the admitting decision's state was folded up
     to: every foreground request folded after it is demand the decision did not see, even one
     folded before the admission record itself (the decide -> record race).
+
+    Run segments (issue 11, ``spec.preemption: Suspend``): ``segment`` counts the runs of the
+    same Job (1 = the admission, each resume adds one; ``admitted_at``/``admitted_pos``/``basis``
+    are the current segment's admission or resume). ``segment_started_at`` is when the current
+    segment's work started (the Job's start, or the observed resume); ``base_indexes`` the
+    Job's completed indexes when it started, ``completed_indexes`` the latest observed and
+    ``progress_at`` when they last grew in this segment. ``suspend`` marks a cancel that
+    suspends (lifecycle Suspending) rather than deletes; ``segment_ended_at`` is when the
+    suspension was observed (lifecycle Suspended) and ``segment_reason`` the preemption that
+    ended it (``segment_pos``: its cause's position). ``first_admitted_at`` is the attempt's first admission (the run rows of every
+    segment share ``attempt``); ``resumable``: admitted under ``spec.preemption: Suspend``.
     """
 
     number: int
@@ -136,11 +154,28 @@ class Attempt(NamedTuple):
     end_pos: int = 0
     result: str | None = None
     end_reason: str = ""
+    segment: int = 1
+    segment_started_at: datetime | None = None
+    base_indexes: str = ""
+    completed_indexes: str = ""
+    progress_at: datetime | None = None
+    suspend: bool = False
+    segment_ended_at: datetime | None = None
+    segment_reason: str = ""
+    segment_pos: int = 0
+    first_admitted_at: datetime | None = None
+    resumable: bool = False
 
     @property
     def live(self) -> bool:
-        """True while the attempt owns (or may own) a Job: Starting, Running or Cancelling."""
+        """True while the attempt owns (or may own) a running Job: Starting, Running, Cancelling
+        or Suspending (a Suspended attempt's Job runs nothing)."""
         return self.lifecycle in LIVE
+
+    @property
+    def suspended(self) -> bool:
+        """True while the Job is observed suspended (resumable by the next admission)."""
+        return self.lifecycle == SUSPENDED
 
 
 class CreateRejection(NamedTuple):

@@ -28,8 +28,8 @@ def status_from_verdict(world: World, b: BackfillState, verdict: Verdict) -> dic
     node = a.node if a is not None and a.live else (m.node if m is not None else "")
     job = ""
     started = None
-    if a is not None and (a.live or a.result in ("succeeded", "failed", "deadline_exceeded")):
-        job = a.job_name  # the Job still exists: it was not deleted
+    if a is not None and (a.live or a.suspended or a.result in ("succeeded", "failed", "deadline_exceeded")):
+        job = a.job_name  # the Job still exists (a suspended one too): it was not deleted
         started = a.started_at or a.created_at  # like jobName: cleared with a cancelled attempt
     completion = b.succeeded_at if verdict.phase == "Succeeded" else None
     ready = verdict.phase in ("Running", "Succeeded")

@@ -31,12 +31,24 @@ MODEL_NOT_FOUND = "ModelNotFound"
 INVALID_TEMPLATE = "InvalidTemplate"
 JOB_REJECTED = "JobRejected"  # Blocked: the API server refused the Job permanently (e.g. 422)
 CREATE_RETRYING = "CreateRetrying"  # Starting: the create was refused transiently; retried with back-off
+#: Blocked: ``spec.preemption: Suspend`` on a template that is not ``completionMode: Indexed``
+#: (a suspended NonIndexed Job keeps nothing worth resuming; issue 11).
+PREEMPTION_NOT_RESUMABLE = "PreemptionNotResumable"
+#: Starting: a resume of the suspended Job was decided; ``spec.suspend: false`` is being written.
+RESUMING = "Resuming"
 
 IDLE_WINDOW_MESSAGE = "waiting for a continuous idle window"
 
 #: Cancel reasons that count as a preemption (seed: "cancelled for foreground or gaming
 #: priority"); other cancels end the attempt as ``cancelled``.
 PREEMPTION_REASONS = frozenset({FOREGROUND_DEMAND, GAMING_INTENT, GPU_LEASE_ACTIVE, CONCURRENT_BACKFILL})
+
+#: Cancel reasons that *suspend* the Job of a declaration with ``spec.preemption: Suspend``
+#: (issue 11): exactly the preemptions. They are temporary priorities of someone else on the
+#: model or node, after which the same work may go on. Every other cancel (deletion,
+#: ``spec.suspend``, spec change, Model not Ready or moved) deletes the Job as before: the work
+#: it kept is no longer wanted, or belongs to a spec that no longer holds.
+SUSPEND_REASONS = PREEMPTION_REASONS
 
 WAITING = "WaitingForIdle"
 SUCCEEDED = "Succeeded"

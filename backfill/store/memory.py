@@ -71,7 +71,7 @@ class MemoryBackend:
         self.keys: dict[str, int] = {}
         self.checkpoints: dict[str, int] = {}
         self.snapshots: dict[str, list[_Snapshot]] = {}
-        self.runs_rows: dict[tuple[str, int], RunRow] = {}
+        self.runs_rows: dict[tuple[str, int, int], RunRow] = {}
         self.next_position = 1
         self.events = MemoryEventStore(self, poll=poll, snapshot_keep=snapshot_keep)
         self.runs = MemoryRunStore(self)
@@ -355,12 +355,12 @@ class MemoryRunStore:
         self._b = backend
 
     def apply(self, rows: Sequence[RunRow], checkpoint: str, position: int) -> None:
-        """Upsert ``rows`` by (backfill_uid, attempt), last wins, and set ``checkpoint``,
+        """Upsert ``rows`` by (backfill_uid, attempt, segment), last wins, and set ``checkpoint``,
         atomically; raises :class:`ValueError` (and changes nothing) on an invalid row."""
-        latest: dict[tuple[str, int], RunRow] = {}
+        latest: dict[tuple[str, int, int], RunRow] = {}
         for row in rows:
             _check_row(row)
-            latest[(row.backfill_uid, row.attempt)] = row
+            latest[row.identity] = row
         with self._b.state:
             self._b.runs_rows.update(latest)
             self._b.checkpoints[checkpoint] = int(position)
@@ -393,19 +393,19 @@ class MemoryRunStore:
             and (result is None or (r.result is None if result == "running" else r.result == result))
             and (since is None or r.admitted_at >= since)
         ]
-        rows.sort(key=lambda r: (r.admitted_at, r.backfill_uid, r.attempt), reverse=newest)
+        rows.sort(key=lambda r: (r.admitted_at, r.backfill_uid, r.attempt, r.segment), reverse=newest)
         if limit is not None:
             rows = rows[:limit]
         return rows[::-1] if newest else rows
 
     def latest(self, namespace: str | None = None) -> list[dict[str, Any]]:
-        """The latest attempt of each (namespace, backfill), as the ``latest_runs`` view."""
+        """The latest segment of each (namespace, backfill), as the ``latest_runs`` view."""
         best: dict[tuple[str, str], RunRow] = {}
         for r in self._rows():
             if namespace is not None and r.namespace != namespace:
                 continue
             k = (r.namespace, r.backfill)
-            if k not in best or (r.admitted_at, r.attempt) > (best[k].admitted_at, best[k].attempt):
+            if k not in best or (r.admitted_at, r.attempt, r.segment) > (best[k].admitted_at, best[k].attempt, best[k].segment):
                 best[k] = r
         return [{c: getattr(best[k], c) for c in RUN_COLUMNS} for k in sorted(best)]
 
@@ -430,8 +430,8 @@ class MemoryRunStore:
                     "deadline_exceeded": count("deadline_exceeded"),
                     "cancelled": count("cancelled"),
                     "running": count(None),
-                    "useful_seconds": float(sum(r.running_seconds for r in rs if r.result == "succeeded")),
-                    "wasted_seconds": float(sum(r.running_seconds for r in rs if r.result not in (None, "succeeded"))),
+                    "useful_seconds": float(sum(r.useful_seconds for r in rs)),
+                    "wasted_seconds": float(sum(r.wasted_seconds for r in rs)),
                 }
             )
         return out
@@ -444,7 +444,7 @@ class MemoryRunStore:
             if r.result == "preempted" and (namespace is None or r.namespace == namespace) and (model is None or r.model == model):
                 groups.setdefault((r.namespace, r.model, r.reason), []).append(r)
         return [
-            {"namespace": ns, "model": m, "reason": reason, "preemptions": len(rs), "wasted_seconds": float(sum(r.running_seconds for r in rs))}
+            {"namespace": ns, "model": m, "reason": reason, "preemptions": len(rs), "wasted_seconds": float(sum(r.wasted_seconds for r in rs))}
             for (ns, m, reason), rs in sorted(groups.items())
         ]
 

@@ -18,7 +18,7 @@ from sqlalchemy.engine import Engine
 from backfill.core.runs import RunRow
 from backfill.store.schema import RUN_COLUMNS, checkpoints, runs
 
-_KEY = ("backfill_uid", "attempt")
+_KEY = ("backfill_uid", "attempt", "segment")
 _SELECT_RUNS = sa.select(*(runs.c[name] for name in RUN_COLUMNS))
 
 
@@ -32,7 +32,7 @@ def _checkpoint_upsert(name: str, position: int) -> sa.Executable:
 
 _insert_runs = pg_insert(runs)
 _UPSERT_RUNS = _insert_runs.on_conflict_do_update(
-    index_elements=[runs.c.backfill_uid, runs.c.attempt],
+    index_elements=[runs.c.backfill_uid, runs.c.attempt, runs.c.segment],
     set_={name: _insert_runs.excluded[name] for name in RUN_COLUMNS if name not in _KEY},
 )
 
@@ -48,14 +48,14 @@ class RunStore:
         return self._engine
 
     def apply(self, rows: Sequence[RunRow], checkpoint: str, position: int) -> None:
-        """Upsert ``rows`` by ``(backfill_uid, attempt)`` and set checkpoint ``checkpoint`` to
+        """Upsert ``rows`` by ``(backfill_uid, attempt, segment)`` and set checkpoint ``checkpoint`` to
         ``position``, atomically. When one row appears several times the last one wins.
 
         Raises (and changes nothing) when a row breaks a constraint, e.g. an unknown ``result``.
         """
-        latest: dict[tuple[str, int], RunRow] = {}
+        latest: dict[tuple[str, int, int], RunRow] = {}
         for row in rows:
-            latest[(row.backfill_uid, row.attempt)] = row
+            latest[row.identity] = row
         params = [{name: getattr(row, name) for name in RUN_COLUMNS} for row in latest.values()]
         with self._engine.begin() as conn:
             conn.execute(_checkpoint_upsert(checkpoint, position))
@@ -95,7 +95,7 @@ class RunStore:
             stmt = stmt.where(runs.c.result.is_(None) if result == "running" else runs.c.result == result)
         if since is not None:
             stmt = stmt.where(runs.c.admitted_at >= since)
-        order = (runs.c.admitted_at, runs.c.backfill_uid, runs.c.attempt)
+        order = (runs.c.admitted_at, runs.c.backfill_uid, runs.c.attempt, runs.c.segment)
         if newest:
             stmt = stmt.order_by(*(c.desc() for c in order))
         else:

@@ -16,14 +16,18 @@ Tables:
 - ``checkpoints``: how far each projection has folded the log, written in the same transaction
   as the projection's rows (or its snapshot).
 - ``snapshots``: serialized projections (opaque bytes) at a position, per code version.
-- ``runs``: one row per Job attempt (:class:`backfill.core.runs.RunRow`).
+- ``runs``: one row per run segment of a Job attempt (:class:`backfill.core.runs.RunRow`; one
+  segment per attempt unless a ``spec.preemption: Suspend`` declaration's Job was suspended
+  and resumed), keyed by ``(backfill_uid, attempt, segment)``.
 
 Views (created by the migrations from the DDL constants below):
 
-- ``latest_runs``: the latest attempt of each (namespace, backfill).
-- ``model_run_totals``: per (namespace, model): attempts, succeeded, preempted, failed,
-  deadline_exceeded, cancelled, running (live), useful_seconds (running seconds of succeeded
-  runs) and wasted_seconds (running seconds of every other ended run).
+- ``latest_runs``: the latest segment of each (namespace, backfill).
+- ``model_run_totals``: per (namespace, model): attempts (rows: run segments), succeeded,
+  preempted, failed, deadline_exceeded, cancelled, running (live), useful_seconds and
+  wasted_seconds (:attr:`backfill.core.runs.RunRow.useful_seconds`: the running seconds of
+  succeeded runs, plus ``kept_seconds`` of other ended ones, the completed shards of a
+  resumable Job; wasted: the rest of every ended run).
 - ``preemptions_by_reason``: per (namespace, model, reason) over ``preempted`` runs: count and
   wasted seconds.
 
@@ -114,7 +118,10 @@ runs = sa.Table(
     sa.Column("reason", sa.Text, nullable=False),
     sa.Column("running_seconds", sa.Float(precision=53), nullable=False),
     sa.Column("deciding_position", sa.BigInteger, nullable=False),
-    sa.PrimaryKeyConstraint("backfill_uid", "attempt", name="runs_pkey"),
+    sa.Column("segment", sa.Integer, nullable=False, server_default=sa.text("1")),
+    sa.Column("completed_indexes", sa.Text, nullable=False, server_default=sa.text("''")),
+    sa.Column("kept_seconds", sa.Float(precision=53), nullable=False, server_default=sa.text("0")),
+    sa.PrimaryKeyConstraint("backfill_uid", "attempt", "segment", name="runs_pkey"),
     sa.CheckConstraint(f"result IS NULL OR result IN ({RESULTS_SQL})", name="runs_result_check"),
     sa.Index("runs_namespace_backfill_idx", "namespace", "backfill"),
     sa.Index("runs_model_idx", "model"),
@@ -141,6 +148,9 @@ RUN_COLUMNS = (
     "reason",
     "running_seconds",
     "deciding_position",
+    "segment",
+    "completed_indexes",
+    "kept_seconds",
 )
 
 _RUN_COLUMNS_SQL = ", ".join(RUN_COLUMNS)
@@ -149,10 +159,14 @@ LATEST_RUNS_VIEW = f"""
 CREATE VIEW latest_runs AS
 SELECT DISTINCT ON (namespace, backfill) {_RUN_COLUMNS_SQL}
 FROM runs
-ORDER BY namespace, backfill, admitted_at DESC, attempt DESC
+ORDER BY namespace, backfill, admitted_at DESC, attempt DESC, segment DESC
 """
 
-MODEL_RUN_TOTALS_VIEW = """
+#: A row's useful seconds in SQL (:attr:`backfill.core.runs.RunRow.useful_seconds`): all of a
+#: succeeded run, the kept part of another ended one.
+_USEFUL = "CASE WHEN result = 'succeeded' THEN running_seconds ELSE least(kept_seconds, running_seconds) END"
+
+MODEL_RUN_TOTALS_VIEW = f"""
 CREATE VIEW model_run_totals AS
 SELECT
     namespace,
@@ -164,22 +178,20 @@ SELECT
     count(*) FILTER (WHERE result = 'deadline_exceeded') AS deadline_exceeded,
     count(*) FILTER (WHERE result = 'cancelled') AS cancelled,
     count(*) FILTER (WHERE result IS NULL) AS running,
-    coalesce(sum(running_seconds) FILTER (WHERE result = 'succeeded'), 0)::double precision
-        AS useful_seconds,
-    coalesce(sum(running_seconds) FILTER (WHERE result IS NOT NULL AND result <> 'succeeded'), 0)::double precision
-        AS wasted_seconds
+    coalesce(sum({_USEFUL}) FILTER (WHERE result IS NOT NULL), 0)::double precision AS useful_seconds,
+    coalesce(sum(running_seconds - {_USEFUL}) FILTER (WHERE result IS NOT NULL), 0)::double precision AS wasted_seconds
 FROM runs
 GROUP BY namespace, model
 """
 
-PREEMPTIONS_BY_REASON_VIEW = """
+PREEMPTIONS_BY_REASON_VIEW = f"""
 CREATE VIEW preemptions_by_reason AS
 SELECT
     namespace,
     model,
     reason,
     count(*) AS preemptions,
-    coalesce(sum(running_seconds), 0)::double precision AS wasted_seconds
+    coalesce(sum(running_seconds - {_USEFUL}), 0)::double precision AS wasted_seconds
 FROM runs
 WHERE result = 'preempted'
 GROUP BY namespace, model, reason

@@ -36,6 +36,8 @@ ROWS = [
     "cancel latency p50, PostgreSQL stopped",
     "cancel latency p99, PostgreSQL stopped",
     "cancel latency burst p99, PostgreSQL stopped",
+    "suspend latency p50, PostgreSQL up",
+    "suspend latency p99, PostgreSQL up",
     "speed-up over the upstream 5 s poller, p50",
     "speed-up over the upstream 5 s poller, p99",
     "scale: cold start (synced + first reconcile pass)",

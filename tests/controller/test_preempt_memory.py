@@ -125,3 +125,46 @@ def _wait(predicate, timeout: float = 5.0) -> bool:
             return False
         time.sleep(0.01)
     return True
+
+
+def test_a_resync_sweep_never_holds_an_observed_demand_behind_it():
+    """``poke(None)`` (the loop's resync) over 200 running backfills is swept in chunks *after*
+    the keys new observations affect: the observed demand is cancelled in the first pass, and the
+    sweep still finds the cancels only the durable projection can show (requests another replica
+    stored), within ceil(200 / SWEEP_CHUNK) passes."""
+    from backfill.controller.preempt import SWEEP_CHUNK
+
+    n, late = 200, range(190, 200)
+    world, pos = World(), 0
+
+    def add(e):
+        nonlocal world, pos
+        pos += 1
+        world = fold(world, e, pos)
+
+    add(ev.CronJobSeen(at=T0, namespace=NS, name="cj", job_template=TEMPLATE))
+    for i in range(n):
+        m, b = f"m{i:03}", f"b{i:03}"
+        add(ev.ModelReady(at=T0, namespace=NS, model=m, node=f"n{i:03}"))
+        add(ev.BackfillApplied(at=T0, namespace=NS, name=b, uid=f"u{i}", generation=1, spec={**SPEC, "modelRef": m}))
+        add(ev.AttemptAdmitted(at=T0 + timedelta(minutes=10), namespace=NS, backfill=b, uid=f"u{i}", attempt=1,
+                               generation=1, job_name=f"{b}-1", model=m, node=f"n{i:03}", cause=pos, basis=pos))  # fmt: skip
+        add(ev.JobCreated(at=T0 + timedelta(minutes=10), namespace=NS, backfill=b, name=f"{b}-1", uid=f"j{i}"))
+    for i in late:  # stored by someone else: only a sweep of the durable projection sees them
+        add(ev.ForegroundRequest(at=T0 + timedelta(minutes=11), namespace=NS, model=f"m{i:03}", source="ingest"))
+    durable = world
+    spool = Spool(lambda records: list(range(pos + 1, pos + 1 + len(records))), lambda keys: {}, lambda: None)
+    executed: list = []
+    pre = Preemptor(lambda: durable, spool, lambda cmds, w: executed.extend(cmds), lambda: True, lambda: T0 + timedelta(minutes=12))
+    pre.poke(None)
+    spool.put([(ev.ForegroundRequest(at=T0 + timedelta(minutes=12), namespace=NS, model="m005", source="ingest"), "fg-5")])
+    first = pre.run_once()
+    assert [c.key[1] for c in first] == ["b005"], "the observed demand waits behind the sweep"
+    passes = 1
+    while pre.signal.is_set() and passes < 50:
+        pre.signal.clear()
+        pre.run_once()
+        passes += 1
+    spool.stop()
+    assert sorted(c.key[1] for c in executed) == ["b005"] + [f"b{i:03}" for i in late]
+    assert passes == -(-n // SWEEP_CHUNK)

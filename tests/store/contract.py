@@ -400,6 +400,25 @@ class StoreContract:
         assert by_reason[("M0001", "ForegroundDemand")]["wasted_seconds"] == pytest.approx(150.0)
         assert by_reason[("M0001", "GamingIntent")]["preemptions"] == 1
 
+    def test_run_segments(self, stores: Stores) -> None:
+        """Issue 11: one row per run segment of the same attempt; a preempted segment's kept
+        seconds count as useful in the views, the rest as wasted."""
+        h = timedelta(hours=1)
+        seg1 = run_row("u9", 1, result="preempted", reason="ForegroundDemand", ended_at=T0 + h, running_seconds=100.0,
+                       segment=1, completed_indexes="0-2", kept_seconds=70.0)
+        seg2 = run_row("u9", 1, admitted_at=T0 + 2 * h, result="succeeded", reason="Completed", ended_at=T0 + 3 * h,
+                       running_seconds=50.0, segment=2, completed_indexes="3-4")
+        stores.runs.apply([seg1, seg2], "runs", 1)
+        stores.runs.apply([seg2], "runs", 2)  # an upsert of segment 2 leaves segment 1 alone
+        assert stores.runs.query() == [seg1, seg2]
+        (totals,) = stores.runs.model_totals()
+        assert (totals["attempts"], totals["succeeded"], totals["preempted"]) == (2, 1, 1)
+        assert totals["useful_seconds"] == pytest.approx(70.0 + 50.0) and totals["wasted_seconds"] == pytest.approx(30.0)
+        (by_reason,) = stores.runs.preemptions_by_reason()
+        assert by_reason["wasted_seconds"] == pytest.approx(30.0)
+        (latest,) = stores.runs.latest()
+        assert (latest["attempt"], latest["segment"], latest["completed_indexes"]) == (1, 2, "3-4")
+
     # -- snapshots ----------------------------------------------------------------------------
 
     def test_protocols(self, stores: Stores) -> None:

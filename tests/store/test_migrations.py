@@ -155,7 +155,15 @@ def test_upgrade_from_0001_with_data_keeps_every_event_run_and_checkpoint(pg_url
                 )
             conn.execute(sa.text("INSERT INTO checkpoints (name, position) VALUES ('runs', 40)"))
         rows = [run_row("u1", 1), run_row("u1", 2, result="succeeded", ended_at=datetime(2026, 1, 2, tzinfo=timezone.utc), running_seconds=60.0)]
-        RunStore(engine).apply(rows, "runs", 40)
+        v1 = (  # revision 0001's columns (the runs table grew segments in 0003)
+            "namespace", "backfill", "backfill_uid", "model", "node", "job_name", "job_uid", "attempt", "generation",
+            "admitted_at", "started_at", "ended_at", "result", "reason", "running_seconds", "deciding_position",
+        )
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text(f"INSERT INTO runs ({', '.join(v1)}) VALUES ({', '.join(':' + c for c in v1)})"),
+                [{c: getattr(r, c) for c in v1} for r in rows],
+            )
         with engine.connect() as conn:
             before = conn.execute(sa.text("SELECT position, idempotency_key, data::text, recorded_at FROM events ORDER BY position")).all()
         assert [p for p, *_ in before] == list(range(1, 31)) + list(range(32, 52))

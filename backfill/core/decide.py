@@ -1,0 +1,306 @@
+"""Decide: ``evaluate(world, key, now) -> Verdict`` and ``decide(world, now) -> commands``.
+
+Pure and deterministic: no I/O, no clock (``now`` is an argument, timezone-aware UTC), no
+randomness; the same world and ``now`` always give the same commands. The rules it applies are
+:mod:`backfill.core.conditions` (one table of gate/cancel conditions and the declaration's
+problems); this module orders them into the phase machine (see :mod:`backfill.core.projector`)
+and computes the idle window.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Iterable
+
+from .commands import (
+    Admit,
+    Block,
+    Cancel,
+    Command,
+    CreateJob,
+    DeleteJob,
+    ReleaseFinalizer,
+    Resume,
+    ResumeJob,
+    SuspendJob,
+    Unblock,
+    WakeAt,
+    WriteStatus,
+)
+from .conditions import CANCEL_CHECKS, GATE_CHECKS, SUSPENDED_CHECKS, Hit, block_cause, block_reason, subject
+from .jobtemplate import job_name
+from .state import CANCELLING, RUNNING, STARTING, SUSPENDING, Attempt, BackfillState, CreateRejection, Key, ModelState, World
+from .status import status_from_verdict
+from .timefmt import plus_seconds, rfc3339
+from .verdict import (
+    BLOCKED,
+    CREATE_RETRYING,
+    DELETED,
+    FAILED,
+    IDLE_WINDOW,
+    IDLE_WINDOW_MESSAGE,
+    REPEAT_DUE,
+    REPEAT_SCHEDULED,
+    RESUMING,
+    SUCCEEDED,
+    SUSPEND_REASONS,
+    SUSPENDED,
+    SUSPENDED_PHASE,
+    WAITING,
+    Verdict,
+)
+
+#: Seconds between re-checks of an attempt whose create or delete is not observed yet. The
+#: re-issue itself is emitted on every decide; the actor paces it (back-off per Job).
+RETRY_SECONDS = 30.0
+#: Seconds between re-checks of a cancelled attempt whose Job is not gone yet.
+CANCEL_RECHECK_SECONDS = 1.0
+
+
+def _idle_since(world: World, m: ModelState, now: datetime) -> tuple[datetime, int]:
+    """The start of the current idle window and the position of the event that set it."""
+    best: tuple[datetime, int] = (m.ready_since, m.ready_pos)  # type: ignore[assignment]
+    if m.busy_until is not None and m.busy_until >= best[0]:
+        best = (m.busy_until, m.busy_pos)
+    ends = []
+    if m.node:
+        ends.append(world.node_gate_ends.get(m.node))
+    if m.shared:
+        ends.append(world.group_gate_ends.get(m.shared))
+    for end in ends:
+        if end is not None and end.at > best[0]:
+            best = (end.at, end.pos)
+    # Gates that expired by time but whose objects still exist ended at their expiry.
+    for gates in (world.gaming, world.leases):
+        for g in gates.values():
+            if g.expires_at is None or g.expires_at > now or g.expires_at <= best[0]:
+                continue
+            if (m.node and g.node == m.node) or (m.shared and g.group == m.shared):
+                best = (g.expires_at, g.pos)
+    return best
+
+
+def evaluate(world: World, key: Key, now: datetime, reserved: dict | None = None) -> Verdict | None:
+    """The verdict for one backfill at ``now`` (UTC); None if it is unknown or gone.
+
+    A live attempt is asked every cancelling condition of
+    :data:`~backfill.core.conditions.CONDITIONS` in order (the first that holds cancels it); a
+    waiting one, after its declaration's problems, suspension, failure and cooldown, every
+    gating condition and then the idle window. ``reserved`` maps the slots (``(namespace,
+    model)`` and node) of attempts admitted earlier in the same ``decide`` call to their
+    backfill, so two backfills due at once never both pass the contender gate.
+
+    Resumable attempts (issue 11): a preemption of one whose Job exists suspends it (a
+    ``Cancel`` with ``suspend``); a Suspending one re-issues ``SuspendJob``; a suspended one is
+    deleted by the conditions marked ``ends_suspended``, else waits like any declaration and,
+    when admission is due, gets a ``Resume`` of its Job instead of an ``Admit``.
+    """
+    b = world.backfills.get(key)
+    if b is None or b.gone:
+        return None
+    a = b.live_attempt
+    if a is not None:
+        if a.lifecycle == CANCELLING:
+            # Re-issued on every decide until the Job is observed gone, re-checked every
+            # second: the actor paces the calls (back-off per Job), so a restarted controller
+            # deletes at once, never after a fixed timer, and a Job held by a finalizer sees
+            # its delete retried 1, 2, 4 ... s apart.
+            message = a.cancel_message or "cancelling the background Job"
+            if a.terminating_since is not None:
+                message = (
+                    f"{message}; Job {a.job_name} is still terminating (deleted at {rfc3339(a.terminating_since)}, "
+                    "held by a finalizer); the delete is retried"
+                )
+            return Verdict(
+                CANCELLING,
+                a.cancel_reason,
+                message,
+                (DeleteJob(key, a.job_name),),
+                wake_at=plus_seconds(now, CANCEL_RECHECK_SECONDS),
+            )
+        if a.lifecycle == SUSPENDING:
+            return _suspending(world, key, b, a, now)
+        s = subject(world, b, a)
+        for holds in CANCEL_CHECKS:
+            hit = holds(world, s, now)
+            if hit is not None:
+                if _suspends(b, a, hit.reason):  # issue 11: keep the completed indexes
+                    message = f"{hit.message}; suspending Job {a.job_name} (completed indexes are kept)"
+                    cancel = Cancel(key, b.uid, a.number, a.job_name, hit.reason, message, hit.cause, True, a.segment)
+                    return Verdict(CANCELLING, hit.reason, message, (cancel,))
+                cancel = Cancel(key, b.uid, a.number, a.job_name, hit.reason, hit.message, hit.cause, False, a.segment)
+                return Verdict(CANCELLING, hit.reason, hit.message, (cancel,))
+        if a.lifecycle == STARTING and a.segment > 1:
+            return Verdict(
+                STARTING, RESUMING, f"resuming Job {a.job_name} (segment {a.segment})", (ResumeJob(key, a.job_name),),
+                wake_at=plus_seconds(now, RETRY_SECONDS),
+            )
+        if a.lifecycle == STARTING and b.rejection is not None and b.rejection.attempt == a.number:
+            return _create_retrying(key, a, b.rejection, now)  # a transient refusal: back-off
+        if a.lifecycle == STARTING:
+            return Verdict(
+                STARTING,
+                "Admitted",
+                f"creating Job {a.job_name}",
+                (CreateJob(key, a.number, a.job_name),),
+                wake_at=plus_seconds(now, RETRY_SECONDS),
+            )
+        return Verdict(RUNNING, "JobActive", f"background Job {a.job_name} is active")
+    if b.attempt is not None and b.attempt.suspended:
+        hit = _ends_suspended(world, b, b.attempt, now)
+        if hit is not None:
+            return _delete_suspended(key, b, b.attempt, hit)
+    if b.deleting:
+        cmds = () if b.finalizer_released else (ReleaseFinalizer(key, b.uid),)
+        return Verdict(WAITING, DELETED, "the ModelBackfill is being deleted", cmds)
+    blocked = block_reason(world, b)
+    if blocked is not None:
+        cmds = () if b.blocked == blocked else (Block(key, blocked[0], blocked[1], block_cause(world, b), b.uid, b.generation),)
+        return Verdict(BLOCKED, blocked[0], blocked[1], cmds)
+    unblock: tuple[Command, ...] = (Unblock(key, world.position, b.uid),) if b.blocked is not None else ()
+    spec = b.spec
+    assert spec is not None
+    if spec.suspend:
+        return Verdict(SUSPENDED_PHASE, SUSPENDED, "spec.suspend is true; no attempt may run", unblock)
+    last = b.attempt
+    if b.failed_generation == b.generation:
+        reason = last.end_reason if last is not None and last.end_reason else "JobFailed"
+        return Verdict(FAILED, reason, "the Job failed; change the spec to run again", unblock)
+    next_run = None
+    if b.succeeded_generation == b.generation and b.succeeded_at is not None:
+        if spec.repeat_after == 0:
+            return Verdict(SUCCEEDED, "Completed", "the Job completed (one-shot)", unblock)
+        next_run = plus_seconds(b.succeeded_at, spec.repeat_after)
+        if now < next_run:
+            return Verdict(
+                SUCCEEDED, REPEAT_SCHEDULED, "the Job completed; repeats after the cooldown", unblock, next_run, None, next_run
+            )
+    s = subject(world, b, None, reserved)
+    for holds in GATE_CHECKS:
+        hit = holds(world, s, now)
+        if hit is not None:
+            return Verdict(WAITING, hit.reason, hit.message, unblock, hit.until, next_run=next_run)
+    m = s.state
+    since, cause = _idle_since(world, m, now)
+    due = plus_seconds(since, spec.idle_for)
+    if next_run is not None and next_run > due:
+        due = next_run
+    if now < due:
+        reason = REPEAT_DUE if next_run is not None else IDLE_WINDOW
+        return Verdict(
+            WAITING,
+            reason,
+            IDLE_WINDOW_MESSAGE,  # status adds the admission time (wake_at): no formatting on the hot path
+            unblock,
+            due,
+            since,
+            next_run,
+        )
+    if reserved is not None:
+        reserved[(b.namespace, spec.model_ref)] = key
+        if m.node:
+            reserved[m.node] = key
+    last = b.attempt
+    if last is not None and last.suspended:  # issue 11: the admission resumes the same Job
+        resume = Resume(key, b.uid, last.number, last.segment + 1, b.generation, last.job_name, spec.model_ref, m.node, cause)
+        return Verdict(STARTING, RESUMING, f"resuming attempt {last.number} (segment {resume.segment})", unblock + (resume,), None, since)
+    attempt = b.attempts + 1
+    name = job_name(b.name, b.uid, attempt)
+    admit = Admit(key, b.uid, attempt, b.generation, name, spec.model_ref, m.node, cause)
+    return Verdict(STARTING, "Admitted", f"admitting attempt {attempt}", unblock + (admit,), None, since)
+
+
+# ---------------------------------------------------------------- resumable attempts (issue 11)
+
+
+def _suspends(b: BackfillState, a: Attempt, reason: str) -> bool:
+    """Whether a cancel for ``reason`` suspends ``a``'s Job instead of deleting it: a preemption
+    (:data:`~backfill.core.verdict.SUSPEND_REASONS`) of an attempt admitted under
+    ``spec.preemption: Suspend`` whose Job exists, its spec unchanged."""
+    return (
+        reason in SUSPEND_REASONS
+        and a.resumable
+        and b.spec is not None
+        and b.spec.resumable
+        and a.created_at is not None
+        and a.generation == b.generation
+    )
+
+
+def _ends_suspended(world: World, b: BackfillState, a: Attempt, now: datetime) -> Hit | None:
+    """The first condition that deletes a suspended (or suspending) attempt's Job, if any."""
+    s = subject(world, b, a)
+    for holds in SUSPENDED_CHECKS:
+        hit = holds(world, s, now)
+        if hit is not None:
+            return hit
+    return None
+
+
+def _delete_suspended(key: Key, b: BackfillState, a: Attempt, hit: Hit) -> Verdict:
+    cancel = Cancel(key, b.uid, a.number, a.job_name, hit.reason, hit.message, hit.cause, False, a.segment)
+    return Verdict(CANCELLING, hit.reason, hit.message, (cancel,))
+
+
+def _suspending(world: World, key: Key, b: BackfillState, a: Attempt, now: datetime) -> Verdict:
+    """A Suspending attempt: delete its Job if a hard condition came up, else re-issue the
+    suspend until the Job is observed stopped (paced by the actor like a re-issued delete)."""
+    hit = _ends_suspended(world, b, a, now)
+    if hit is not None:
+        return _delete_suspended(key, b, a, hit)
+    return Verdict(
+        CANCELLING,
+        a.cancel_reason,
+        a.cancel_message or f"preempted; suspending Job {a.job_name} (completed indexes are kept)",
+        (SuspendJob(key, a.job_name),),
+        wake_at=plus_seconds(now, CANCEL_RECHECK_SECONDS),
+    )
+
+
+def _create_retrying(key: Key, a: Attempt, rej: CreateRejection, now: datetime) -> Verdict:
+    """Starting after a transient create refusal: create again once the back-off is over."""
+    message = f"the API server refused Job {a.job_name} ({rej.summary}); refusal {rej.count}, creating again at {rfc3339(rej.retry_at)}"
+    if now < rej.retry_at:
+        return Verdict(STARTING, CREATE_RETRYING, message, (), wake_at=rej.retry_at)
+    return Verdict(
+        STARTING, CREATE_RETRYING, message, (CreateJob(key, a.number, a.job_name),),
+        wake_at=plus_seconds(now, RETRY_SECONDS),
+    )
+
+
+def decide(
+    world: World, now: datetime, keys: Iterable[Key] | None = None, *, status: bool = False
+) -> list[Command]:
+    """The commands the world calls for at ``now``.
+
+    Args:
+        world: the folded state.
+        now: the decision time, timezone-aware UTC.
+        keys: only these backfills (e.g. from :func:`affected`); None = every backfill.
+        status: also emit a :class:`WriteStatus` per backfill considered.
+
+    Returns:
+        Commands in a deterministic order: backfills sorted by key; per backfill an unblock
+        first, then its action, then its status, then a :class:`WakeAt` if the verdict can
+        change by time alone.
+    """
+    out: list[Command] = []
+    reserved: dict = {}
+    for key in sorted(world.backfills if keys is None else set(keys)):
+        v = evaluate(world, key, now, reserved)
+        if v is None:
+            continue
+        out.extend(v.commands)
+        if status:
+            out.append(WriteStatus(key, status_from_verdict(world, world.backfills[key], v)))
+        if v.wake_at is not None:
+            out.append(WakeAt(key, v.wake_at))
+    return out
+
+
+def status_of(world: World, key: Key, now: datetime) -> dict[str, Any] | None:
+    """The status of one backfill at ``now`` (UTC), or None if the backfill is unknown or gone."""
+    v = evaluate(world, key, now)
+    if v is None:
+        return None
+    return status_from_verdict(world, world.backfills[key], v)

@@ -1,0 +1,64 @@
+"""A resumable Job's suspension is as fail-safe as a delete (issue 11): with PostgreSQL away,
+demand still sets the Job's ``spec.suspend: true`` within the cancel bound, nothing is admitted
+or resumed while the log cannot record it, and once the store is back the log explains it.
+
+The controller runs as a real subprocess; the test plays the Job controller.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.controller.test_resumable import TEMPLATE, _indexed_cronjob
+
+from .harness import JobPlayer, Kube, assert_replay_clean, demand, log_events, of_type, timed, wait_for
+from .test_store_faults import OUTAGE_AFTER_DEMAND_SECONDS, store_fault
+from .workload import CANCEL_BOUND_SECONDS, cluster_invariants, start_running
+
+pytestmark = pytest.mark.kube
+
+
+@pytest.mark.parametrize("fault", ["stop", "lock"])
+def test_demand_while_the_store_is_away_suspends_at_once(kube: Kube, player: JobPlayer, controllers, fault):
+    pg, schema = controllers.pg, controllers.schema
+    _indexed_cronjob(kube)
+    kube.model("gemma", node="node-0")
+    kube.backfill("bf", model="gemma", template=TEMPLATE, idleFor="2s", preemption="Suspend")
+    proc = controllers().start()
+    proc.wait_ready()
+    job = start_running(kube, player, "bf")
+    uid = kube.job(job).metadata.uid
+
+    def suspended() -> bool:
+        j = kube.job(job)
+        return j is not None and j.spec.suspend is True
+
+    with store_fault(pg, schema, fault):
+        last_active = demand(kube, "gemma")
+        t0 = time.monotonic()
+        try:
+            seconds = timed(suspended, timeout=CANCEL_BOUND_SECONDS, what=f"Job {job} suspended with the store {fault}")
+        finally:
+            print(f"store {fault}: demand -> Job {job} spec.suspend true: {time.monotonic() - t0:.2f} s (bound {CANCEL_BOUND_SECONDS} s)")
+        print(f"store {fault}: suspend took {seconds:.2f} s")
+        deadline = t0 + OUTAGE_AFTER_DEMAND_SECONDS
+        while time.monotonic() < deadline:  # kept, not deleted, not resumed, nothing new
+            jobs = kube.jobs()
+            assert [(j.metadata.uid, j.spec.suspend, j.metadata.deletion_timestamp) for j in jobs] == [(uid, True, None)]
+            time.sleep(0.2)
+        assert proc.alive, proc.tail()
+
+    def logged() -> bool:
+        events = log_events(pg.url, schema)
+        return any(e.suspend for _, e in of_type(events, "AttemptCancelled"))
+
+    wait_for(logged, timeout=20, what="the suspend decision in the log")
+    events = log_events(pg.url, schema)
+    fg = [(p, e) for p, e in of_type(events, "ForegroundRequest") if e.model == "gemma"]
+    assert fg[-1][1].at.strftime("%Y-%m-%dT%H:%M:%SZ") == last_active
+    (_, cancel), = of_type(events, "AttemptCancelled")
+    assert (cancel.reason, cancel.suspend, cancel.segment, cancel.cause) == ("ForegroundDemand", True, 1, fg[-1][0])
+    assert cluster_invariants(kube) == []
+    assert_replay_clean(pg.url, schema)
