@@ -621,6 +621,17 @@ _asdict = msgspec.structs.asdict
 _DecodeError = msgspec.DecodeError
 
 
+def _assemble(cls: type[_Event], payload: dict[str, Any], fields_set: set[str]) -> Any:
+    """An instance of ``cls`` whose fields are ``payload`` (every field, already checked), the
+    way ``model_construct`` builds one, without running the validator."""
+    event = _new(cls)
+    _set_dict(event, "__dict__", payload)
+    _set_fields_set(event, fields_set)
+    _set_extra(event, None)
+    _set_private(event, None)
+    return event
+
+
 def _fast_decode(type_name: str, version: int, data: str) -> Any:
     """Decode one row the log wrote, or return None when it needs the validating path."""
     spec = _FAST.get(type_name)
@@ -635,12 +646,7 @@ def _fast_decode(type_name: str, version: int, data: str) -> Any:
         return None
     if payload["type"] != type_name:
         return None
-    event = _new(cls)
-    _set_dict(event, "__dict__", payload)
-    _set_fields_set(event, fields_set)
-    _set_extra(event, None)
-    _set_private(event, None)
-    return event
+    return _assemble(cls, payload, fields_set)
 
 
 class _Required:
@@ -691,12 +697,7 @@ def construct(cls: type[_Event], /, **values: Any) -> Any:
         unknown = sorted(set(values) - set(template) | ({"type"} & set(values)))
         missing = sorted(required - values.keys())
         raise TypeError(f"{cls.__name__}: unknown or fixed fields {unknown}, missing {missing}")
-    event = _new(cls)
-    _set_dict(event, "__dict__", payload)
-    _set_fields_set(event, fields_set)
-    _set_extra(event, None)
-    _set_private(event, None)
-    return event
+    return _assemble(cls, payload, fields_set)
 
 
 def decode(type_name: str, version: int, data: str, *, validate: bool = False) -> Any:
@@ -763,7 +764,7 @@ def decode_rows(rows: Iterable[tuple[int, str, int, str]]) -> list[tuple[int, An
             except decode_error:
                 pass
             else:
-                event = new(spec[0])
+                event = new(spec[0])  # _assemble, inlined
                 set_dict(event, "__dict__", payload)
                 set_fields_set(event, spec[3])
                 set_extra(event, None)

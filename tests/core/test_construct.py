@@ -2,36 +2,24 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any
 
 import pytest
 
 from backfill.core import events as ev
 
+from .test_decode import _example
+
 T0 = datetime(2026, 3, 4, 5, 6, 7, 123456, tzinfo=timezone.utc)
 
 
 def _values(cls: type, n: int, *, defaults: bool) -> dict[str, Any]:
-    """Values for every field of ``cls`` (only the required ones when ``defaults``)."""
-    out: dict[str, Any] = {}
-    for name, info in cls.model_fields.items():
-        if name == "type" or (defaults and not info.is_required()):
-            continue
-        text = str(info.annotation)
-        if "atetime" in text:
-            out[name] = T0 + timedelta(seconds=n)
-        elif "bool" in text:
-            out[name] = n % 2 == 0
-        elif "float" in text:
-            out[name] = n + 0.25
-        elif "dict" in text:
-            out[name] = {"spec": {"nested": [1, 2.5, None, True, "héllo ✓"]}, "n": n}
-        elif "int" in text:
-            out[name] = n + 2
-        else:
-            out[name] = f"{name}-{n}"
-    return out
+    """Values for every field of ``cls`` (only the required ones when ``defaults``), taken from
+    the decode tests' example with every field set to a non-default value."""
+    values = dict(_example(cls, n).__dict__)
+    values.pop("type")
+    return {k: v for k, v in values.items() if not defaults or cls.model_fields[k].is_required()}
 
 
 def _hash(e: Any) -> Any:
