@@ -12,7 +12,7 @@ Groups, in the order they run (``--only`` takes these names):
   the ratio 10k / 100 (flatness);
 - ``simulate``: ``simulate`` of the whole Alibaba trace with ``--repeat-after 1m``;
 - ``replay``: full replay from PostgreSQL (read + decode + fold) of that simulation's events vs
-  the raw read of the same rows;
+  the raw read of the same rows, and ``backfill replay``'s audit of them (every decision checked);
 - ``latency``: :mod:`bench.bench_latency`, foreground demand -> Job DELETE, ours vs the floor,
   with PostgreSQL up and stopped, and the upstream poller;
 - ``scale``: :mod:`bench.bench_scale`, 10,000 ModelBackfills on 1,000 Models with a 5-million-
@@ -135,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     def g_replay() -> list[Row]:
         from bench import bench_core
 
-        return bench_core.replay_rows(url(), simulated(), rep, schema=f"bench_core_{os.getpid()}")
+        simulated()
+        return bench_core.replay_rows(url(), state.pop("sim"), rep, schema=f"bench_core_{os.getpid()}")  # the only reference
 
     def g_latency() -> list[Row]:
         from bench import bench_latency

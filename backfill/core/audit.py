@@ -12,7 +12,7 @@ from array import array
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Iterable, NamedTuple
 
 from . import events as ev
 from .commands import Admit, Block, Cancel, ReleaseFinalizer, Resume, Unblock
@@ -23,10 +23,10 @@ from .state import World
 WINDOW = 4096
 
 
-@dataclass(frozen=True)
-class TrailEntry:
+class TrailEntry(NamedTuple):
     """One recorded admit, cancel, suspend or resume, with its cause (``decision`` is ``admit``,
-    ``cancel``, ``suspend`` or ``resume``).
+    ``cancel``, ``suspend`` or ``resume``; immutable, a NamedTuple: one is built per such
+    decision of a replay).
 
     ``latency_seconds``: decision time minus the cause event's time (None if the cause is
     unknown or outside the audited range).
@@ -90,17 +90,39 @@ class Auditor:
 
     def feed(self, position: int, event: Any) -> None:
         """Fold one event; if it is a decision, check it first against its basis state."""
-        if isinstance(event, ev.DECISIONS):
-            self._check(position, event)
-        self.world = fold(self.world, event, position)
-        self._states.append(self.world)
-        tid = self._type_ids.get(event.type)
-        if tid is None:
-            tid = self._type_ids[event.type] = len(self._types)
-            self._types.append(event.type)
-        self._pos.append(position)
-        self._at.append(event.at.timestamp())
-        self._tid.append(tid)
+        self.feed_many(((position, event),))
+
+    def feed_many(self, pairs: Iterable[tuple[int, Any]]) -> None:
+        """:meth:`feed` each ``(position, event)`` pair in order (one loop: the replay's hot path;
+        an event that is no decision is folded and noted, nothing more).
+
+        Raises:
+            KeyError: an object that is not an event (as :func:`backfill.core.projector.fold`);
+                the pairs before it are fed.
+        """
+        decisions = _DECISION_TYPES
+        f = fold
+        keep = self._states.append
+        type_ids = self._type_ids
+        note_pos, note_at, note_tid = self._pos.append, self._at.append, self._tid.append
+        w = self.world
+        try:
+            for position, event in pairs:
+                t = type(event)
+                if t in decisions:
+                    self.world = w
+                    self._check(position, event)
+                w = f(w, event, position)
+                keep(w)
+                tid = type_ids.get(t)
+                if tid is None:
+                    tid = type_ids[t] = len(self._types)
+                    self._types.append(event.type)
+                note_pos(position)
+                note_at(event.at.timestamp())
+                note_tid(tid)
+        finally:
+            self.world = w
 
     def _cause(self, cause: int | None) -> tuple[str | None, datetime | None]:
         if not cause or not self._pos:
@@ -126,10 +148,11 @@ class Auditor:
         key = (d.namespace, d.backfill)
         if self.backfill is not None and key != self.backfill:
             return
-        if isinstance(d, (ev.AttemptAdmitted, ev.AttemptCancelled, ev.AttemptResumed)):
+        t = type(d)
+        if t is ev.AttemptAdmitted or t is ev.AttemptCancelled or t is ev.AttemptResumed:
             ctype, cat = self._cause(d.cause)
-            reason = d.reason if isinstance(d, ev.AttemptCancelled) else ""
-            if isinstance(d, ev.AttemptResumed):
+            reason = d.reason if t is ev.AttemptCancelled else ""
+            if t is ev.AttemptResumed:
                 kind = "resume"
             elif reason == "":
                 kind = "admit"
@@ -141,9 +164,13 @@ class Auditor:
             self.unverifiable.append(position)
             return
         self.checked += 1
-        derived = [c for c in decide(state, d.at, [key]) if isinstance(c, (Admit, Cancel, Resume, Block, Unblock, ReleaseFinalizer))]
+        derived = [c for c in decide(state, d.at, (key,)) if type(c) in _DECISION_COMMANDS]
         if not any(_matches(d, c) for c in derived):
             self.divergences.append(Divergence(position, _describe_event(d), "; ".join(_describe_command(c) for c in derived) or "nothing"))
+
+
+_DECISION_TYPES = frozenset(ev.DECISIONS)
+_DECISION_COMMANDS = frozenset((Admit, Cancel, Resume, Block, Unblock, ReleaseFinalizer))
 
 
 def _matches(d: Any, c: Any) -> bool:

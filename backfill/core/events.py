@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import types
 from datetime import datetime
-from typing import Annotated, Any, Callable, ClassVar, Literal, Optional, Union, get_args, get_origin
+from typing import Annotated, Any, Callable, ClassVar, Iterable, Literal, Optional, Union, get_args, get_origin
 
 import annotated_types
 import msgspec
@@ -621,6 +621,17 @@ _asdict = msgspec.structs.asdict
 _DecodeError = msgspec.DecodeError
 
 
+def _assemble(cls: type[_Event], payload: dict[str, Any], fields_set: set[str]) -> Any:
+    """An instance of ``cls`` whose fields are ``payload`` (every field, already checked), the
+    way ``model_construct`` builds one, without running the validator."""
+    event = _new(cls)
+    _set_dict(event, "__dict__", payload)
+    _set_fields_set(event, fields_set)
+    _set_extra(event, None)
+    _set_private(event, None)
+    return event
+
+
 def _fast_decode(type_name: str, version: int, data: str) -> Any:
     """Decode one row the log wrote, or return None when it needs the validating path."""
     spec = _FAST.get(type_name)
@@ -635,12 +646,58 @@ def _fast_decode(type_name: str, version: int, data: str) -> Any:
         return None
     if payload["type"] != type_name:
         return None
-    event = _new(cls)
-    _set_dict(event, "__dict__", payload)
-    _set_fields_set(event, fields_set)
-    _set_extra(event, None)
-    _set_private(event, None)
-    return event
+    return _assemble(cls, payload, fields_set)
+
+
+class _Required:
+    """Marks a field with no default in :data:`_TEMPLATES` (never a field's value)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:  # pragma: no cover - only in an error message
+        return "<required>"
+
+
+_REQUIRED = _Required()
+
+#: class -> (every field in declaration order with its default or _REQUIRED, the required names,
+#: the shared fields-set). ``type`` has its Literal's default.
+_TEMPLATES: dict[type, tuple[dict[str, Any], frozenset[str], set[str]]] = {
+    cls: (
+        {name: (_REQUIRED if info.is_required() else info.get_default(call_default_factory=True)) for name, info in cls.model_fields.items()},
+        frozenset(name for name, info in cls.model_fields.items() if info.is_required()),
+        set(cls.model_fields),
+    )
+    for cls in EVENT_TYPES.values()
+}
+
+
+def construct(cls: type[_Event], /, **values: Any) -> Any:
+    """An event of ``cls`` built from ``values`` without validation, for events the project's own
+    code produces from values it already holds typed (the simulator's observations): about 4x
+    cheaper than ``cls(**values)``. Foreign input (watchers, ingest, an imported export) goes
+    through ``cls(...)``, which validates.
+
+    The instance equals, dumps and encodes exactly as ``cls(**values)`` would when the values
+    are valid (the caller's promise: timezone-aware datetimes, the field types of ``cls``);
+    defaults are filled (a ``default_factory`` is called). Works for every class of
+    :data:`EVENT_TYPES`, with ``model_fields_set`` = every field (as the log's fast decode path).
+
+    Raises:
+        TypeError: a name that is not a field of ``cls``, a required field missing, ``type``
+            given, or ``cls`` not an event class.
+    """
+    try:
+        template, required, fields_set = _TEMPLATES[cls]
+    except KeyError:
+        raise TypeError(f"{cls!r} is not an event class") from None
+    payload = template.copy()
+    payload.update(values)
+    if len(payload) != len(template) or "type" in values or not required <= values.keys():
+        unknown = sorted(set(values) - set(template) | ({"type"} & set(values)))
+        missing = sorted(required - values.keys())
+        raise TypeError(f"{cls.__name__}: unknown or fixed fields {unknown}, missing {missing}")
+    return _assemble(cls, payload, fields_set)
 
 
 def decode(type_name: str, version: int, data: str, *, validate: bool = False) -> Any:
@@ -670,16 +727,49 @@ def decode_many(rows: list[tuple[str, int, str]], *, validate: bool = False) -> 
         EventDecodeError: as :func:`decode`.
     """
     if not validate:
-        fast = _fast_decode
-        out = []
-        append = out.append
-        for t, v, d in rows:
-            event = fast(t, v, d)
-            append(event if event is not None else _pydantic_decode(t, v, d))
-        return out
+        return [e for _, e in decode_rows([(0, t, v, d) for t, v, d in rows])]
     if all(EVENT_TYPES.get(t) is not None and v == EVENT_TYPES[t].version for t, v, _ in rows):
         try:
             return _MANY.validate_json("[" + ",".join(d for _, _, d in rows) + "]")
         except ValueError:
             pass
     return [_pydantic_decode(t, v, d) for t, v, d in rows]
+
+
+def decode_rows(rows: Iterable[tuple[int, str, int, str]]) -> list[tuple[int, Any]]:
+    """``(position, event)`` pairs of ``(position, type, version, JSON text)`` rows of the log
+    (as :meth:`backfill.store.EventStore.read_payloads` returns them), in order.
+
+    The replay hot path: :func:`decode`'s compiled path inlined in one loop (no call per row);
+    a row it does not take is upcast and validated by pydantic.
+
+    Raises:
+        EventDecodeError: as :func:`decode`.
+    """
+    fast = _FAST
+    asdict = _asdict
+    new = _new
+    set_dict = _set_dict
+    set_fields_set = _set_fields_set
+    set_extra = _set_extra
+    set_private = _set_private
+    decode_error = _DecodeError
+    out: list[tuple[int, Any]] = []
+    append = out.append
+    for position, t, v, d in rows:
+        spec = fast.get(t)
+        if spec is not None and v == spec[1]:
+            try:
+                payload = asdict(spec[2].decode(d))  # the struct's ``type`` is Literal[t]: checked
+            except decode_error:
+                pass
+            else:
+                event = new(spec[0])  # _assemble, inlined
+                set_dict(event, "__dict__", payload)
+                set_fields_set(event, spec[3])
+                set_extra(event, None)
+                set_private(event, None)
+                append((position, event))
+                continue
+        append((position, _pydantic_decode(t, v, d)))
+    return out

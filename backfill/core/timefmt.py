@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 
 def rfc3339(value: datetime | None) -> str | None:
@@ -49,8 +49,6 @@ def plus_seconds(t: datetime, seconds: float) -> datetime:
     a success at 9999 plus ``repeatAfter``) then means "not before the end of time", which every
     comparison handles, instead of an exception that stalls the backfill on every pass.
     """
-    from datetime import timedelta
-
     try:
         return t + timedelta(seconds=seconds)
     except OverflowError:

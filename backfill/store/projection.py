@@ -23,7 +23,7 @@ from functools import lru_cache
 from typing import Any, Callable, Iterable, Iterator
 
 from backfill.core.audit import Auditor
-from backfill.core.events import decode_many
+from backfill.core.events import decode_rows
 from backfill.core.state import World
 
 #: Snapshot (and checkpoint) name of the controller's projection.
@@ -92,7 +92,7 @@ def save(events: Any, world: World, keep: int | None = None) -> None:
 def payloads(events: Any, after: int, batch_size: int = 20000) -> Iterator[list[tuple[int, Any]]]:
     """``(position, event)`` batches of the log after ``after``, decoded."""
     for batch in events.read_payloads(after, batch_size=batch_size):
-        yield list(zip((row[0] for row in batch), decode_many([(t, v, d) for _, t, v, d in batch])))
+        yield decode_rows(batch)
 
 
 def replay(events: Any, auditor: Auditor, *, after: int = 0, progress: Callable[[int], None] | None = None) -> int:
@@ -104,8 +104,7 @@ def replay(events: Any, auditor: Auditor, *, after: int = 0, progress: Callable[
     """
     n = 0
     for batch in payloads(events, after):
-        for position, e in batch:
-            auditor.feed(position, e)
+        auditor.feed_many(batch)
         n += len(batch)
         if progress is not None:
             progress(len(batch))

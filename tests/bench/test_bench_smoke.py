@@ -29,6 +29,7 @@ ROWS = [
     "simulate --repeat-after 1m",
     "read from PostgreSQL (lean rows, no decode)",
     "full replay from PostgreSQL: read + decode + fold",
+    "replay audit from PostgreSQL (backfill replay)",
     "cancel latency p50, PostgreSQL up",
     "cancel latency p99, PostgreSQL up",
     "cancel latency burst p99, PostgreSQL up",
