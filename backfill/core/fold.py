@@ -104,43 +104,55 @@ def _index_add(index: Any, name: Any, key: Key) -> Any:
     keys = index.get(name, ())
     if key in keys:
         return index
-    return _set(index, name, tuple(sorted((*keys, key))))
+    return index.set(name, (key,) if not keys else tuple(sorted((*keys, key))))
 
 
-def _index_remove(index: Mapping, name: Any, key: Key) -> Mapping:
-    keys = tuple(k for k in index.get(name, ()) if k != key)
-    if keys == index.get(name, ()):
+def _index_remove(index: Any, name: Any, key: Key) -> Any:
+    keys = index.get(name, ())
+    if key not in keys:
         return index
-    return _set(index, name, keys) if keys else _drop(index, name)
+    if len(keys) == 1:
+        return index.delete(name)
+    return index.set(name, tuple(k for k in keys if k != key))
 
 
 def _live_changes(world: World, key: Key, a: Attempt | None) -> dict[str, Any]:
-    """The ``live``, ``live_models`` and ``live_nodes`` updates for ``key``'s attempt becoming
-    ``a`` (None or an ended attempt: no longer live). Empty when nothing changes."""
-    old = world.live.get(key)
+    """:func:`_live_triple` as ``World._replace`` keywords (for handlers that change more)."""
+    live, live_models, live_nodes = _live_triple(world, key, a)
+    return {"live": live, "live_models": live_models, "live_nodes": live_nodes}
+
+
+def _live_triple(world: World, key: Key, a: Attempt | None) -> tuple[Any, Any, Any]:
+    """``(live, live_models, live_nodes)`` of ``world`` after ``key``'s attempt became ``a``
+    (None or an ended attempt: no longer live); the same objects where nothing changes."""
+    live, live_models, live_nodes = world[9], world[10], world[11]
+    old = live.get(key)
     new = a if a is not None and a.lifecycle in LIVE else None
     if old is new:
-        return {}
+        return live, live_models, live_nodes
     if old is not None and new is not None and old.model == new.model and old.node == new.node:
-        return {"live": _set(world.live, key, new)}  # same place: the indexes stay
-    out: dict[str, Any] = {"live": _set(world.live, key, new) if new is not None else _drop(world.live, key)}
+        return live.set(key, new), live_models, live_nodes
+    live = live.set(key, new) if new is not None else _drop(live, key)
     if old is not None and (new is None or (old.model, old.node) != (new.model, new.node)):
-        out["live_models"] = _index_remove(world.live_models, (key[0], old.model), key)
+        live_models = _index_remove(live_models, (key[0], old.model), key)
         if old.node:
-            out["live_nodes"] = _index_remove(world.live_nodes, old.node, key)
+            live_nodes = _index_remove(live_nodes, old.node, key)
     if new is not None and (old is None or (old.model, old.node) != (new.model, new.node)):
-        out["live_models"] = _index_add(out.get("live_models", world.live_models), (key[0], new.model), key)
+        live_models = _index_add(live_models, (key[0], new.model), key)
         if new.node:
-            out["live_nodes"] = _index_add(out.get("live_nodes", world.live_nodes), new.node, key)
-    return out
+            live_nodes = _index_add(live_nodes, new.node, key)
+    return live, live_models, live_nodes
+
+
+assert World._fields[3] == "backfills" and World._fields[9:12] == ("live", "live_models", "live_nodes")
+assert BackfillState._fields[:2] == ("namespace", "name") and BackfillState._fields[10] == "attempt"
 
 
 def _put_backfill(world: World, b: BackfillState, position: int, **extra: Any) -> World:
-    """Store ``b`` and keep the live-attempt indexes in step."""
-    key = (b.namespace, b.name)
-    return world._replace(
-        position=position, backfills=_set(world.backfills, key, b), **_live_changes(world, key, b.attempt), **extra
-    )
+    """Store ``b`` and keep the live-attempt indexes in step (World built positionally)."""
+    key = (b[0], b[1])
+    w = _tuple_new(World, (position, world[1], world[2], world[3].set(key, b)) + world[4:9] + _live_triple(world, key, b[10]) + world[12:])
+    return w._replace(**extra) if extra else w
 
 
 def _fold_foreground(w: World, e: ev.ForegroundRequest, pos: int) -> World:

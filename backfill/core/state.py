@@ -295,3 +295,30 @@ class World(NamedTuple):
 
 
 _NO_MODEL = ModelState()
+
+
+def _fast_replace(cls: type) -> Any:
+    """A ``_replace`` for NamedTuple ``cls`` about 2x cheaper than the generated one (same result
+    and errors: a name that is not a field raises ValueError)."""
+    index = {name: i for i, name in enumerate(cls._fields)}
+    new = tuple.__new__
+
+    def _replace(self: Any, /, **changes: Any) -> Any:
+        try:
+            if len(changes) == 1:
+                for name, value in changes.items():
+                    i = index[name]
+                    return new(cls, self[:i] + (value,) + self[i + 1 :])
+            values = list(self)
+            for name, value in changes.items():
+                values[index[name]] = value
+        except KeyError:
+            raise ValueError(f"Got unexpected field names: {list(n for n in changes if n not in index)!r}") from None
+        return new(cls, values)
+
+    _replace.__doc__ = f"Return a new {cls.__name__} with the given fields replaced."
+    return _replace
+
+
+for _cls in (ModelState, Gate, GateEnd, Template, Attempt, CreateRejection, BackfillState, World):
+    _cls._replace = _fast_replace(_cls)
