@@ -171,9 +171,7 @@ class Preemptor:
         if durable is not self._base:
             self._base, self._opt, self._folded_seq, self._entry_at, self._folded = durable, durable, 0, {}, []
         opt = self._opt
-        for entry in self._spool.unfolded(durable.position):
-            if entry.seq <= self._folded_seq:
-                continue
+        for entry in self._spool.unfolded(durable.position, self._folded_seq):
             pos = opt.position + 1 if opt.position >= durable.position else durable.position + 1
             before = opt
             opt = fold(opt, entry.event, pos)

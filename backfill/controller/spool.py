@@ -26,9 +26,11 @@ Thread-safety: every method may be called from any thread.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import threading
 import time
+from itertools import islice
 from typing import Any, Callable, Iterable, Sequence
 
 from backfill.core.events import encode
@@ -157,13 +159,18 @@ class Spool:
 
     # -- consumers ----------------------------------------------------------------------------
 
-    def unfolded(self, position: int) -> list[Entry]:
+    def unfolded(self, position: int, after_seq: int = 0) -> list[Entry]:
         """Observation entries the durable projection (folded up to ``position``) lacks, in order:
-        not committed yet, or committed after ``position``. Deferred decisions are left out."""
+        not committed yet, or committed after ``position``. Deferred decisions are left out.
+
+        ``after_seq``: only entries that arrived after that one (the preemptor asks for what it
+        has not folded yet; while the store is away the spool holds thousands, and a pass must
+        not walk them all)."""
         with self._cond:
+            start = bisect.bisect_right(self._entries, after_seq, key=_seq_of) if after_seq else 0
             return [
                 e
-                for e in self._entries
+                for e in islice(self._entries, start, None)
                 if e.event is not None and e._make is None and (e.position is None or e.position > position)
             ]
 
@@ -284,6 +291,10 @@ class Spool:
             if e.decision:
                 _log_recorded(e)
         self._on_commit()
+
+
+def _seq_of(e: Entry) -> int:
+    return e.seq
 
 
 def _log_recorded(e: Entry) -> None:

@@ -188,3 +188,20 @@ def test_a_cancel_decided_in_memory_is_logged_with_its_real_position_once_record
     lines = [r for r in caplog.records if getattr(r, "decision", None) == "AttemptCancelled"]
     assert [(r.position, r.backfill) for r in lines] == [(pos, f"{NS}/b")]
     assert f"at position {pos} (cause {cancel.cause}, basis {cancel.basis})" in lines[0].getMessage()
+
+
+def test_unfolded_after_a_seq_returns_only_what_arrived_later_while_the_store_is_away():
+    def refuse(records):
+        raise ConnectionError("the store is down")
+
+    spool = Spool(refuse, lambda keys: {}, lambda: None, backoff_initial=0.05, backoff_max=0.05)
+    requests = [(ev.ForegroundRequest(at=T0 + timedelta(seconds=i), namespace=NS, model="m", source="ingest"), f"fg-{i}") for i in range(6)]
+    entries = spool.put(requests)
+    spool.put_decision(lambda resolve: (requests[0][0], "never-built"), entries[:1])  # a deferred decision: never listed
+    later = spool.put(requests[:1])
+    try:
+        assert [e.seq for e in spool.unfolded(0)] == [e.seq for e in entries + later]
+        assert [e.seq for e in spool.unfolded(0, entries[3].seq)] == [entries[4].seq, entries[5].seq, later[0].seq]
+        assert spool.unfolded(0, later[0].seq) == []
+    finally:
+        spool.stop()
