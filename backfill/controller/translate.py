@@ -237,8 +237,12 @@ class Translator:
         ns, name, uid, rv = _ident(obj)
         if kind == DELETED:
             return [(ev.CronJobMissing(at=now, namespace=ns, name=name), f"cronjob/{uid}/deleted")]
-        template = (obj.get("spec") or {}).get("jobTemplate") or {}
-        return [(ev.CronJobSeen(at=now, namespace=ns, name=name, job_template=dict(template)), f"cronjob/{uid}/{rv}")]
+        spec = obj.get("spec")
+        template = spec.get("jobTemplate") if isinstance(spec, Mapping) else None
+        # Not an object (a hostile or broken CronJob): an empty template, which the projector
+        # blocks as invalid, never an exception that would skip the object.
+        template = dict(template) if isinstance(template, Mapping) else {}
+        return [(ev.CronJobSeen(at=now, namespace=ns, name=name, job_template=template), f"cronjob/{uid}/{rv}")]
 
     # -- owned Jobs ---------------------------------------------------------------------------
 
