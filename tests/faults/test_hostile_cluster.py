@@ -65,8 +65,11 @@ def test_hostile_objects_do_not_stall_the_good_one(kube: Kube, player: JobPlayer
     timed(lambda: kube.job(plain) is None, timeout=CANCEL_BOUND_SECONDS, what="Job cancelled by an unreadable lastActiveTime")
     assert proc.alive, proc.tail()
     pg, schema = controllers.pg, controllers.schema
-    sources = {e.source for _, e in of_type(log_events(pg.url, schema), "ForegroundRequest")}
-    assert "lastActiveTime-unreadable" in sources
+    # The demand reaches the log beside (after) the cancel, never before it: wait for it there.
+    wait_for(
+        lambda: "lastActiveTime-unreadable" in {e.source for _, e in of_type(log_events(pg.url, schema), "ForegroundRequest")},
+        timeout=10, what="the unreadable lastActiveTime recorded as foreground demand in the log",
+    )
     assert_replay_clean(pg.url, schema)
 
 
