@@ -223,7 +223,8 @@ def test_suspended_job_deleted_by_someone_else_gets_a_new_attempt(kube, start_co
     second = wait_for(lambda: [j for j in kube.jobs() if j.metadata.name.endswith("-2")], timeout=20, what="attempt 2's Job")[0]
     assert second.metadata.uid != job.metadata.uid and not second.spec.suspend
     assert _decisions(c, ev.AttemptResumed) == []
-    rows = c.runs.query(namespace=kube.ns)
+    # the run rows follow the log (the loop's catch-up), not the Job create: wait for attempt 2's
+    rows = wait_for(lambda: (lambda rs: rs if len(rs) == 2 else None)(c.runs.query(namespace=kube.ns)), timeout=10, what="two run rows")
     assert [(r.attempt, r.segment, r.result) for r in rows] == [(1, 1, "preempted"), (2, 1, None)]
 
 
