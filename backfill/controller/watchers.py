@@ -101,7 +101,7 @@ class Watcher(threading.Thread):
         self.lists = 0
         self.restarts = 0
         self.last_seen = time.monotonic()
-        self._watch: watch.Watch | None = None
+        self._resp: Any = None  # the open watch response; halt_watch() shuts it down
         if list_call is None:
             namespaced, cluster, args, kwargs = kind.list_functions(api)
             if namespace:
@@ -129,7 +129,7 @@ class Watcher(threading.Thread):
     def run(self) -> None:
         deadline = time.monotonic() + self.settings.api_timeout_seconds
         for first in self.after:
-            if not first.wait(max(0.0, deadline - time.monotonic())) and not self.stop_event.is_set():
+            if not self._wait_until(first.is_set, deadline) and not self.stop_event.is_set():
                 log.warning(
                     f"{self.kind.name}: listing before every kind it lists after ({', '.join(self.kind.lists_after)}) "
                     "has listed once", extra={"resource": self.kind.name},
@@ -190,7 +190,8 @@ class Watcher(threading.Thread):
         entries = self.observe(pairs) if pairs else []
         self.listed.set()  # in the spool's order: a kind listing after this one lands behind it
         if entries:
-            self.committed(entries, self.settings.api_timeout_seconds)
+            deadline = time.monotonic() + self.settings.api_timeout_seconds
+            self._wait_until(lambda: self.committed(entries, 0.05), deadline)
         self.lists += 1
         self.synced.set()
         return rv
@@ -202,11 +203,10 @@ class Watcher(threading.Thread):
             WatchExpired: a 410 inside the stream. Other API and connection errors propagate.
         """
         w = watch.Watch()
-        self._watch = w
         s = self.settings
         try:
             for event in w.stream(
-                self._list_call,
+                self._open_watch,
                 resource_version=rv,
                 allow_watch_bookmarks=True,
                 timeout_seconds=int(s.watch_timeout_seconds),
@@ -236,8 +236,28 @@ class Watcher(threading.Thread):
                     self.observe(pairs)
             self.last_seen = time.monotonic()  # the server ended the watch: it is alive
         finally:
-            self._watch = None
+            self._resp = None
         return rv
+
+    def _open_watch(self, **kw: Any) -> Any:
+        """Open the watch request and keep its response for :meth:`halt_watch`. A halt that came
+        while the request was in flight (it saw no response to shut down) is honoured here, so a
+        stopping watcher never waits for the server to end the watch."""
+        resp = self._list_call(**kw)
+        self._resp = resp
+        if self.stop_event.is_set():  # halt() sets the event before it looks at _resp
+            _shutdown(resp)
+        return resp
+
+    def _wait_until(self, done: Callable[[], bool], deadline: float) -> bool:
+        """Poll ``done`` (every 50 ms at most) until it is true, ``deadline`` (monotonic seconds)
+        passes or the watcher is halted; returns ``done()``'s last answer."""
+        while True:
+            if done():
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0 or self.stop_event.wait(min(0.05, left)):
+                return done()
 
     def _translate(self, kind: str, obj: dict, now: Any) -> list:
         """Translate one object; a malformed object is logged and skipped, never fatal to the watch
@@ -260,10 +280,15 @@ class Watcher(threading.Thread):
 
     def halt_watch(self) -> None:
         """Close the open watch connection (best effort): the loop relists and watches again."""
-        w = self._watch
-        resp = getattr(w, "_resp", None) if w is not None else None
+        resp = self._resp
         if resp is not None:
-            try:  # shutdown() unblocks a read in progress in the watcher thread (urllib3 >= 2.3)
-                getattr(resp, "shutdown", resp.close)()
-            except Exception:  # noqa: BLE001
-                pass
+            _shutdown(resp)
+
+
+def _shutdown(resp: Any) -> None:
+    """Unblock a read in progress on ``resp`` from another thread (urllib3 >= 2.3 ``shutdown``,
+    else ``close``); best effort."""
+    try:
+        getattr(resp, "shutdown", resp.close)()
+    except Exception:  # noqa: BLE001
+        pass
