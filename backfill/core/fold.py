@@ -487,7 +487,7 @@ def _fold_admitted(w: World, e: ev.AttemptAdmitted, pos: int) -> World:
         node=e.node,
         admitted_at=e.at,
         admitted_pos=pos,
-        basis=e.basis if e.basis is not None and e.basis < pos else pos - 1,
+        basis=_basis(e, pos),
         first_admitted_at=e.at,
         resumable=b.spec is not None and b.spec.resumable,
     )
@@ -501,15 +501,26 @@ def _fold_cancelled(w: World, e: ev.AttemptCancelled, pos: int) -> World:
         return _fold_suspend_decided(w, b, a, e, pos)
     if a is None or a.number != e.attempt or a.lifecycle not in (STARTING, RUNNING, SUSPENDING, SUSPENDED):
         return _at(w, pos)
-    a = a._replace(
-        lifecycle=CANCELLING,
-        suspend=False,
+    return _put_backfill(w, b._replace(attempt=_cancel_decided(a, e, pos)), pos)
+
+
+def _cancel_decided(a: Attempt, e: ev.AttemptCancelled, pos: int) -> Attempt:
+    """``a`` marked by cancel decision ``e`` (at ``pos``): Suspending for a suspending cancel,
+    else Cancelling, with the cancel's reason, message, time and cause position."""
+    return a._replace(
+        lifecycle=SUSPENDING if e.suspend else CANCELLING,
+        suspend=e.suspend,
         cancel_reason=e.reason,
         cancel_message=e.message,
         cancelled_at=e.at,
         cancel_pos=e.cause or pos,
     )
-    return _put_backfill(w, b._replace(attempt=a), pos)
+
+
+def _basis(e: ev.AttemptAdmitted | ev.AttemptResumed, pos: int) -> int:
+    """The position an admitting decision's state was folded up to (issue 8, the basis race):
+    its recorded ``basis``, or the position before its record when it has none (older events)."""
+    return e.basis if e.basis is not None and e.basis < pos else pos - 1
 
 
 def _fold_blocked(w: World, e: ev.BackfillBlocked, pos: int) -> World:
@@ -567,15 +578,7 @@ def _fold_suspend_decided(w: World, b: BackfillState | None, a: Attempt | None, 
     """A suspending cancel: the segment's preemption; the Job is being suspended (Suspending)."""
     if b is None or a is None or a.number != e.attempt or a.segment != e.segment or a.lifecycle not in (STARTING, RUNNING):
         return _at(w, pos)
-    a = a._replace(
-        lifecycle=SUSPENDING,
-        suspend=True,
-        cancel_reason=e.reason,
-        cancel_message=e.message,
-        cancelled_at=e.at,
-        cancel_pos=e.cause or pos,
-    )
-    return _put_backfill(w, b._replace(attempt=a), pos)
+    return _put_backfill(w, b._replace(attempt=_cancel_decided(a, e, pos)), pos)
 
 
 def _fold_job_suspended(w: World, e: ev.JobSuspended, pos: int) -> World:
@@ -633,7 +636,7 @@ def _fold_resumed(w: World, e: ev.AttemptResumed, pos: int) -> World:
         segment=e.segment,
         admitted_at=e.at,
         admitted_pos=pos,
-        basis=e.basis if e.basis is not None and e.basis < pos else pos - 1,
+        basis=_basis(e, pos),
         model=e.model,
         node=e.node,
         base_indexes=a.completed_indexes,
