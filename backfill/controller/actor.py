@@ -348,24 +348,17 @@ class Actor:
             if not isinstance(cmd, (WriteStatus, DeleteJob, SuspendJob)) and interrupted():
                 # every remaining key, status-only ones too: they are decided again next pass
                 return sorted({c.key for c in todo[i + 1 :]} | {c.key for c in admits})
-        resumes = [c for c in admits if isinstance(c, Resume)]
-        admits = [c for c in admits if isinstance(c, Admit)]
-        if resumes:
+        for kind, start, noun, verb in ((Resume, self.resume_many, "resumes", "resuming"), (Admit, self.admit_many, "admissions", "admitting")):
+            batch = [c for c in admits if isinstance(c, kind)]
+            if not batch:
+                continue
             try:
                 self._guard()
-                self.resume_many(resumes, world)
+                start(batch, world)
             except NotLeader:
-                log.info("not the leader any more: resumes skipped")
+                log.info(f"not the leader any more: {noun} skipped")
             except Exception as exc:  # noqa: BLE001 - nothing recorded: decided again next pass
-                log.error(f"resuming {len(resumes)} attempts failed: {type(exc).__name__}: {_first_line(exc)}", extra={"position": world.position})
-        if admits:
-            try:
-                self._guard()
-                self.admit_many(admits, world)
-            except NotLeader:
-                log.info("not the leader any more: admissions skipped")
-            except Exception as exc:  # noqa: BLE001 - nothing recorded: decided again next pass
-                log.error(f"admitting {len(admits)} attempts failed: {type(exc).__name__}: {_first_line(exc)}", extra={"position": world.position})
+                log.error(f"{verb} {len(batch)} attempts failed: {type(exc).__name__}: {_first_line(exc)}", extra={"position": world.position})
         return []
 
     def _dispatch(self, cmd: Any, world: World) -> None:
