@@ -31,7 +31,7 @@ import time
 from datetime import datetime
 from typing import Any, Callable, Iterable
 
-from kubernetes import watch
+from kubernetes.watch.watch import iter_resp_lines
 from kubernetes.client.exceptions import ApiException
 
 from backfill.settings import Settings
@@ -188,6 +188,10 @@ class Watcher(threading.Thread):
             if (ns, name) not in present:
                 pairs.append(self.kind.vanish(ns, name, uid, now, rv))
         entries = self.observe(pairs) if pairs else []
+        log.info(
+            f"{self.kind.name}: listed {len(items)} objects at resourceVersion {rv} ({len(pairs)} observations)",
+            extra={"resource": self.kind.name},
+        )
         self.listed.set()  # in the spool's order: a kind listing after this one lands behind it
         if entries:
             deadline = time.monotonic() + self.settings.api_timeout_seconds
@@ -199,25 +203,37 @@ class Watcher(threading.Thread):
     def watch_once(self, rv: str) -> str:
         """One watch from ``rv`` until the server ends it; returns the last resourceVersion seen.
 
+        The stream is read here, line by line (``kubernetes.watch.iter_resp_lines``), not
+        through ``kubernetes.watch.Watch.stream``: that one, asked not to deserialize, fails on
+        an ``ERROR`` event with ``KeyError: 'raw_object'`` (client 37), so an expired
+        resourceVersion inside the stream looked like a broken connection (a warning and a
+        back-off before the relist).
+
         Raises:
-            WatchExpired: a 410 inside the stream. Other API and connection errors propagate.
+            WatchExpired: a 410 inside the stream. Other API errors (an HTTP 410 on the call
+            included: ``ApiException``) and connection errors propagate.
         """
-        w = watch.Watch()
         s = self.settings
+        resp = self._open_watch(
+            watch=True,
+            resource_version=rv,
+            allow_watch_bookmarks=True,
+            timeout_seconds=int(s.watch_timeout_seconds),
+            _request_timeout=(s.api_timeout_seconds, s.watch_timeout_seconds + s.watch_stale_margin_seconds),
+            _preload_content=False,
+        )
         try:
-            for event in w.stream(
-                self._open_watch,
-                resource_version=rv,
-                allow_watch_bookmarks=True,
-                timeout_seconds=int(s.watch_timeout_seconds),
-                _request_timeout=(s.api_timeout_seconds, s.watch_timeout_seconds + s.watch_stale_margin_seconds),
-                deserialize=False,
-            ):
+            for line in iter_resp_lines(resp):
                 self.last_seen = time.monotonic()
                 if self.stop_event.is_set():
                     break
+                if not line:
+                    continue
+                event = json.loads(line)
+                if not isinstance(event, dict):
+                    continue
                 kind = event.get("type")
-                obj = event.get("raw_object") if isinstance(event.get("raw_object"), dict) else event.get("object")
+                obj = event.get("object")
                 if not isinstance(obj, dict):
                     continue
                 if kind == "ERROR":
@@ -237,6 +253,11 @@ class Watcher(threading.Thread):
             self.last_seen = time.monotonic()  # the server ended the watch: it is alive
         finally:
             self._resp = None
+            for done in (resp.close, resp.release_conn):
+                try:
+                    done()
+                except Exception:  # noqa: BLE001
+                    pass
         return rv
 
     def _open_watch(self, **kw: Any) -> Any:

@@ -8,6 +8,7 @@ replica (its connections go silent while the other replica's stay up).
     proxy.partition(drop=True)  # the open connections become half-open for good: whatever is
                                 # sent on them is discarded, no FIN, no RST; after heal() only
                                 # new connections work
+    proxy.cut()          # close every open connection now (both ends see it end); new ones work
     proxy.stop()
 
 TLS passes through untouched (no termination): the client still verifies the apiserver.
@@ -61,6 +62,19 @@ class TcpProxy:
 
     def heal(self) -> None:
         self._flowing.set()
+
+    def cut(self) -> int:
+        """Close every open connection at once, mid-stream (a watch ends without its last chunk);
+        new connections are forwarded as before. Returns the number of connections cut."""
+        with self._lock:
+            socks, self._socks = self._socks, []
+        for s in socks:
+            for close in (lambda: s.shutdown(socket.SHUT_RDWR), s.close):
+                try:
+                    close()
+                except OSError:
+                    pass
+        return len(socks) // 2
 
     def stop(self) -> None:
         self._stop.set()

@@ -233,3 +233,61 @@ def test_half_open_connections_are_abandoned(fault_cluster, kube: Kube, player: 
     wait_for(lambda: of_type(log_events(pg.url, schema), "JobDeleted"), timeout=10, what="JobDeleted in the log")
     assert _no_duplicates(log_events(pg.url, schema)) == []
     assert_replay_clean(pg.url, schema)
+
+
+# --------------------------------------------------------------------------- watches that end early
+
+SHORT_WATCH_SECONDS = 1
+
+
+def _lists(proc, kind: str) -> int:
+    """How many times the controller listed ``kind`` (its ``<kind>: listed ...`` log lines)."""
+    return sum(1 for r in proc.logs() if str(r.get("msg", "")).startswith(f"{kind}: listed "))
+
+
+def test_watches_that_end_early_or_are_cut_lose_nothing(fault_cluster, kube: Kube, player: JobPlayer, controllers, proxy):
+    """Two ways a watch ends before the controller expects it, on the real apiserver:
+
+    - the server ends it cleanly (here every second: the controller asks for 1 s watches): the
+      watcher watches again from the last resourceVersion, with no relist, and a Job that
+      completes across those ends is recorded ``JobSucceeded`` exactly once;
+    - every connection is cut mid-stream (the proxy closes them; the stream ends without its
+      last chunk): a watcher whose watch was cut relists and watches again, and a demand right
+      after the cut is cancelled promptly.
+
+    Afterwards each fact is stored once, the cluster invariants hold and replay is clean."""
+    pg, schema = controllers.pg, controllers.schema
+    declare(kube, [("bf-a", "gemma"), ("bf-b", "llama")])
+    proc = controllers(server=proxy.url, BACKFILL_WATCH_TIMEOUT_SECONDS=str(SHORT_WATCH_SECONDS)).start()
+    proc.wait_ready()
+    job_a = start_running(kube, player, "bf-a")
+    job_b = start_running(kube, player, "bf-b")
+    time.sleep(3 * SHORT_WATCH_SECONDS)  # a few clean ends of every watch
+    player.succeed(job_a)
+    wait_for(lambda: [e for _, e in of_type(log_events(pg.url, schema), "JobSucceeded") if e.name == job_a],
+             timeout=10, what=f"JobSucceeded {job_a} across watches ending every {SHORT_WATCH_SECONDS} s")  # fmt: skip
+    time.sleep(2 * SHORT_WATCH_SECONDS)
+    kinds = ("model", "job", "backfill", "cronjob", "gaming", "lease")
+    before = {k: _lists(proc, k) for k in kinds}
+    print(f"watches ending every {SHORT_WATCH_SECONDS} s: lists per kind {before}")
+    assert before == {k: 1 for k in kinds}, f"a clean end of a watch made the controller relist: {before}"
+
+    cut = proxy.cut()
+    demand(kube, "llama")
+    seconds = timed(lambda: kube.job(job_b) is None, timeout=CANCEL_BOUND_SECONDS, what=f"Job {job_b} deleted after every connection was cut")
+    time.sleep(2 * SHORT_WATCH_SECONDS)
+    after = {k: _lists(proc, k) for k in kinds}
+    print(f"{cut} connections cut: demand -> Job gone {seconds:.2f} s; lists per kind {after}")
+    # A watcher between two watches at the cut reconnects without noticing; one cut mid-stream relists.
+    assert cut >= 1 and sum(after.values()) > sum(before.values()), f"no cut watch was relisted: {after}"
+
+    wait_for(lambda: [e for _, e in of_type(log_events(pg.url, schema), "JobDeleted") if e.name == job_b],
+             timeout=10, what=f"JobDeleted {job_b} in the log")  # fmt: skip
+    events = log_events(pg.url, schema)
+    assert _no_duplicates(events) == []
+    assert [e for _, e in of_type(events, "JobDeleted") if e.name == job_a] == [], f"{job_a} completed, not deleted"
+    assert [(e.backfill, e.reason) for _, e in of_type(events, "AttemptCancelled")] == [("bf-b", "ForegroundDemand")]
+    assert proc.alive, proc.tail()
+    assert cluster_invariants(kube) == []
+    assert settled_log_invariants(pg.url, schema, all_ended=False) == []
+    assert_replay_clean(pg.url, schema)

@@ -10,7 +10,7 @@ with deploy/base/rbac.yaml fails until RBAC grants it (or stops granting what is
 Custom-object methods need the plural: taken from the call's argument (a literal or a module
 constant); where it is a variable (a watcher's list call for each watched kind), every
 ``ai.flexinfer`` plural of the CRDs (deploy/crds, tests/envtest/crds) that the same module names
-as a string. List calls need ``watch`` as well when the code streams with ``watch.Watch``. The Job's ownerReference with
+as a string. List calls need ``watch`` as well when the code streams them (``watch.Watch`` or ``watch=True``). The Job's ownerReference with
 ``blockOwnerDeletion: true`` needs ``update`` on ``modelbackfills/finalizers``
 (OwnerReferencesPermissionEnforcement).
 
@@ -100,8 +100,10 @@ def _references() -> list[tuple[Path, ast.Attribute, ast.Call | None, str]]:
 
 
 def _streams_watches() -> bool:
+    """True when a list call is also made as a watch: through ``watch.Watch().stream(list_call)``
+    or with ``watch=True`` passed to the list call (the watchers read the stream themselves)."""
     text = "\n".join(p.read_text() for p in (ROOT / "backfill").rglob("*.py"))
-    return "watch.Watch(" in text and ".stream(" in text
+    return ("watch.Watch(" in text and ".stream(" in text) or "watch=True" in text
 
 
 def _crd_plurals() -> set[str]:
