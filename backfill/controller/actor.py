@@ -65,6 +65,19 @@ from .crash import crash_point
 
 log = logging.getLogger("backfill.controller.actor")
 
+
+
+def job_uid(world: World, key: tuple[str, str], job_name: str) -> str:
+    """The uid of ``key``'s Job ``job_name`` as the world knows it (its attempt's, or an
+    unexplained Job's), "" when unknown."""
+    b = world.backfills.get(key)
+    if b is None:
+        return ""
+    a = b.attempt
+    if a is not None and a.job_name == job_name:
+        return a.job_uid
+    return next((uid for name, uid in b.unexplained if name == job_name), "")
+
 FINALIZER = "modelbackfill.ai.flexinfer/finalizer"
 PLURAL = "modelbackfills"
 COMPONENT = "modelbackfill-controller"
@@ -199,6 +212,7 @@ class Actor:
         self._lock = threading.Lock()
         self._pace: dict[tuple[str, str, str], tuple[float, float]] = {}  # (verb, ns, job) -> (next allowed, pause)
         self._terminating_noted: set[tuple[str, str]] = set()  # (ns, job) whose JobTerminating Event was sent
+        self._unexplained_noted: set[tuple[str, str]] = set()  # (ns, job) whose UnexplainedJob Event was sent
         self.appended = 0
         self._decided_at: datetime | None = None
         self.statuses = StatusWriter(self.write_status, before=self.window.wait)
@@ -371,8 +385,11 @@ class Actor:
                 self.create_job(cmd.key, b.uid, cmd.attempt, cmd.job_name, world)
         elif t is DeleteJob:
             if self.due("delete", cmd.key[0], cmd.job_name):
-                self._note_terminating(cmd, world)
-                self.delete_job(cmd.key, cmd.job_name)
+                if cmd.unexplained:
+                    self._note_unexplained(cmd, world)
+                else:
+                    self._note_terminating(cmd, world)
+                self.delete_job(cmd.key, cmd.job_name, job_uid(world, cmd.key, cmd.job_name))
         elif t is SuspendJob:
             if self.due("suspend", cmd.key[0], cmd.job_name):
                 b = world.backfills.get(cmd.key)
@@ -523,13 +540,13 @@ class Actor:
         for c in cmds:
             self.due("suspend" if c.suspend else "delete", c.key[0], c.job_name)  # this is the first one
             self.window.begin()
-            self._pool.submit(self._cancel_one, c)
+            self._pool.submit(self._cancel_one, c, job_uid(world, c.key, c.job_name))
 
-    def _cancel_one(self, c: Cancel) -> None:
+    def _cancel_one(self, c: Cancel, uid: str = "") -> None:
         """One preemption DELETE, or suspend (issue 11) (a pool thread): the call, then its log
-        line and Event."""
+        line and Event. ``uid``: the Job's, when the world knows it (for a 404's JobDeleted)."""
         try:
-            error = self._try_delete(c)
+            error = self._try_delete(c, uid)
         finally:
             self.window.end()
         ns, name = c.key
@@ -544,6 +561,21 @@ class Actor:
         else:
             log.info(f"cancelled attempt {c.attempt} ({c.reason}): {c.message}", extra=extra)
             self._event(ns, name, c.uid, c.reason, f"cancelled Job {c.job_name}: {c.message}", "Warning")
+
+    def _note_unexplained(self, cmd: DeleteJob, world: World) -> None:
+        """Say once per Job (a warning log line and a Warning Event) that a Job the
+        ModelBackfill owns is deleted because no logged attempt explains it."""
+        with self._lock:
+            if (cmd.key[0], cmd.job_name) in self._unexplained_noted:
+                return
+            self._unexplained_noted.add((cmd.key[0], cmd.job_name))
+        b = world.backfills.get(cmd.key)
+        message = (
+            f"Job {cmd.job_name} is owned by this ModelBackfill but is not in the event log (another controller, "
+            "or a database restored from an older backup?): deleting it; nothing is admitted until it is gone"
+        )
+        log.warning(message, extra={"backfill": f"{cmd.key[0]}/{cmd.key[1]}", "position": world.position, "decision": "DeleteJob"})
+        self._event(cmd.key[0], cmd.key[1], b.uid if b is not None else "", "UnexplainedJob", message, "Warning")
 
     def _note_terminating(self, cmd: DeleteJob, world: World) -> None:
         """One Warning Event per Job that a finalizer holds after its delete (``JobTerminating``)."""
@@ -562,18 +594,19 @@ class Actor:
             "Warning",
         )
 
-    def _try_delete(self, cmd: Cancel) -> str | None:
+    def _try_delete(self, cmd: Cancel, uid: str = "") -> str | None:
         try:
             if cmd.suspend:
                 self.suspend_job(cmd.key, cmd.job_name, True)
             else:
-                self.delete_job(cmd.key, cmd.job_name)
+                self.delete_job(cmd.key, cmd.job_name, uid)
             return None
         except Exception as exc:  # noqa: BLE001 - re-issued by the next decide (DeleteJob)
             return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 
-    def delete_job(self, key: tuple[str, str], job_name: str) -> None:
-        """Delete the Job with ``propagationPolicy=Background``; a 404 observes ``JobDeleted``."""
+    def delete_job(self, key: tuple[str, str], job_name: str, uid: str = "") -> None:
+        """Delete the Job with ``propagationPolicy=Background``; a 404 observes ``JobDeleted``
+        (with ``uid``, the Job's uid when known: the same idempotency key as the watch's)."""
         ns, name = key
         self._guard()
         try:
@@ -586,7 +619,7 @@ class Actor:
         except ApiException as exc:
             if exc.status != 404:
                 raise
-            self._observed(ev.JobDeleted(at=self.clock(), namespace=ns, backfill=name, name=job_name))
+            self._observed(ev.JobDeleted(at=self.clock(), namespace=ns, backfill=name, name=job_name, uid=uid))
 
     def _delete_call(self, ns: str, job_name: str) -> None:
         """One DELETE of a Job (Background propagation, ``delete_timeout`` seconds). The answer is

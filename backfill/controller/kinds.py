@@ -90,8 +90,8 @@ def _job_vanished(ns: str, name: str, uid: str, now: datetime, rv: str) -> Pair:
 
 
 def _known_jobs(world: World) -> list[Known]:
-    """Live attempts whose Job was observed, and suspended ones (their Job still exists, issue
-    11), as (namespace, "backfill/job", job uid)."""
+    """Live attempts whose Job was observed, suspended ones (their Job still exists, issue 11)
+    and the unexplained Jobs being deleted, as (namespace, "backfill/job", job uid)."""
     out = [
         (ns, f"{name}/{a.job_name}", a.job_uid)
         for (ns, name), a in world.live.items()
@@ -101,6 +101,7 @@ def _known_jobs(world: World) -> list[Known]:
         a = b.attempt
         if a is not None and a.suspended:
             out.append((ns, f"{name}/{a.job_name}", a.job_uid))
+        out.extend((ns, f"{name}/{job}", uid) for job, uid in b.unexplained)
     return out
 
 

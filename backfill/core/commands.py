@@ -65,10 +65,12 @@ class Cancel:
 
 @dataclass(frozen=True, slots=True)
 class DeleteJob:
-    """Re-issue the delete of a cancelled attempt's Job (NotFound counts as done)."""
+    """Re-issue the delete of a cancelled attempt's Job (NotFound counts as done), or with
+    ``unexplained``, delete a Job the ModelBackfill owns that no logged attempt explains."""
 
     key: Key
     job_name: str
+    unexplained: bool = False
 
 
 @dataclass(frozen=True, slots=True)

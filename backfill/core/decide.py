@@ -46,6 +46,7 @@ from .verdict import (
     SUSPEND_REASONS,
     SUSPENDED,
     SUSPENDED_PHASE,
+    UNEXPLAINED_JOB,
     WAITING,
     Verdict,
 )
@@ -82,6 +83,33 @@ def _idle_since(world: World, m: ModelState, now: datetime) -> tuple[datetime, i
 
 def evaluate(world: World, key: Key, now: datetime, reserved: dict | None = None) -> Verdict | None:
     """The verdict for one backfill at ``now`` (UTC); None if it is unknown or gone.
+
+    Jobs the ModelBackfill owns that its logged attempts do not explain
+    (:attr:`~backfill.core.state.BackfillState.unexplained`) are deleted whatever the verdict
+    (a ``DeleteJob`` each, re-checked every second until they are observed gone), and an
+    admission or resume due meanwhile waits with reason ``UnexplainedJob`` (fail-closed).
+    See :func:`_evaluate` for the rest.
+    """
+    v = _evaluate(world, key, now, reserved)
+    if v is None:
+        return None
+    jobs = world.backfills[key].unexplained
+    if not jobs:
+        return v
+    deletes = tuple(DeleteJob(key, name, True) for name, _ in jobs)
+    recheck = plus_seconds(now, CANCEL_RECHECK_SECONDS)
+    wake = recheck if v.wake_at is None or v.wake_at > recheck else v.wake_at
+    names = ", ".join(name for name, _ in jobs)
+    if any(isinstance(c, (Admit, Resume)) for c in v.commands):
+        kept = tuple(c for c in v.commands if not isinstance(c, (Admit, Resume)))
+        message = f"Job {names} of this ModelBackfill is not in the event log (another controller, or a restored database?): deleting it before any admission"
+        return Verdict(WAITING, UNEXPLAINED_JOB, message, kept + deletes, wake, v.idle_since, v.next_run)
+    return Verdict(v.phase, v.reason, v.message, v.commands + deletes, wake, v.idle_since, v.next_run)
+
+
+def _evaluate(world: World, key: Key, now: datetime, reserved: dict | None = None) -> Verdict | None:
+    """The verdict for one backfill at ``now`` (UTC), its unexplained Jobs aside; None if it is
+    unknown or gone.
 
     A live attempt is asked every cancelling condition of
     :data:`~backfill.core.conditions.CONDITIONS` in order (the first that holds cancels it); a

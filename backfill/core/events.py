@@ -212,7 +212,11 @@ class _JobEvent(_Event):
         return f"backfill/{self.namespace}/{self.backfill}"
 
     def natural_key(self) -> str | None:
-        return f"job/{self.namespace}/{self.name}/{self.type}"
+        # The Job's uid is part of it: a Job deleted and created again under the same name (by
+        # someone else, or a create that landed after its cancel's delete) is another Job, and
+        # its facts must reach the log (fold._unexplained). No uid: the name alone.
+        base = f"job/{self.namespace}/{self.name}/{self.type}"
+        return f"{base}/{self.uid}" if self.uid else base
 
 
 class JobCreated(_JobEvent):

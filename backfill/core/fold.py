@@ -352,10 +352,42 @@ def _fold_cronjob_missing(w: World, e: ev.CronJobMissing, pos: int) -> World:
 
 
 def _job_attempt(w: World, e: ev._JobEvent) -> tuple[BackfillState, Attempt] | None:
+    """The backfill and its current attempt when ``e`` is about that attempt's Job, else None
+    (the handlers then fold it as a possibly unexplained Job, :func:`_unexplained`). Once the
+    attempt has ended, only the Job object it had (its uid) is its Job: another Job under the
+    same name (created again after the attempt's was deleted) is not, nor is the end of one."""
     b = w.backfills.get((e.namespace, e.backfill))
     if b is None or b.attempt is None or b.attempt.job_name != e.name:
-        return None  # not a Job of ours (or of an older incarnation): nothing to fold
-    return b, b.attempt
+        return None
+    a = b.attempt
+    if a.lifecycle in LIVE or a.lifecycle == SUSPENDED:
+        return b, a
+    if isinstance(e, _JOB_OVER) or e.uid != a.job_uid:
+        return None
+    return b, a
+
+
+#: Job observations that say the Job no longer runs anything of its own accord.
+_JOB_OVER = (ev.JobSucceeded, ev.JobFailed, ev.JobDeleted)
+
+
+def _unexplained(w: World, e: ev._JobEvent, pos: int) -> World:
+    """A Job owned by a known ModelBackfill that none of its logged attempts explains (its name
+    is not the current attempt's: another controller on another log, a database restored from
+    an older backup, an older incarnation's Job): while it exists and has not ended it is
+    listed in :attr:`BackfillState.unexplained`, and ``decide`` deletes it and admits nothing
+    for that ModelBackfill meanwhile (fail-closed: admit only what the log can explain)."""
+    b = w.backfills.get((e.namespace, e.backfill))
+    if b is None:
+        return _at(w, pos)  # not a known backfill's
+    listed = any(name == e.name for name, _ in b.unexplained)
+    if isinstance(e, _JOB_OVER):
+        if not listed:
+            return _at(w, pos)
+        return _put_backfill(w, b._replace(unexplained=tuple(j for j in b.unexplained if j[0] != e.name)), pos)
+    if listed:
+        return _at(w, pos)
+    return _put_backfill(w, b._replace(unexplained=tuple(sorted((*b.unexplained, (e.name, e.uid))))), pos)
 
 
 def _end(b: BackfillState, a: Attempt, at: datetime, result: str, reason: str, pos: int) -> BackfillState:
@@ -370,7 +402,7 @@ def _end(b: BackfillState, a: Attempt, at: datetime, result: str, reason: str, p
 def _fold_job_created(w: World, e: ev.JobCreated, pos: int) -> World:
     found = _job_attempt(w, e)
     if found is None:
-        return _at(w, pos)
+        return _unexplained(w, e, pos)
     b, a = found
     if a.created_at is not None or not a.live:
         return _at(w, pos)
@@ -381,7 +413,7 @@ def _fold_job_created(w: World, e: ev.JobCreated, pos: int) -> World:
 def _fold_job_running(w: World, e: ev.JobRunning, pos: int) -> World:
     found = _job_attempt(w, e)
     if found is None:
-        return _at(w, pos)
+        return _unexplained(w, e, pos)
     b, a = found
     if a.started_at is not None or not a.live:
         return _at(w, pos)
@@ -396,7 +428,9 @@ def _fold_job_running(w: World, e: ev.JobRunning, pos: int) -> World:
 
 def _fold_job_succeeded(w: World, e: ev.JobSucceeded, pos: int) -> World:
     found = _job_attempt(w, e)
-    if found is None or not (found[1].live or found[1].suspended):
+    if found is None:
+        return _unexplained(w, e, pos)
+    if not (found[1].live or found[1].suspended):
         return _at(w, pos)
     b, a = found
     a = _progress(_ended_while_suspended(a, e.at), e.completed_indexes, e.at)
@@ -405,7 +439,9 @@ def _fold_job_succeeded(w: World, e: ev.JobSucceeded, pos: int) -> World:
 
 def _fold_job_failed(w: World, e: ev.JobFailed, pos: int) -> World:
     found = _job_attempt(w, e)
-    if found is None or not (found[1].live or found[1].suspended):
+    if found is None:
+        return _unexplained(w, e, pos)
+    if not (found[1].live or found[1].suspended):
         return _at(w, pos)
     b, a = found
     a = _ended_while_suspended(a, e.at)
@@ -415,7 +451,9 @@ def _fold_job_failed(w: World, e: ev.JobFailed, pos: int) -> World:
 
 def _fold_job_deleted(w: World, e: ev.JobDeleted, pos: int) -> World:
     found = _job_attempt(w, e)
-    if found is None or not (found[1].live or found[1].suspended):
+    if found is None:
+        return _unexplained(w, e, pos)
+    if not (found[1].live or found[1].suspended):
         return _at(w, pos)
     b, a = found
     if a.lifecycle == SUSPENDED:
@@ -469,7 +507,9 @@ def _fold_create_rejected(w: World, e: ev.JobCreateRejected, pos: int) -> World:
 
 def _fold_job_terminating(w: World, e: ev.JobTerminating, pos: int) -> World:
     found = _job_attempt(w, e)
-    if found is None or not found[1].live or found[1].terminating_since is not None:
+    if found is None:
+        return _unexplained(w, e, pos)
+    if not found[1].live or found[1].terminating_since is not None:
         return _at(w, pos)
     b, a = found
     return _put_backfill(w, b._replace(attempt=a._replace(terminating_since=e.at)), pos)
@@ -585,7 +625,9 @@ def _fold_job_suspended(w: World, e: ev.JobSuspended, pos: int) -> World:
     """The Job is observed suspended with no active pods: our suspension's segment ends
     (Suspended). A Job someone else suspends while it runs is not followed (README)."""
     found = _job_attempt(w, e)
-    if found is None or found[1].lifecycle != SUSPENDING:
+    if found is None:
+        return _unexplained(w, e, pos)
+    if found[1].lifecycle != SUSPENDING:
         return _at(w, pos)
     b, a = found
     a = _progress(a, e.completed_indexes, e.at)
@@ -601,7 +643,7 @@ def _fold_job_resumed(w: World, e: ev.JobResumed, pos: int) -> World:
     Job nobody admitted (someone else cleared ``suspend``) is suspended again (Suspending)."""
     found = _job_attempt(w, e)
     if found is None:
-        return _at(w, pos)
+        return _unexplained(w, e, pos)
     b, a = found
     if a.lifecycle == STARTING and a.segment > 1 and a.segment_started_at is None:
         at = e.at if e.at >= a.admitted_at else a.admitted_at  # whole-second stamps: not before the decision
@@ -615,7 +657,9 @@ def _fold_job_resumed(w: World, e: ev.JobResumed, pos: int) -> World:
 def _fold_job_progress(w: World, e: ev.JobProgress, pos: int) -> World:
     """More of an Indexed Job's indexes completed."""
     found = _job_attempt(w, e)
-    if found is None or not (found[1].live or found[1].suspended):
+    if found is None:
+        return _unexplained(w, e, pos)
+    if not (found[1].live or found[1].suspended):
         return _at(w, pos)
     b, a = found
     a2 = _progress(a, e.completed_indexes, e.at)

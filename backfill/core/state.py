@@ -212,6 +212,9 @@ class BackfillState(NamedTuple):
         blocked: the last recorded (reason, message) of a Blocked decision, or None.
         finalizer_released: the controller let the object go.
         rejection: the latest refused Job create (:class:`CreateRejection`), or None.
+        unexplained: ``(job name, job uid)`` of the Jobs this ModelBackfill owns that exist,
+            have not ended, and that none of its logged attempts explains (sorted): ``decide``
+            deletes them and admits nothing meanwhile (``fold._unexplained``).
     """
 
     namespace: str
@@ -231,6 +234,7 @@ class BackfillState(NamedTuple):
     blocked: tuple[str, str] | None = None
     finalizer_released: bool = False
     rejection: CreateRejection | None = None
+    unexplained: tuple[tuple[str, str], ...] = ()
 
     @property
     def key(self) -> Key:

@@ -36,6 +36,10 @@ CREATE_RETRYING = "CreateRetrying"  # Starting: the create was refused transient
 PREEMPTION_NOT_RESUMABLE = "PreemptionNotResumable"
 #: Starting: a resume of the suspended Job was decided; ``spec.suspend: false`` is being written.
 RESUMING = "Resuming"
+#: Waiting: a Job this ModelBackfill owns exists that its logged attempts do not explain (another
+#: controller on another log, a database restored from an older backup); it is deleted, and
+#: nothing is admitted until it is gone (fail-closed).
+UNEXPLAINED_JOB = "UnexplainedJob"
 
 IDLE_WINDOW_MESSAGE = "waiting for a continuous idle window"
 

@@ -145,11 +145,11 @@ def test_jobs():
     assert t.job("ADDED", _job(labelled=False), NOW) == []
     common = dict(namespace="ns", backfill="mbf", name="mbf-abcdef-1", uid="j1")
     created = datetime(2026, 1, 2, 3, tzinfo=timezone.utc)
-    assert t.job("ADDED", _job(), NOW) == [(ev.JobCreated(at=created, **common), "job/ns/mbf-abcdef-1/JobCreated")]
+    assert t.job("ADDED", _job(), NOW) == [(ev.JobCreated(at=created, **common), "job/ns/mbf-abcdef-1/JobCreated/j1")]
     running = t.job("MODIFIED", _job({"startTime": "2026-01-02T03:00:01Z", "active": 1}), NOW)
     assert running[1] == (
         ev.JobRunning(at=created + timedelta(seconds=1), **common),
-        "job/ns/mbf-abcdef-1/JobRunning",
+        "job/ns/mbf-abcdef-1/JobRunning/j1",
     )
     done = t.job(
         "MODIFIED",
@@ -164,7 +164,7 @@ def test_jobs():
         NOW,
     )
     assert failed[-1][0] == ev.JobFailed(at=created + timedelta(seconds=9), reason="DeadlineExceeded", **common)
-    assert t.job("DELETED", _job(), NOW) == [(ev.JobDeleted(at=NOW, **common), "job/ns/mbf-abcdef-1/JobDeleted")]
+    assert t.job("DELETED", _job(), NOW) == [(ev.JobDeleted(at=NOW, **common), "job/ns/mbf-abcdef-1/JobDeleted/j1")]
 
 
 def test_vanished_objects_map_to_gone_events():
