@@ -154,6 +154,7 @@ class Controller:
         self._threads: list[threading.Thread] = []
         self._live = False
         self._carry: set[Key] = set()  # keys whose commands were left undone
+        self._unreadable: list[str] = []  # watched kinds that cannot be read (admissions held)
         self._runs_checkpoint = 0  # during the start-up refold: run rows up to here are stored
         self.store_error: str | None = None
         self._reading_since: float | None = None  # monotonic start of the log read in flight
@@ -178,6 +179,7 @@ class Controller:
         or while the event log does not answer (reads or appends)."""
         problems = [f"watcher {w.kind.name}: not synced" for w in self.watchers if not w.synced.is_set()]
         problems += [f"watcher {w.kind.name}: stale (nothing heard for too long)" for w in self.watchers if w.stale]
+        problems += [f"watcher {w.kind.name}: failing: {w.failing}" for w in self.watchers if w.failing is not None]
         if not self.watchers:
             problems.append("watchers not started")
         if self.store_error is not None:
@@ -502,7 +504,9 @@ class Controller:
         everything but cancels (the preemptor's); returns the commands decided.
 
         Admissions go out only while the spool has settled (nothing observed is missing from
-        the durable projection); otherwise their keys are decided again on a later pass."""
+        the durable projection) and every watched kind can be read (listed once, not stale, its
+        last call not failed: a signal that cannot be read holds starts, fail-closed); otherwise
+        their keys are decided again on a later pass."""
         keys = self.scope(keys)
         try:
             commands = decide(self.world, now, keys, status=True)
@@ -522,13 +526,25 @@ class Controller:
                 self._wake_of[c.key] = c.at
                 heapq.heappush(self._wakes, (c.at, c.key))
         todo = commands
-        if any(isinstance(c, (Admit, Resume)) for c in commands) and not self.spool.settled(self.position):
+        if any(isinstance(c, (Admit, Resume)) for c in commands) and not (self.spool.settled(self.position) and self._signals_readable()):
             # a resume is an admission (issue 11): held the same way until the log explains it
             held = {c.key for c in commands if isinstance(c, (Admit, Resume))}
             self._carry |= held
             todo = [c for c in commands if c.key not in held]
         self._carry.update(self.actor.execute(todo, self.world, now, interrupted=self.signal.is_set))
         return commands
+
+    def _signals_readable(self) -> bool:
+        """True while every watcher has listed, is not stale and its last call did not fail;
+        logs (once per change) which kind holds admissions otherwise."""
+        unreadable = sorted(w.kind.name for w in self.watchers if not w.synced.is_set() or w.stale or w.failing is not None)
+        if unreadable != self._unreadable:
+            self._unreadable = unreadable
+            if unreadable:
+                log.warning(f"admissions held: cannot read {', '.join(unreadable)} (a signal that cannot be read holds starts)")
+            else:
+                log.info("admissions resumed: every watched kind can be read again")
+        return not unreadable
 
     def _finalizers(self) -> None:
         with self._fin_lock:

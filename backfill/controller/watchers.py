@@ -102,6 +102,9 @@ class Watcher(threading.Thread):
         self.restarts = 0
         self.last_seen = time.monotonic()
         self._resp: Any = None  # the open watch response; halt_watch() shuts it down
+        #: Why the last list or watch call failed (one line), None once one succeeds: while set,
+        #: this kind's signals cannot be read and nothing is admitted (fail-closed).
+        self.failing: str | None = None
         if list_call is None:
             namespaced, cluster, args, kwargs = kind.list_functions(api)
             if namespace:
@@ -139,6 +142,7 @@ class Watcher(threading.Thread):
         while not self.stop_event.is_set():
             try:
                 rv = self.relist()
+                self.failing = None
                 backoff = self.settings.backoff_initial_seconds
                 while not self.stop_event.is_set():
                     rv = self.watch_once(rv)
@@ -151,6 +155,7 @@ class Watcher(threading.Thread):
                     log.info("watch expired (410 Gone); relisting", extra={"resource": self.kind.name})
                     self.restarts += 1
                     continue
+                self.failing = f"HTTP {exc.status} {exc.reason}"
                 log.warning(
                     f"{self.kind.name} watch failed: HTTP {exc.status} {exc.reason}; retrying in {backoff:.1f}s",
                     extra={"resource": self.kind.name},
@@ -158,6 +163,7 @@ class Watcher(threading.Thread):
             except Exception as exc:  # noqa: BLE001 - the loop must never die silently
                 if self.stop_event.is_set():
                     break
+                self.failing = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
                 log.warning(
                     f"{self.kind.name} watch failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}; "
                     f"relisting in {backoff:.1f}s",

@@ -291,3 +291,40 @@ def test_watches_that_end_early_or_are_cut_lose_nothing(fault_cluster, kube: Kub
     assert cluster_invariants(kube) == []
     assert settled_log_invariants(pg.url, schema, all_ended=False) == []
     assert_replay_clean(pg.url, schema)
+
+
+# --------------------------------------------------------------------------- a signal that cannot be read
+
+def test_nothing_is_admitted_while_a_watched_kind_cannot_be_read(fault_cluster, kube: Kube, player: JobPlayer, controllers):
+    """The GamingSession CRD is removed under a running controller, before a declaration's idle
+    window is over: gaming intent can no longer be read (the list answers 404), so nothing may
+    start (fail-closed) even when the idle window ends; /readyz says which kind fails. Once the
+    CRD is back the watcher relists and the declaration is admitted."""
+    from kubernetes import client
+
+    from tests.conftest import ENVTEST_CRD_PATHS
+
+    gaming_crd = next(p for p in ENVTEST_CRD_PATHS if "gamingsessions" in str(p))
+    pg, schema = controllers.pg, controllers.schema
+    declare(kube, [("bf", "gemma")], idle_for="4s")
+    proc = controllers().start()
+    proc.wait_ready()
+    ext = client.ApiextensionsV1Api(kube.api)
+    ext.delete_custom_resource_definition("gamingsessions.ai.flexinfer")
+    try:
+        wait_for(lambda: proc.http("/readyz")[0] == 503, timeout=10, what="/readyz 503 once GamingSessions cannot be listed")
+        status, body = proc.http("/readyz")
+        time.sleep(6)  # well past the 4 s idle window
+        jobs = [j.metadata.name for j in kube.jobs()]
+        admitted = of_type(log_events(pg.url, schema), "AttemptAdmitted")
+        held = [r for r in proc.logs() if "admissions held" in str(r.get("msg", ""))]
+    finally:
+        fault_cluster.apply_crds([gaming_crd])
+    print(f"GamingSession CRD removed: /readyz {status} {body.strip()!r}; Jobs {jobs}; log: {[r['msg'] for r in held][:1]}")
+    assert "gaming" in body and "failing" in body, body
+    assert jobs == [] and admitted == [], f"admitted while gaming intent could not be read: {jobs}"
+    assert held, "the controller did not say why nothing was admitted"
+    seconds = timed(lambda: kube.jobs() != [], timeout=20, what="the Job created once GamingSessions can be read again")
+    print(f"GamingSession CRD back: Job created {seconds:.2f} s later")
+    assert cluster_invariants(kube) == []
+    assert_replay_clean(pg.url, schema)
