@@ -53,6 +53,27 @@ def setup_logging(level: int = logging.INFO) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
+def _first_election_round(leader: Any) -> None:
+    """The first leader-election round in the foreground: a missing Lease namespace is a
+    setting error (:class:`ControllerConfigError`); any other failure is logged and the election
+    thread keeps retrying."""
+    from .leader import LeaseNamespaceMissing
+
+    log = logging.getLogger("backfill.controller")
+
+    try:
+        leader.try_acquire()
+        leader.healthy = True
+    except LeaseNamespaceMissing as exc:
+        raise ControllerConfigError(
+            f"leader election: the Lease namespace {exc.namespace!r} does not exist; create it "
+            f"(kubectl create namespace {exc.namespace}), set --lease-namespace/BACKFILL_LEASE_NAMESPACE "
+            "to an existing namespace, or run without --leader-elect"
+        ) from None
+    except Exception as exc:  # noqa: BLE001 - unreachable/forbidden: the election thread keeps retrying
+        log.warning(f"leader election: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+
+
 def _ready(controller: Any, leader: Any) -> tuple[bool, list[str]]:
     ok, problems = controller.readiness()
     if leader is not None and not (leader.is_leader() or leader.healthy):
@@ -81,7 +102,7 @@ def run(
 
     from .http import make_server, serve_in_thread
     from .kube import api_client
-    from .leader import LeaderElector, LeaseNamespaceMissing
+    from .leader import LeaderElector
     from .loop import Controller
     from .metrics import Metrics
 
@@ -106,17 +127,6 @@ def run(
             duration=settings.lease_duration_seconds,
             renew=settings.lease_renew_seconds,
         )
-        try:
-            leader.try_acquire()  # the first round in the foreground: a missing namespace is a setting error
-            leader.healthy = True
-        except LeaseNamespaceMissing as exc:
-            raise ControllerConfigError(
-                f"leader election: the Lease namespace {exc.namespace!r} does not exist; create it "
-                f"(kubectl create namespace {exc.namespace}), set --lease-namespace/BACKFILL_LEASE_NAMESPACE "
-                "to an existing namespace, or run without --leader-elect"
-            ) from None
-        except Exception as exc:  # noqa: BLE001 - unreachable/forbidden: the election thread keeps retrying
-            log.warning(f"leader election: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
     metrics = Metrics()
     controller = Controller(settings, api, events, runs, metrics, leader=leader, identity=identity)
     if ingest is None and settings.ingest_token_file is not None:
@@ -157,9 +167,13 @@ def run(
         signal.signal(signal.SIGINT, on_signal)
     serve_in_thread(server)
     try:
-        if leader is not None:
-            leader.start()
+        # The controller first refolds the log and starts its watchers and preemptor; only then
+        # does it stand for leadership: a replica that took the Lease while still refolding (a
+        # minute for millions of events without a snapshot) would cancel nothing meanwhile.
         controller.start()
+        if leader is not None:
+            _first_election_round(leader)
+            leader.start()
         log.info(f"controller started as {identity}; HTTP on {settings.metrics_address}")
         while not stop.wait(1.0):
             pass

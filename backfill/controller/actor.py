@@ -213,6 +213,13 @@ class Actor:
         self._pace: dict[tuple[str, str, str], tuple[float, float]] = {}  # (verb, ns, job) -> (next allowed, pause)
         self._terminating_noted: set[tuple[str, str]] = set()  # (ns, job) whose JobTerminating Event was sent
         self._unexplained_noted: set[tuple[str, str]] = set()  # (ns, job) whose UnexplainedJob Event was sent
+        #: Called with a backfill key when its cancel call failed (the preemptor's retry).
+        self.on_preempt_failed: Callable[[tuple[str, str]], None] | None = None
+        #: Called with ``[(position, event)]`` of the admissions and resumes just appended, before
+        #: any Job is created (the preemptor can cancel them before the loop reads them back).
+        self.on_recorded: Callable[[list[tuple[int, Any]]], None] | None = None
+        #: ``(key, attempt) -> bool``: a cancel of that attempt is in flight (no create then).
+        self.cancelled_in_memory: Callable[[tuple[str, str], int], bool] | None = None
         self.appended = 0
         self._decided_at: datetime | None = None
         self.statuses = StatusWriter(self.write_status, before=self.window.wait)
@@ -421,6 +428,7 @@ class Actor:
         records = [decision_record(c, at=self._decision_time(), basis=world.position) for c in cmds]
         self._guard()
         positions = self.append_records([encode(e, k) for e, k in records])
+        self._recorded(records, positions)
         admitted = [c for c, p in zip(cmds, positions) if p is not None]
         self.appended += len(admitted)
         if admitted:
@@ -461,6 +469,11 @@ class Actor:
         response), so the projector blocks or backs off. Only a lost lease (``NotLeader``)
         propagates."""
         ns, name = key
+        if self.cancelled_in_memory is not None and self.cancelled_in_memory(key, attempt):
+            # A cancel of this attempt is in flight (decided in memory, not yet read back): a
+            # create now could land after its delete and run through the demand.
+            log.info(f"not creating Job {job_name}: its attempt is being cancelled", extra={"backfill": f"{ns}/{name}", "decision": "CreateJob"})
+            return
         b = world.backfills.get(key)
         spec = b.spec if b is not None else None
         template = world.templates.get((ns, spec.template_ref)) if spec is not None else None
@@ -542,6 +555,57 @@ class Actor:
             self.window.begin()
             self._pool.submit(self._cancel_one, c, job_uid(world, c.key, c.job_name))
 
+    def preempt_again(self, cmds: list[Any], world: World) -> None:
+        """Re-send, on the "job-deletes" pool, the calls of cancels whose call failed
+        (``DeleteJob`` / ``SuspendJob`` from the preemptor's projection; each paced by
+        :meth:`due`); a failure asks the preemptor to retry again. Never raises, never touches
+        the store."""
+        try:
+            self._guard()
+        except NotLeader:
+            return
+        for c in cmds:
+            suspend = isinstance(c, SuspendJob)
+            if not self.due("suspend" if suspend else "delete", c.key[0], c.job_name):
+                self._preempt_failed(c.key)  # not yet: ask again after the pause
+                continue
+            self.window.begin()
+            self._pool.submit(self._again_one, c, suspend, job_uid(world, c.key, c.job_name))
+
+    def _again_one(self, c: Any, suspend: bool, uid: str) -> None:
+        try:
+            try:
+                if suspend:
+                    self.suspend_job(c.key, c.job_name, True)
+                else:
+                    self.delete_job(c.key, c.job_name, uid)
+            finally:
+                self.window.end()
+        except Exception as exc:  # noqa: BLE001
+            log.error(
+                f"{'suspending' if suspend else 'deleting'} Job {c.job_name} failed again (re-sent from memory): {_first_line(exc)}",
+                extra={"backfill": f"{c.key[0]}/{c.key[1]}", "decision": "AttemptCancelled"},
+            )
+            self._preempt_failed(c.key)
+            return
+        log.info(
+            f"{'suspended' if suspend else 'deleted'} Job {c.job_name} (a cancel re-sent from memory after its call failed)",
+            extra={"backfill": f"{c.key[0]}/{c.key[1]}", "decision": "AttemptCancelled"},
+        )
+
+    def _recorded(self, records: list[tuple[Any, str]], positions: list[int | None]) -> None:
+        hook = self.on_recorded
+        if hook is not None:
+            hook([(p, e) for (e, _), p in zip(records, positions) if p is not None])
+
+    def _preempt_failed(self, key: tuple[str, str]) -> None:
+        hook = self.on_preempt_failed
+        if hook is not None:
+            try:
+                hook(key)
+            except Exception:  # noqa: BLE001
+                pass
+
     def _cancel_one(self, c: Cancel, uid: str = "") -> None:
         """One preemption DELETE, or suspend (issue 11) (a pool thread): the call, then its log
         line and Event. ``uid``: the Job's, when the world knows it (for a 404's JobDeleted)."""
@@ -555,6 +619,7 @@ class Actor:
         extra = {"backfill": f"{ns}/{name}", "decision": "AttemptCancelled"}
         if error is not None:
             log.error(f"{'suspending' if c.suspend else 'deleting'} Job {c.job_name} failed (re-issued): {error}", extra=extra)
+            self._preempt_failed(c.key)
         if c.suspend:
             log.info(f"suspended attempt {c.attempt} segment {c.segment} ({c.reason}): {c.message}", extra=extra)
             self._event(ns, name, c.uid, c.reason, f"suspended Job {c.job_name} (completed indexes kept): {c.message}", "Warning")
@@ -663,6 +728,7 @@ class Actor:
         records = [decision_record(c, at=self._decision_time(), basis=world.position) for c in cmds]
         self._guard()
         positions = self.append_records([encode(e, k) for e, k in records])
+        self._recorded(records, positions)
         for c, p in zip(cmds, positions):
             ns, name = c.key
             if p is None:

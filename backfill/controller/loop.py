@@ -142,7 +142,13 @@ class Controller:
             status_limiter=TokenBucket(settings.api_qps, settings.api_burst),
             window=self.window,
         )
-        self.preemptor = Preemptor(lambda: self.world, self.spool, self.actor.preempt, self.is_leader, clock, scope=settings.namespace)
+        self.preemptor = Preemptor(
+            lambda: self.world, self.spool, self.actor.preempt, self.is_leader, clock, scope=settings.namespace,
+            execute_again=self.actor.preempt_again,
+        )
+        self.actor.on_preempt_failed = self.preemptor.retry
+        self.actor.on_recorded = self.preemptor.recorded
+        self.actor.cancelled_in_memory = self.preemptor.cancelling
         if leader is not None:
             fence(api, self.is_leader)  # the last check before any mutation leaves the process
         self.translator = Translator(self._known_last_active, signal_granularity=settings.foreground_signal_granularity_seconds)

@@ -37,7 +37,7 @@ import time
 from datetime import datetime
 from typing import Any, Callable, Iterable
 
-from backfill.core.commands import Cancel
+from backfill.core.commands import Cancel, DeleteJob, SuspendJob
 from backfill.core.decisions import decision_record
 from backfill.core.projector import affected, decide, fold, only_position_moved
 from backfill.core.state import Key, World
@@ -55,6 +55,9 @@ INFLIGHT_SECONDS = 60.0
 #: new observations affect *first*, then at most this many of the sweep, so a resync of 10,000
 #: backfills never holds a foreground cancel behind it (about 1 ms of deciding per chunk).
 SWEEP_CHUNK = 64
+#: Seconds before a cancel call that failed is re-decided and re-sent from memory (the actor's
+#: pacing, 1 s doubling to its maximum, applies on top).
+RETRY_SECONDS = 1.0
 
 
 class Preemptor:
@@ -66,6 +69,9 @@ class Preemptor:
         spool: where observations wait for the store, and where cancel decisions go.
         execute: ``(cancels: [Cancel], world) -> None`` deletes the Jobs (the actor), raising
             nothing.
+        execute_again: ``(commands: [DeleteJob | SuspendJob], world) -> None`` re-sends the
+            calls of cancels whose first call failed (see :meth:`retry`), raising nothing;
+            None: the reconcile loop's re-issue (needs the store) is the only one.
         can_act: the leader check (in memory; never a round trip).
         clock: aware UTC now.
         scope: decide only for backfills in this namespace (a namespaced controller); None: all.
@@ -79,8 +85,16 @@ class Preemptor:
         can_act: Callable[[], bool],
         clock: Callable[[], datetime],
         scope: str | None = None,
+        execute_again: Callable[[list[Any], World], None] | None = None,
     ) -> None:
         self._scope = scope
+        self._execute_again = execute_again
+        self._retry: dict[Key, float] = {}  # key -> monotonic time its failed cancel call is re-sent
+        self._acting = False  # could act at the last pass (leadership)
+        #: (position, event) of decisions this process appended itself (admissions, resumes)
+        #: that the durable projection has not read back yet: folded first, at their positions.
+        self._recorded: list[tuple[int, Any]] = []
+        self._recorded_new = False
         self._durable = durable
         self._spool = spool
         self._execute = execute
@@ -93,6 +107,7 @@ class Preemptor:
         self._sweep: list[Key] = []  # a resync's keys still to re-check, in chunks (last first)
         self._base: World | None = None
         self._opt: World = World()
+        self._floor = 0  # the durable position plus our own appends folded on it
         self._folded_seq = 0
         self._entry_at: dict[int, Entry] = {}
         self._folded: list[Entry] = []  # entries folded onto the base, in order
@@ -125,6 +140,31 @@ class Preemptor:
                 self._poked.update(keys)
         self.signal.set()
 
+    def recorded(self, pairs: list[tuple[int, Any]]) -> None:
+        """Admissions (and resumes) just appended by this process, with their log positions:
+        the optimistic projection holds them at once, so a demand right after an admission
+        cancels its Job even while the store cannot be read back (issue 8)."""
+        if not pairs:
+            return
+        with self._lock:
+            self._recorded.extend(pairs)
+            self._recorded_new = True
+        self.signal.set()
+
+    def cancelling(self, key: Key, attempt: int) -> bool:
+        """True while a cancel of ``key``'s ``attempt`` decided here is in flight (not yet shown
+        by the durable projection): its Job must not be created (again)."""
+        with self._lock:
+            return any(k == key and a == attempt for k, a, _, _ in self.inflight)
+
+    def retry(self, key: Key, after: float = RETRY_SECONDS) -> None:
+        """The cancel call (DELETE or suspend) of ``key`` failed: re-decide it in memory and
+        re-send it in ``after`` seconds (paced further by the actor), without waiting for the
+        store (a refused DELETE while PostgreSQL is away would otherwise wait for it)."""
+        with self._lock:
+            self._retry[key] = time.monotonic() + after
+        self.signal.set()
+
     def settle(self, durable: World) -> None:
         """Forget in-flight cancels the durable projection now shows (or that are too old)."""
         now = time.monotonic()
@@ -146,7 +186,12 @@ class Preemptor:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.signal.wait(1.0)
+            # Not leading: look again soon (a leadership gained is a sweep, see run_once).
+            wait = 1.0 if self._acting else 0.2
+            with self._lock:
+                if self._retry:
+                    wait = max(0.0, min(wait, min(self._retry.values()) - time.monotonic()))
+            self.signal.wait(wait)
             self.signal.clear()
             if self._stop.is_set():
                 return
@@ -165,14 +210,28 @@ class Preemptor:
 
         Returns the cancels executed (for tests)."""
         durable = self._durable()
+        mono = time.monotonic()
         with self._lock:
             keys, self._poked = self._poked, set()
             everything, self._poke_all = self._poke_all, False
-        if durable is not self._base:
-            self._base, self._opt, self._folded_seq, self._entry_at, self._folded = durable, durable, 0, {}, []
+            again = {k for k, at in self._retry.items() if at <= mono}
+            for k in again:
+                del self._retry[k]
+            rebuild = self._recorded_new
+            self._recorded_new = False
+            self._recorded = [(p, e) for p, e in self._recorded if p > durable.position]
+            recorded = sorted(self._recorded, key=lambda pe: pe[0])
+        keys |= again
+        if durable is not self._base or rebuild:
+            opt = durable
+            for p, e in recorded:  # our own appends the durable projection lacks, at their positions
+                opt = fold(opt, e, p)
+                keys.update(affected(opt, e))
+            self._base, self._opt, self._folded_seq, self._entry_at, self._folded = durable, opt, 0, {}, []
+            self._floor = opt.position
         opt = self._opt
         for entry in self._spool.unfolded(durable.position, self._folded_seq):
-            pos = opt.position + 1 if opt.position >= durable.position else durable.position + 1
+            pos = opt.position + 1 if opt.position >= self._floor else self._floor + 1
             before = opt
             opt = fold(opt, entry.event, pos)
             self._entry_at[pos] = entry
@@ -181,12 +240,16 @@ class Preemptor:
             if not only_position_moved(before, opt):
                 keys.update(affected(opt, entry.event))
         self._opt = opt
-        if everything:
-            self._sweep = sorted(opt.backfills, reverse=True)
-        if not keys and not self._sweep:
-            return []
         if not self._can_act():
+            # Not the leader: nothing is sent. What it observed meanwhile is not lost: the
+            # optimistic projection keeps it, and leadership gained re-checks every backfill.
+            self._acting = False
             self._sweep = []
+            return []
+        if everything or not self._acting:
+            self._sweep = sorted(opt.backfills, reverse=True)
+        self._acting = True
+        if not keys and not self._sweep:
             return []
         now = self._clock()
         if self._sweep:  # the urgent keys first, then one chunk of the sweep; the rest next pass
@@ -195,11 +258,25 @@ class Preemptor:
             if self._sweep:
                 self.signal.set()
         wanted = [k for k in keys if k[0] == self._scope] if self._scope else keys
-        cancels = [
-            c
-            for c in decide(opt, now, wanted)
-            if isinstance(c, Cancel) and (c.key, c.attempt, c.segment, c.suspend) not in self.inflight
-        ]
+        decided = decide(opt, now, wanted)
+        cancels = [c for c in decided if isinstance(c, Cancel) and (c.key, c.attempt, c.segment, c.suspend) not in self.inflight]
+        if self._execute_again is not None:
+            # The re-issue of a cancel whose call failed: a Cancelling (Suspending) attempt's
+            # DeleteJob (SuspendJob). And a Job created again under the name of an attempt that
+            # ended (a create that landed after its cancel's delete): deleted at once. Other
+            # unexplained Jobs are the durable log's to judge (this projection may lack an
+            # admission another replica made).
+            # (A cancel whose decision still waits in the spool for its causes' commit shows
+            # as the same Cancel again: its call is what is re-sent.)
+            redo = [
+                (SuspendJob(c.key, c.job_name) if c.suspend else DeleteJob(c.key, c.job_name)) if isinstance(c, Cancel) else c
+                for c in decided
+                if (c.key in again and isinstance(c, (DeleteJob, SuspendJob)) and not getattr(c, "unexplained", False))
+                or (c.key in again and isinstance(c, Cancel) and (c.key, c.attempt, c.segment, c.suspend) in self.inflight)
+                or (isinstance(c, DeleteJob) and c.unexplained and _ended_attempts_name(opt, c))
+            ]  # fmt: skip
+            if redo:
+                self._execute_again(redo, opt)
         if not cancels:
             return []
         t0 = time.monotonic()
@@ -216,8 +293,8 @@ class Preemptor:
 
     def _ref(self, position: int | None, durable: World) -> Any:
         """A position of the optimistic projection as a reference the spool resolves."""
-        if position is None or position <= durable.position:
-            return position or 0
+        if position is None or position <= self._floor:
+            return position or 0  # durable, or one of our own appends (a real position)
         return self._entry_at[position]
 
     def _record(self, c: Cancel, opt: World, durable: World, now: datetime) -> None:
@@ -229,7 +306,7 @@ class Preemptor:
         # change, deletion) names the state itself, so its cause is the basis, resolved the same.
         cause = _BASIS if c.cause == opt.position else self._ref(c.cause, durable)
         folded = list(self._folded)
-        floor = durable.position
+        floor = self._floor
         deps = folded + ([cause] if isinstance(cause, Entry) else [])
 
         def make(resolve: Callable[[Any], int]) -> tuple[Any, str]:
@@ -238,3 +315,11 @@ class Preemptor:
 
         self._spool.put_decision(make, deps)
         crash_point("cancel/decision-appended")
+
+
+def _ended_attempts_name(world: World, c: DeleteJob) -> bool:
+    """True when ``c`` deletes an unexplained Job that carries the name of its backfill's
+    current, ended attempt (created again after that attempt's Job was deleted)."""
+    b = world.backfills.get(c.key)
+    a = b.attempt if b is not None else None
+    return a is not None and a.job_name == c.job_name and not a.live and not a.suspended

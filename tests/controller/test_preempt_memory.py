@@ -205,3 +205,83 @@ def test_unfolded_after_a_seq_returns_only_what_arrived_later_while_the_store_is
         assert spool.unfolded(0, later[0].seq) == []
     finally:
         spool.stop()
+
+
+def _store_before_admission() -> tuple[MemoryEventStore, World, ev.AttemptAdmitted]:
+    """The log up to the declaration (no attempt yet), and the admission the actor then appends."""
+    store = MemoryEventStore(MemoryBackend())
+    history = [
+        (ev.ModelReady(at=T0, namespace=NS, model="m", node="n1"), "ready"),
+        (ev.CronJobSeen(at=T0, namespace=NS, name="cj", job_template=TEMPLATE), "cj"),
+        (ev.BackfillApplied(at=T0, namespace=NS, name="b", uid="u1", generation=1, spec=SPEC), "applied-1"),
+    ]
+    world = World()
+    for p, (e, _) in zip(store.append([encode(e, k) for e, k in history]), history):
+        world = fold(world, e, p)
+    admitted = ev.AttemptAdmitted(
+        at=T0 + timedelta(minutes=10), namespace=NS, backfill="b", uid="u1", attempt=1, generation=1, job_name=JOB,
+        model="m", node="n1", cause=1, basis=3,
+    )
+    return store, world, admitted
+
+
+def test_an_admission_this_process_appended_is_cancellable_before_the_loop_reads_it_back():
+    """Fault breaker: PostgreSQL hung right after the admission's append; the durable projection
+    never got the attempt, so a demand cancelled nothing. The actor now hands its appends over."""
+    store, durable, admitted = _store_before_admission()
+    spool = Spool(store.append, store.positions_of, lambda: None)
+    executed: list = []
+    pre = Preemptor(lambda: durable, spool, lambda cmds, world: executed.extend(cmds), lambda: True, lambda: T0 + timedelta(minutes=11))
+    (position,) = store.append([encode(admitted, admitted.natural_key())])
+    pre.recorded([(position, admitted)])
+    pre.run_once()
+    assert pre.cancelling((NS, "b"), 1) is False
+    request = ev.ForegroundRequest(at=T0 + timedelta(minutes=11), namespace=NS, model="m", source="ingest")
+    spool.put([(request, "fg-1")])
+    cancels = pre.run_once()  # the durable projection still has no attempt
+    assert [(c.reason, c.attempt, c.job_name) for c in cancels] == [("ForegroundDemand", 1, JOB)] and executed == cancels
+    assert pre.cancelling((NS, "b"), 1) is True  # the actor creates no Job for it now
+    assert _wait(lambda: spool.backlog == 0)
+    spool.stop()
+    (cancel,) = [e for _, e in _events(store) if isinstance(e, ev.AttemptCancelled)]
+    assert cancel.basis >= position, "the cancel's basis does not hold the admission it cancels"
+    assert _audit(store).divergences == []
+
+
+def test_a_demand_seen_while_not_leading_is_cancelled_once_leadership_is_gained():
+    """Fault breaker: the standby observed the demand, took the Lease over while the store was
+    away, and cancelled nothing until the store came back."""
+    store, durable, _ = _store_with_running_attempt()
+    spool = Spool(lambda records: (_ for _ in ()).throw(ConnectionError("down")), store.positions_of, lambda: None,
+                  backoff_initial=0.01, backoff_max=0.05)  # fmt: skip
+    leading = threading.Event()
+    executed: list = []
+    pre = Preemptor(lambda: durable, spool, lambda cmds, world: executed.extend(cmds), leading.is_set, lambda: T0 + timedelta(minutes=12))
+    spool.put([(ev.ForegroundRequest(at=T0 + timedelta(minutes=12), namespace=NS, model="m", source="ingest"), "fg-1")])
+    assert pre.run_once() == [] and executed == []  # not the leader: nothing sent
+    assert pre.run_once() == []  # nothing new observed since
+    leading.set()
+    cancels = pre.run_once()  # no new observation, no durable change: leadership alone
+    assert [(c.reason, c.attempt) for c in cancels] == [("ForegroundDemand", 1)]
+    spool.stop()
+
+
+def test_a_refused_cancel_call_is_sent_again_from_memory():
+    """Fault breaker: a webhook refused the DELETE while PostgreSQL was away; only the loop's
+    re-issue (which needs the store) sent it again."""
+    store, durable, _ = _store_with_running_attempt()
+    spool = Spool(lambda records: (_ for _ in ()).throw(ConnectionError("down")), store.positions_of, lambda: None,
+                  backoff_initial=0.01, backoff_max=0.05)  # fmt: skip
+    sent_again: list = []
+    pre = Preemptor(
+        lambda: durable, spool, lambda cmds, world: None, lambda: True, lambda: T0 + timedelta(minutes=12),
+        execute_again=lambda cmds, world: sent_again.extend(cmds),
+    )  # fmt: skip
+    spool.put([(ev.ForegroundRequest(at=T0 + timedelta(minutes=12), namespace=NS, model="m", source="ingest"), "fg-1")])
+    (cancel,) = pre.run_once()
+    pre.run_once()
+    assert sent_again == []  # nothing failed yet
+    pre.retry(cancel.key, after=0.0)  # the actor: the DELETE answered 500
+    pre.run_once()
+    assert [(type(c).__name__, c.job_name) for c in sent_again] == [("DeleteJob", JOB)]
+    spool.stop()

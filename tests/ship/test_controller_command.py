@@ -7,6 +7,7 @@ namespace it reconciles the ModelBackfill (leader election is off unless asked f
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import signal
@@ -129,3 +130,9 @@ def test_leader_elect_env_holds_the_lease_and_sigterm_releases_it(kube_cluster, 
         rc, err = _stop(proc)
     assert rc == 0, err[-3000:]
     assert not holder(), "a graceful stop releases the Lease"
+    # It stands for leadership only once it can act (fault breaker: a replica that took the Lease
+    # while refolding its log cancelled nothing until the refold ended).
+    msgs = [json.loads(line).get("msg", "") for line in err.splitlines() if line.startswith("{")]
+    folded = next(i for i, m in enumerate(msgs) if m.startswith("folded the log up to position"))
+    acquired = next(i for i, m in enumerate(msgs) if m.startswith("acquired leader lease"))
+    assert folded < acquired, f"the Lease was acquired before the log was folded: {msgs[:acquired + 1]}"
