@@ -82,11 +82,27 @@ def _db_error(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+def _settings(flags: dict[str, str] | None = None, **fields: Any) -> Settings:
+    """Settings from ``BACKFILL_*`` and ``fields`` (those not None win over the environment).
+
+    ``flags`` maps a given field to the flag that set it. Raises CLIError with one line naming
+    each bad environment variable or flag and its problem (:func:`backfill.settings.describe_error`).
+    """
+    from pydantic import ValidationError
+
+    from .settings import describe_error
+
+    try:
+        return Settings(**{k: v for k, v in fields.items() if v is not None})
+    except ValidationError as exc:
+        raise CLIError(f"settings: {describe_error(exc, flags)}") from None
+
+
 def _store(database_url: str | None, schema: str, *, quiet: bool = False, probe: bool = False):
     """(url, engine) bound to ``schema`` (not migrated). The embedded server when no URL is set.
 
-    Raises CLIError (one line) for a bad schema name, a malformed URL, an embedded server that
-    cannot start or, with ``probe``, a server that does not answer.
+    Raises CLIError (one line) for a bad schema name, a bad setting, a malformed URL, an
+    embedded server that cannot start or, with ``probe``, a server that does not answer.
     """
     from sqlalchemy.exc import SQLAlchemyError
 
@@ -96,8 +112,8 @@ def _store(database_url: str | None, schema: str, *, quiet: bool = False, probe:
         validate_schema(schema)
     except ValueError as exc:
         raise CLIError(str(exc)) from None
+    settings = _settings(database_url=database_url or None)
     try:
-        settings = Settings(**({"database_url": database_url} if database_url else {}))
         url, note = resolve_database_url(settings)
         engine = make_engine(url, schema)
     except ModuleNotFoundError as exc:
@@ -719,7 +735,7 @@ def db_prune(
         raise CLIError(f"--export {export}: give a file in an existing directory")
     url, probe_engine = _store(database_url, schema, probe=True)
     probe_engine.dispose()
-    settings = Settings(**({"database_url": database_url} if database_url else {}))
+    settings = _settings(database_url=database_url or None)
     engine = make_engine(url, schema, timeouts=False, poolclass=NullPool)  # an export may take long
     try:
         fairy = engine.raw_connection()
@@ -785,15 +801,10 @@ def controller(
     schema: str = typer.Option("backfill", "--schema", envvar="BACKFILL_SCHEMA", help="PostgreSQL schema."),
 ) -> None:
     """Run the Kubernetes controller (settings from BACKFILL_* and these flags)."""
-    from pydantic import ValidationError
-
-    flags = dict(kubeconfig=kubeconfig, namespace=namespace, database_url=database_url, metrics_address=metrics_address,
+    given = dict(kubeconfig=kubeconfig, namespace=namespace, database_url=database_url, metrics_address=metrics_address,
                  leader_elect=leader_elect, lease_name=lease_name, lease_namespace=lease_namespace)
-    try:
-        settings = Settings(**{k: v for k, v in flags.items() if v is not None})
-    except ValidationError as exc:
-        e = exc.errors()[0]
-        raise CLIError(f"settings: {'.'.join(str(x) for x in e['loc'])}: {e['msg']}") from None
+    flags = {k: "--" + k.replace("_", "-") for k, v in given.items() if v is not None}
+    settings = _settings(flags, **given)
     from .controller import run
     from .controller.kube import KubeConfigError, api_client
     from .store import upgrade

@@ -16,8 +16,8 @@ HUGE = "9" * 400 + "h"
 CLOSED = "postgresql://u:p@127.0.0.1:1/db"
 
 
-def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "BACKFILL_DATABASE_URL"}
+def _run(args: list[str], cwd: Path, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BACKFILL_")} | (extra_env or {})
     return subprocess.run(
         [sys.executable, "-c", "import sys; from backfill.cli import main; sys.exit(main(sys.argv[1:]))", *args],
         cwd=cwd, env=env, capture_output=True, text=True, timeout=30,
@@ -114,3 +114,47 @@ def test_plot_reports_the_file_it_wrote(traces, target):
         assert m and Path(m.group(1)).is_file(), p.stderr
     else:
         _assert_one_line_error(p)
+
+
+# Every command that reads Settings (a database command or the controller). A bad setting used
+# to end as "database: 1 validation error for Settings" (the first line of pydantic's message).
+SETTINGS_COMMANDS = [
+    ["runs"], ["replay"], ["simulate", "--days", "0.1"], ["db", "upgrade"], ["db", "prune", "--before", "2026-01-01"],
+    ["db", "url"], ["db", "shell"], ["recommend", "--backfill", "ns/bf"], ["controller"],
+]
+BAD_NUMBER = "Input should be a valid number, unable to parse string as a number"
+
+
+@pytest.mark.parametrize("args", SETTINGS_COMMANDS, ids=" ".join)
+def test_a_bad_setting_names_its_variable_and_problem_in_every_command(tmp_path, args):
+    p = _run(args, tmp_path, {"BACKFILL_RESYNC_SECONDS": "abc"})
+    if args == ["db", "shell"] and "psql is not installed" in p.stderr:
+        pytest.skip("db shell checks for psql first")
+    _assert_one_line_error(p)
+    assert p.returncode == 2
+    assert p.stderr.strip() == f"backfill: error: settings: BACKFILL_RESYNC_SECONDS: {BAD_NUMBER}"
+
+
+@pytest.mark.parametrize("args", [["runs"], ["replay"], ["db", "upgrade"], ["controller"]], ids=" ".join)
+def test_an_unreadable_database_url_file_is_named_with_its_error(tmp_path, args):
+    absent = tmp_path / "absent"
+    p = _run(args, tmp_path, {"BACKFILL_DATABASE_URL_FILE": str(absent)})
+    _assert_one_line_error(p)
+    assert p.stderr.strip() == f"backfill: error: settings: BACKFILL_DATABASE_URL_FILE: {absent}: No such file or directory"
+
+
+def test_a_model_level_check_names_every_variable_it_involves(tmp_path):
+    p = _run(["controller"], tmp_path, {"BACKFILL_TLS_CERT_FILE": str(tmp_path / "tls.crt")})
+    _assert_one_line_error(p)
+    assert p.stderr.strip() == (
+        "backfill: error: settings: BACKFILL_TLS_CERT_FILE, BACKFILL_TLS_KEY_FILE: must be set together (both or neither)"
+    )
+
+
+def test_a_bad_flag_is_named_as_the_flag_and_every_problem_is_said(tmp_path):
+    p = _run(["controller", "--metrics-address", "nowhere"], tmp_path, {"BACKFILL_API_BURST": "0"})
+    _assert_one_line_error(p)
+    assert p.stderr.strip() == (
+        "backfill: error: settings: --metrics-address: 'nowhere' is not host:port with a port from 0 to 65535; "
+        "BACKFILL_API_BURST: Input should be greater than or equal to 1"
+    )
