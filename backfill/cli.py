@@ -530,16 +530,17 @@ def replay(
     database_url: Optional[str] = DatabaseOpt,
     schema: str = typer.Option("backfill", "--schema", envvar="BACKFILL_SCHEMA", help="PostgreSQL schema of the log."),
     backfill: Optional[str] = typer.Option(None, "--backfill", help="Only decisions of NAMESPACE/NAME."),
-    since: Optional[str] = typer.Option(None, "--since", help="Only print decisions at or after this time (RFC 3339; no zone = UTC)."),
-    until: Optional[str] = typer.Option(None, "--until", help="Only print decisions before this time (RFC 3339; no zone = UTC)."),
+    since: Optional[str] = typer.Option(None, "--since", help="Only print and check decisions made at or after this time (RFC 3339; no zone = UTC)."),
+    until: Optional[str] = typer.Option(None, "--until", help="Only print and check decisions made before this time (RFC 3339; no zone = UTC)."),
     limit: int = typer.Option(50, "--limit", min=0, help="Print the most recent N trail rows (0 = none)."),
 ) -> None:
     """Re-fold the log, print the decision trail, and fail on the first divergent decision.
 
-    Without --since the whole log is folded; with it, folding starts from the newest snapshot of
-    the projection before that time (when this code version wrote one), so a decision made on a
-    state before the snapshot is reported unverifiable. --since/--until and --backfill narrow what
-    is printed and checked.
+    Every event is folded (a decision's state needs all that came before it); only the decisions
+    made inside [--since, --until) and of --backfill are printed, checked and counted. Without
+    --since folding starts at the first event; with it, from the newest snapshot of the
+    projection before that time (when this code version wrote one), so a decision made on a
+    state before the snapshot is reported unverifiable.
     """
     from .core.audit import WINDOW, Auditor
     from .core.events import EventDecodeError
@@ -553,6 +554,8 @@ def replay(
             raise CLIError("--backfill must be NAMESPACE/NAME")
         key = tuple(backfill.split("/"))
     lo, hi = _time(since, "--since"), _time(until, "--until")
+    if lo is not None and hi is not None and lo > hi:
+        raise CLIError(f"--since {rfc3339(lo)} is later than --until {rfc3339(hi)}")
     _, engine = _store(database_url, schema)
     es = EventStore(engine)
     t0 = time.perf_counter()
@@ -571,7 +574,8 @@ def replay(
             err.print(f"starting from the snapshot at position {start.position}", highlight=False)
         with paused_gc():
             try:
-                n = projection.replay(es, auditor, after=start.position if start is not None else 0)
+                window = _Window(auditor, lo, hi)
+                n = projection.replay(es, window, after=start.position if start is not None else 0)
             except EventDecodeError as exc:
                 raise CLIError(f"schema {schema}: {exc}") from None
     except Exception as exc:  # database errors: one line
@@ -586,7 +590,10 @@ def replay(
     finally:
         es.close()
     elapsed = time.perf_counter() - t0
-    trail = [t for t in auditor.trail if (lo is None or t.at >= lo) and (hi is None or t.at < hi)]
+    trail = [t for t in auditor.trail if t.position in window.inside]
+    divergences = [d for d in auditor.divergences if d.position in window.inside]
+    unverifiable = [p for p in auditor.unverifiable if p in window.inside]
+    checked = len(window.inside) - len(unverifiable)  # every decision of --backfill is checked or unverifiable
     if limit:
         table = Table(title=f"decision trail ({len(trail)} admits/cancels; the most recent {min(limit, len(trail))})")
         for c in ("position", "at", "backfill", "decision", "reason", "cause", "cause event", "s after cause"):
@@ -599,19 +606,47 @@ def replay(
         out.print(table)
     rate = n / elapsed if elapsed > 0 else 0
     err.print(
-        f"replayed {n} events in {elapsed:.2f}s ({rate:,.0f} events/s); checked {auditor.checked} decisions; "
-        f"{len(auditor.unverifiable)} unverifiable (made on a state more than {WINDOW} events older than the decision)",
+        f"replayed {n} events in {elapsed:.2f}s ({rate:,.0f} events/s); checked {checked} decisions{window.text()}; "
+        f"{len(unverifiable)} unverifiable (made on a state more than {WINDOW} events older than the decision)",
         highlight=False,
     )
-    if auditor.divergences:
-        d = auditor.divergences[0]
+    if divergences:
+        d = divergences[0]
         err.print(
             f"backfill: divergence at position {d.position}: recorded {d.recorded}; the projector derives {d.derived} "
-            f"({len(auditor.divergences)} divergent decision(s) in all)",
+            f"({len(divergences)} divergent decision(s) in all)",
             highlight=False,
         )
         raise typer.Exit(1)
     out.print("no divergence")
+
+
+class _Window:
+    """Feeds every event to an :class:`~backfill.core.audit.Auditor` (``feed_many``, as
+    :func:`backfill.store.projection.replay` calls it) and notes in ``inside`` the positions of
+    the decisions made (their ``at``) in ``[lo, hi)`` and of the auditor's backfill (all when
+    unset): the decisions replay prints, checks and counts."""
+
+    def __init__(self, auditor: Any, lo: datetime | None, hi: datetime | None) -> None:
+        from .core.events import DECISIONS
+
+        self.auditor, self.lo, self.hi = auditor, lo, hi
+        self.inside: set[int] = set()
+        self._decisions = frozenset(DECISIONS)
+
+    def feed_many(self, pairs: list) -> None:
+        lo, hi, key, decisions = self.lo, self.hi, self.auditor.backfill, self._decisions
+        for position, e in pairs:
+            if type(e) in decisions and (lo is None or e.at >= lo) and (hi is None or e.at < hi) and (
+                key is None or (e.namespace, e.backfill) == key
+            ):
+                self.inside.add(position)
+        self.auditor.feed_many(pairs)
+
+    def text(self) -> str:
+        """`` made at or after X and before Y`` (empty without a window)."""
+        parts = ([f"at or after {rfc3339(self.lo)}"] if self.lo else []) + ([f"before {rfc3339(self.hi)}"] if self.hi else [])
+        return f" made {' and '.join(parts)}" if parts else ""
 
 
 # ----------------------------------------------------------------------------- runs
