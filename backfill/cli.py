@@ -757,7 +757,8 @@ def db_prune(
 
     A partition goes only when all its events were recorded before --before, the snapshot and
     every checkpoint are at or past its last position, and it is not the one being written.
-    Stops at the first partition that is not; says why in one line when nothing was dropped.
+    Stops at the first partition that is not. When nothing can be dropped it says why in one
+    line and exits 0 (a scheduled prune has nothing to do yet); --export then writes no file.
     """
     import sqlalchemy as sa
     from sqlalchemy.pool import NullPool
@@ -793,8 +794,9 @@ def db_prune(
         raise CLIError(f"db prune: {_db_error(exc)}") from None
     finally:
         engine.dispose()
-    if not result.dropped:
-        raise CLIError(f"nothing pruned: {result.stopped}")
+    if not result.dropped:  # not an error: a scheduled prune with nothing old enough succeeds
+        out.print(f"nothing to prune in schema {schema}: {result.stopped}", highlight=False, soft_wrap=True)
+        return
     first, last = result.dropped[0].lo, result.dropped[-1].hi - 1
     exported = f", exported {result.exported:,} to {export}" if export is not None else ""
     out.print(
