@@ -98,6 +98,24 @@ def _settings(flags: dict[str, str] | None = None, **fields: Any) -> Settings:
         raise CLIError(f"settings: {describe_error(exc, flags)}") from None
 
 
+def _schema_error(exc: BaseException, schema: str) -> CLIError:
+    """The one-line CLIError for a database error while reading ``schema``; a schema without
+    the tables (never migrated) says to run ``backfill db upgrade``. Re-raises anything that is
+    not a database error."""
+    import psycopg
+    from sqlalchemy.exc import SQLAlchemyError
+
+    if not isinstance(exc, (SQLAlchemyError, psycopg.Error)):
+        raise exc
+    cause = getattr(exc, "orig", None) or exc
+    if isinstance(cause, psycopg.errors.UndefinedTable):
+        return CLIError(
+            f"schema {schema} is not migrated ({_db_error(exc)}): run `backfill db upgrade --schema {schema}` "
+            "on the same database first"
+        )
+    return CLIError(f"schema {schema}: {_db_error(exc)}")
+
+
 def _store(database_url: str | None, schema: str, *, quiet: bool = False, probe: bool = False):
     """(url, engine) bound to ``schema`` (not migrated). The embedded server when no URL is set.
 
@@ -355,11 +373,16 @@ def _int_list(text: str, what: str) -> list[int]:
     return values
 
 
-def _ns_name(text: str, what: str) -> tuple[str, str]:
-    ns, sep, name = text.partition("/")
-    if not sep or not ns or not name or "/" in name:
-        raise CLIError(f"{what} must be NAMESPACE/NAME, got {text!r}")
-    return ns, name
+def _ns_name(text: str, what: str, *, bare: bool = False) -> tuple[Any, str]:
+    """``NAMESPACE/NAME`` -> ``(namespace, name)``; with ``bare`` also ``NAME`` alone ->
+    ``(None, name)`` (any namespace). The one parser of --backfill and --model references;
+    CLIError (one line) for anything else (``a/b/c``, an empty part)."""
+    parts = text.split("/")
+    if len(parts) == 2 and all(parts):
+        return parts[0], parts[1]
+    if bare and len(parts) == 1 and parts[0]:
+        return None, parts[0]
+    raise CLIError(f"{what} must be NAMESPACE/NAME{' or NAME' if bare else ''}, got {text!r}")
 
 
 @app.command()
@@ -468,12 +491,7 @@ def _recommend_inputs(trace, fmt, models, backfill, database_url, schema) -> lis
     except EventDecodeError as exc:
         raise CLIError(f"schema {schema}: {exc}") from None
     except Exception as exc:  # database errors: one line
-        from sqlalchemy.exc import SQLAlchemyError
-        import psycopg
-
-        if isinstance(exc, (SQLAlchemyError, psycopg.Error)):
-            raise CLIError(f"schema {schema}: {_db_error(exc)}") from None
-        raise
+        raise _schema_error(exc, schema) from None
     finally:
         es.close()
 
@@ -548,11 +566,7 @@ def replay(
     from .store import EventStore
     from .store import projection
 
-    key = None
-    if backfill is not None:
-        if backfill.count("/") != 1 or not all(backfill.split("/")):
-            raise CLIError("--backfill must be NAMESPACE/NAME")
-        key = tuple(backfill.split("/"))
+    key = _ns_name(backfill, "--backfill") if backfill is not None else None
     lo, hi = _time(since, "--since"), _time(until, "--until")
     if lo is not None and hi is not None and lo > hi:
         raise CLIError(f"--since {rfc3339(lo)} is later than --until {rfc3339(hi)}")
@@ -581,12 +595,7 @@ def replay(
     except Exception as exc:  # database errors: one line
         if isinstance(exc, CLIError):
             raise
-        from sqlalchemy.exc import SQLAlchemyError
-        import psycopg
-
-        if isinstance(exc, (SQLAlchemyError, psycopg.Error)):
-            raise CLIError(f"schema {schema}: {str(exc).splitlines()[0]}") from None
-        raise
+        raise _schema_error(exc, schema) from None
     finally:
         es.close()
     elapsed = time.perf_counter() - t0
@@ -681,16 +690,13 @@ def runs(
     """Run history (one row per Job attempt; per run segment of a resumable one) with filters, as a table, CSV or JSON."""
     from .store import RunStore
 
-    ns = name = None
-    if backfill:
-        ns, _, name = backfill.rpartition("/")
-        ns = ns or None
+    ns, name = _ns_name(backfill, "--backfill", bare=True) if backfill is not None else (None, None)
     lo = _time(since, "--since")
     _, engine = _store(database_url, schema, quiet=output != OutputFormat.table)
     try:
         rows = RunStore(engine).query(namespace=ns, backfill=name, model=model, result=result.value if result else None, since=lo, limit=limit, newest=True)
-    except Exception as exc:
-        raise CLIError(f"schema {schema}: {str(exc).splitlines()[0]}") from None
+    except Exception as exc:  # database errors: one line
+        raise _schema_error(exc, schema) from None
     fields = [
         "namespace", "backfill", "model", "node", "attempt", "job_name", "job_uid", "generation", "admitted_at",
         "started_at", "ended_at", "result", "reason", "running_seconds", "deciding_position",
@@ -760,7 +766,6 @@ def db_prune(
     Stops at the first partition that is not. When nothing can be dropped it says why in one
     line and exits 0 (a scheduled prune has nothing to do yet); --export then writes no file.
     """
-    import sqlalchemy as sa
     from sqlalchemy.pool import NullPool
 
     from .store import make_engine
@@ -786,12 +791,12 @@ def db_prune(
             result = prune(conn, cut, snapshot=snapshot, code_version=version, export=export)  # type: ignore[arg-type]
         finally:
             fairy.close()
-    except (sa.exc.SQLAlchemyError, OSError) as exc:
+    except OSError as exc:
         raise CLIError(f"db prune: {_db_error(exc)}") from None
-    except Exception as exc:  # psycopg errors (lock timeout, missing tables): one line
+    except Exception as exc:  # database errors (lock timeout, missing tables): one line
         if isinstance(exc, CLIError):
             raise
-        raise CLIError(f"db prune: {_db_error(exc)}") from None
+        raise CLIError(f"db prune: {_schema_error(exc, schema)}") from None
     finally:
         engine.dispose()
     if not result.dropped:  # not an error: a scheduled prune with nothing old enough succeeds
