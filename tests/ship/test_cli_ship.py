@@ -3,6 +3,7 @@ the password, and BACKFILL_DATABASE_URL_FILE."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -96,4 +97,6 @@ def test_database_url_file_errors_are_one_line(tmp_path):
         proc = _run("controller", "--kubeconfig", str(tmp_path / "kc"), env={"BACKFILL_DATABASE_URL_FILE": str(path)})
         assert proc.returncode == 2
         lines = proc.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("backfill: error: ") and fragment in lines[0], proc.stderr
+        assert len(lines) == 1, proc.stderr
+        msg = json.loads(lines[0])["msg"]  # the controller's lines are JSON log objects
+        assert msg.startswith("backfill: error: settings: BACKFILL_DATABASE_URL_FILE: ") and fragment in msg, msg
