@@ -157,7 +157,12 @@ def _store(database_url: str | None, schema: str, *, quiet: bool = False, probe:
     return url, engine
 
 
-DatabaseOpt = typer.Option(None, "--database-url", envvar="BACKFILL_DATABASE_URL", help="PostgreSQL URL; unset: the embedded server in .backfill/pg.")
+#: The --database-url help of every command (the controller's names its variable itself).
+DATABASE_HELP = (
+    "PostgreSQL URL; unset: the one in the file BACKFILL_DATABASE_URL_FILE names, else the embedded server "
+    "in BACKFILL_DATA_DIR/pg (default .backfill/pg)."
+)
+DatabaseOpt = typer.Option(None, "--database-url", envvar="BACKFILL_DATABASE_URL", help=DATABASE_HELP)
 
 
 # ----------------------------------------------------------------------------- simulate
@@ -402,8 +407,8 @@ def recommend(
     cancel_latency: Optional[str] = typer.Option(None, "--cancel-latency", help="Demand to Job gone; default: the p95 measured in the log for --backfill, else 0s."),
     idle_for_values: str = typer.Option("1m,2m,5m,10m,15m,20m,30m,45m,1h,1h30m,2h", "--idle-for-values", help="idleFor values to simulate (comma-separated Go durations)."),
     shards: str = typer.Option("1", "--shards", help="Shard counts to simulate (comma-separated, e.g. 1,4,8)."),
-    max_waste: Optional[float] = typer.Option(0.1, "--max-waste", help="Largest wasted share of background running time, 0..1 (default 0.1)."),
-    max_preemptions_per_day: Optional[float] = typer.Option(2.0, "--max-preemptions-per-day", help="Largest preemptions per day (default 2)."),
+    max_waste: Optional[float] = typer.Option(0.1, "--max-waste", help="Largest wasted share of background running time, 0..1."),
+    max_preemptions_per_day: Optional[float] = typer.Option(2.0, "--max-preemptions-per-day", help="Largest preemptions per day."),
     max_overlap: Optional[str] = typer.Option(None, "--max-overlap", help="Largest total foreground overlap (Go duration; default: no limit)."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write the trade-off plot here (PNG, SVG, PDF)."),
     as_json: bool = typer.Option(False, "--json", help="Print the sweep and the recommendation as JSON."),
@@ -683,12 +688,12 @@ class ResultFilter(str, Enum):
 def runs(
     database_url: Optional[str] = DatabaseOpt,
     schema: str = typer.Option("backfill", "--schema", envvar="BACKFILL_SCHEMA", help="PostgreSQL schema."),
-    backfill: Optional[str] = typer.Option(None, "--backfill", help="NAMESPACE/NAME or NAME."),
+    backfill: Optional[str] = typer.Option(None, "--backfill", help="Only runs of NAMESPACE/NAME, or of NAME in any namespace."),
     model: Optional[str] = typer.Option(None, "--model", help="Only runs of this model."),
     result: Optional[ResultFilter] = typer.Option(None, "--result", help="Only runs with this result (running = not ended yet)."),
     since: Optional[str] = typer.Option(None, "--since", help="Runs admitted at or after this time (RFC 3339; no zone = UTC)."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the most recent N runs (printed oldest first)."),
-    output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o"),
+    output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o", help="Output format."),
 ) -> None:
     """Run history (one row per Job attempt; per run segment of a resumable one) with filters, as a table, CSV or JSON."""
     from .store import RunStore
@@ -738,7 +743,7 @@ def runs(
 def db_upgrade(
     database_url: Optional[str] = DatabaseOpt,
     schema: str = typer.Option("backfill", "--schema", envvar="BACKFILL_SCHEMA", help="PostgreSQL schema."),
-    revision: str = typer.Option("head", "--revision"),
+    revision: str = typer.Option("head", "--revision", help="Alembic revision to upgrade to."),
 ) -> None:
     """Apply the Alembic migrations (creates the schema if needed)."""
     from .store import current, upgrade
@@ -831,7 +836,7 @@ def controller(
     namespace: Optional[str] = typer.Option(None, "--namespace", help=_env_help("Watch only this namespace; unset: all.", "BACKFILL_NAMESPACE")),
     database_url: Optional[str] = typer.Option(
         None, "--database-url",
-        help=_env_help("PostgreSQL URL; unset: BACKFILL_DATABASE_URL_FILE, else the embedded server in .backfill/pg.", "BACKFILL_DATABASE_URL"),
+        help=_env_help(DATABASE_HELP, "BACKFILL_DATABASE_URL"),
     ),
     metrics_address: Optional[str] = typer.Option(
         None, "--metrics-address",
