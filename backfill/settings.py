@@ -7,10 +7,52 @@ Kubernetes/Go syntax (``90s``, ``30m``) where it says so.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ENV_PREFIX = "BACKFILL_"
+
+
+class SettingsCheckError(ValueError):
+    """A model-level check of :class:`Settings` that involves ``fields`` (field names); the
+    message says the problem without naming them (:func:`describe_error` names them)."""
+
+    def __init__(self, fields: tuple[str, ...], problem: str) -> None:
+        super().__init__(f"{', '.join(fields)}: {problem}")
+        self.fields = fields
+        self.problem = problem
+
+
+def env_name(field: str) -> str:
+    """The environment variable of a :class:`Settings` field: ``BACKFILL_<FIELD>``."""
+    return f"{ENV_PREFIX}{field.upper()}"
+
+
+def describe_error(exc: ValidationError, flags: Mapping[str, str] | None = None) -> str:
+    """One line naming, for every problem of a :class:`Settings` validation error, where the
+    value came from and what is wrong with it, such as
+    ``BACKFILL_RESYNC_SECONDS: Input should be a valid number, unable to parse string as a number``.
+
+    ``flags`` maps a field set by a command-line flag to that flag (``{"namespace":
+    "--namespace"}``): such a field is named by its flag, every other by its environment
+    variable. A model-level check names every field it involves (``BACKFILL_TLS_CERT_FILE,
+    BACKFILL_TLS_KEY_FILE: must be set together``). Problems are joined by ``; ``.
+    """
+    flags = flags or {}
+    parts = []
+    for e in exc.errors(include_url=False, include_input=False):
+        cause = (e.get("ctx") or {}).get("error")
+        if isinstance(cause, SettingsCheckError):
+            fields, problem = cause.fields, cause.problem
+        else:
+            fields = tuple(str(x) for x in e["loc"][:1])
+            problem = str(cause) if e["type"] == "value_error" and cause is not None else e["msg"]
+        names = ", ".join(flags.get(f) or env_name(f) for f in fields)
+        parts.append(f"{names}: {problem}" if names else problem)
+    return "; ".join(parts)
 
 
 class Settings(BaseSettings):
@@ -20,7 +62,7 @@ class Settings(BaseSettings):
     ``BACKFILL_DATABASE_URL=postgresql+psycopg://user:pw@host/db``.
     """
 
-    model_config = SettingsConfigDict(env_prefix="BACKFILL_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
 
     database_url: str | None = Field(
         default=None,
@@ -135,15 +177,16 @@ class Settings(BaseSettings):
     def _database_url_from_file(self) -> "Settings":
         """database_url unset and database_url_file set: read the URL from the file.
 
-        Raises ValueError (a one-line settings error) when the file is unreadable or empty.
+        Raises SettingsCheckError (a one-line settings error naming database_url_file) when the
+        file is unreadable or empty.
         """
         if self.database_url is None and self.database_url_file is not None:
             try:
                 text = Path(self.database_url_file).read_text().strip()
             except OSError as exc:
-                raise ValueError(f"database_url_file {self.database_url_file}: {exc.strerror or exc}") from None
+                raise SettingsCheckError(("database_url_file",), f"{self.database_url_file}: {exc.strerror or exc}") from None
             if not text:
-                raise ValueError(f"database_url_file {self.database_url_file} is empty")
+                raise SettingsCheckError(("database_url_file",), f"{self.database_url_file} is empty")
             self.database_url = text
         return self
 
@@ -158,6 +201,7 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _tls_pair(self) -> "Settings":
+        """Both TLS files or neither; SettingsCheckError naming both otherwise."""
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
-            raise ValueError("tls_cert_file and tls_key_file must be set together")
+            raise SettingsCheckError(("tls_cert_file", "tls_key_file"), "must be set together (both or neither)")
         return self

@@ -6,19 +6,23 @@ import json
 import logging
 import ssl
 import threading
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from .ingest import response_headers
+from .ingest import PATH as INGEST_PATH, response_headers
 
 log = logging.getLogger("backfill.controller.http")
 
 #: Seconds a client may take to send its request (slow clients cannot pin a thread for ever).
 REQUEST_TIMEOUT_SECONDS = 10.0
 
+
+#: The paths that answer GET and HEAD (any other method: 405).
+_GET_PATHS = ("/metrics", "/healthz", "/readyz")
 
 Probe = Callable[[], "bool | tuple[bool, list[str]]"]
 
@@ -50,8 +54,11 @@ def make_server(
     ``ready()`` answers /readyz and ``health()`` /healthz (None: always healthy); each returns a
     bool or ``(ok, problems)``: 200 ``ok`` or 503 with one problem per line in the body.
     ``ingest`` (optional) handles POST /v1/foreground through
-    ``handle(method, headers, body, client) -> (status, dict)`` and has ``max_body_bytes``;
-    without it the path is 404. With ``tls_cert`` and ``tls_key`` (PEM files) it serves HTTPS.
+    ``handle(method, headers, body, client) -> (status, dict)`` and has ``max_body_bytes``
+    (every other method on the path goes to it unread: it answers 405 with ``Allow: POST``);
+    without it the path is 404. /metrics, /healthz and /readyz answer GET and HEAD, any other
+    method 405 (``Allow: GET, HEAD``); an unknown path is 404. Every error body is JSON
+    (http.server's own error page included), never HTML. With ``tls_cert`` and ``tls_key`` (PEM files) it serves HTTPS.
 
     Raises:
         OSError: the address cannot be bound; ssl.SSLError / OSError: unusable TLS files.
@@ -65,28 +72,51 @@ def make_server(
         def log_message(self, fmt: str, *args: Any) -> None:  # quiet access log
             log.debug(fmt % args)
 
-        def _send(self, code: int, body: bytes, ctype: str) -> None:
+        def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+            """http.server's own errors (a malformed request line, an over-long header...) as JSON, never HTML."""
+            try:
+                phrase = HTTPStatus(code).phrase
+            except ValueError:
+                phrase = "error"
+            self.close_connection = True
+            error = phrase.lower().replace(" ", "_").replace("-", "_")
+            self._json(code, {"error": error, "detail": message or phrase}, {"Connection": "close"})
+
+        def _send(self, code: int, body: bytes, ctype: str, headers: dict | None = None) -> None:
             self.send_response(code)
             self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def _json(self, code: int, payload: dict, headers: dict | None = None) -> None:
-            body = json.dumps(payload).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
             for k, v in (headers or {}).items():
                 self.send_header(k, v)
             self.end_headers()
-            self.wfile.write(body)
+            if getattr(self, "command", None) != "HEAD":  # a HEAD answer has the headers of the GET one and no body
+                self.wfile.write(body)
 
-        def do_GET(self) -> None:  # noqa: N802
+        def _json(self, code: int, payload: dict, headers: dict | None = None) -> None:
+            self._send(code, json.dumps(payload).encode(), "application/json", headers)
+
+        def _unread_body(self) -> None:
+            """A request whose body is not read: close the connection after the answer (the
+            unread bytes would otherwise be taken for the next request)."""
+            if self.headers.get("Content-Length", "0").strip() not in ("", "0") or self.headers.get("Transfer-Encoding"):
+                self.close_connection = True
+
+        def _route(self) -> None:
+            """Every method but POST: GET/HEAD on the probes and /metrics, 405 (JSON, ``Allow``)
+            for any other method on a known path, 404 JSON for an unknown path."""
             path = self.path.split("?", 1)[0]
-            if path == "/metrics":
+            method = self.command
+            self._unread_body()
+            if path == INGEST_PATH and ingest is not None:
+                self._ingest(b"")  # the endpoint answers 405 (JSON, Allow: POST) before anything else
+            elif path not in _GET_PATHS:
+                self._json(404, {"error": "not found"})
+            elif method not in ("GET", "HEAD"):
+                detail = f"{method} is not allowed on {path}; use GET or HEAD"
+                self._json(405, {"error": "method_not_allowed", "detail": detail, "allow": ["GET", "HEAD"]}, {"Allow": "GET, HEAD"})
+            elif path == "/metrics":
                 self._send(200, generate_latest(registry), CONTENT_TYPE_LATEST)
-            elif path in ("/healthz", "/readyz"):
+            else:
                 ok, problems = _probe(health if path == "/healthz" else ready)
                 if ok:
                     self._send(200, b"ok\n", "text/plain")
@@ -94,13 +124,18 @@ def make_server(
                     what = "unhealthy" if path == "/healthz" else "not ready"
                     body = "\n".join([what] + problems) + "\n"
                     self._send(503, body.encode(), "text/plain")
-            else:
-                self._json(404, {"error": "not found"})
+
+        def __getattr__(self, name: str) -> Any:
+            # http.server dispatches a method M to do_M and answers an HTML 501 when there is
+            # none: route every method (PUT, DELETE, PATCH, made-up ones...) through _route.
+            if name.startswith("do_") and name != "do_POST":
+                return self._route
+            raise AttributeError(name)
 
         def do_POST(self) -> None:  # noqa: N802
             path = self.path.split("?", 1)[0]
-            if path != "/v1/foreground" or ingest is None:
-                self._json(404, {"error": "not found"})
+            if path != INGEST_PATH or ingest is None:
+                self._route()  # 404, or 405 on a GET-only path
                 return
             declared = (self.headers.get("Content-Length") or "0").strip()
             if not (declared.isascii() and declared.isdigit() and len(declared) <= 18):
@@ -116,8 +151,11 @@ def make_server(
                 self.close_connection = True
             else:
                 body = self.rfile.read(length) if length > 0 else b""
+            self._ingest(body)
+
+        def _ingest(self, body: bytes) -> None:
             try:
-                code, payload = ingest.handle("POST", dict(self.headers.items()), body, self.client_address[0])
+                code, payload = ingest.handle(self.command, dict(self.headers.items()), body, self.client_address[0])
             except Exception as exc:  # noqa: BLE001
                 log.exception(f"ingest failed: {exc}")
                 code, payload = 500, {"error": "internal error"}

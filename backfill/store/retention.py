@@ -166,7 +166,8 @@ def prune(
             controller would refold from the log).
         export: optional file; before each drop the partition's rows are appended to it
             (``COPY`` CSV, a header line when the file is new; ``COPY events FROM ... (FORMAT
-            csv, HEADER)`` loads it back).
+            csv, HEADER)`` loads it back). It is opened (created) only when there are rows to
+            export: when nothing is, it is neither created nor touched.
 
     Returns:
         a :class:`PruneResult`; ``dropped`` is empty and ``stopped`` says why when nothing
@@ -189,7 +190,7 @@ def prune(
     dropped: list[Partition] = []
     events = exported = 0
     stopped: str | None = None
-    fh = open(export, "ab") if export is not None else None  # noqa: SIM115 - closed below
+    fh = None  # the export file, opened at the first partition with rows: nothing exported, no file
     try:
         for part in parts:
             last = part.hi - 1
@@ -212,7 +213,9 @@ def prune(
                 if newest is not None and newest >= before:
                     stopped = f"partition {part.name} holds events recorded until {newest.isoformat()}, not before {before.isoformat()}"
                     break
-                if fh is not None and count:
+                if export is not None and count:
+                    if fh is None:
+                        fh = open(export, "ab")  # noqa: SIM115 - closed below
                     header = ", HEADER" if fh.tell() == 0 else ""
                     with conn.cursor() as cur, cur.copy(
                         f'COPY (SELECT position, recorded_at, type, version, stream, idempotency_key, at, data '

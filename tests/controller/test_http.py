@@ -87,3 +87,92 @@ def test_an_oversized_declared_body_is_refused_without_reading_it(tmp_path):
         assert appended == []
     finally:
         server.shutdown()
+
+
+def _endpoint(appended: list) -> IngestEndpoint:
+    return IngestEndpoint(
+        "secret", lambda records: appended.extend(records) or [1] * len(records), lambda ns, m: True,
+        lambda: None, Settings(), lambda: dt.datetime.now(dt.timezone.utc),
+    )
+
+
+def _ask(port: int, method: str, path: str, body: bytes | None = None) -> tuple[int, dict, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        conn.request(method, path, body=body, headers={"Authorization": "Bearer secret", "Content-Type": "application/json"})
+        resp = conn.getresponse()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+    finally:
+        conn.close()
+
+
+def test_every_method_but_post_on_the_ingest_path_is_405_json_with_allow_post():
+    """deploy/README.md promises 405 with a JSON body: GET answered 404 and PUT/DELETE/PATCH
+    http.server's HTML 501 page (the handler never passed them to the endpoint)."""
+    appended: list = []
+    server = make_server("127.0.0.1:0", CollectorRegistry(), ready=lambda: True, ingest=_endpoint(appended))
+    _serve(server)
+    port = server.server_address[1]
+    try:
+        for method in ("GET", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "BREW"):
+            status, headers, body = _ask(port, method, "/v1/foreground", b'{"reports": []}' if method in ("PUT", "PATCH") else None)
+            assert status == 405, (method, status, body)
+            assert headers["allow"] == "POST" and headers["content-type"] == "application/json", (method, headers)
+            payload = json.loads(body)
+            assert payload["error"] == "method_not_allowed" and method in payload["detail"], (method, payload)
+        status, headers, body = _ask(port, "HEAD", "/v1/foreground")
+        assert (status, headers["allow"], body) == (405, "POST", b"")
+        assert appended == []
+        # an unknown path stays a 404 JSON, whatever the method
+        for method in ("GET", "POST", "PUT", "DELETE", "BREW"):
+            status, headers, body = _ask(port, method, "/nope")
+            assert (status, headers["content-type"], json.loads(body)) == (404, "application/json", {"error": "not found"}), method
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_probes_and_metrics_answer_get_and_head_and_405_json_otherwise():
+    from backfill.controller.metrics import Metrics
+
+    server = make_server("127.0.0.1:0", Metrics().registry, ready=lambda: True)  # ingest disabled
+    _serve(server)
+    port = server.server_address[1]
+    try:
+        for path in ("/healthz", "/readyz", "/metrics"):
+            get_status, get_headers, get_body = _ask(port, "GET", path)
+            head_status, head_headers, head_body = _ask(port, "HEAD", path)
+            assert get_status == head_status == 200 and head_body == b"" and get_body
+            assert head_headers["content-length"] == get_headers["content-length"] or path == "/metrics"
+            for method in ("POST", "PUT", "DELETE", "PATCH", "BREW"):
+                status, headers, body = _ask(port, method, path, b"{}" if method != "BREW" else None)
+                assert status == 405 and headers["allow"] == "GET, HEAD", (path, method, status)
+                payload = json.loads(body)
+                assert payload["error"] == "method_not_allowed" and path in payload["detail"], payload
+        # a disabled ingest endpoint is 404 for every method
+        for method in ("POST", "GET", "PUT"):
+            status, _, body = _ask(port, method, "/v1/foreground", b"{}")
+            assert (status, json.loads(body)) == (404, {"error": "not found"}), method
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_http_servers_own_errors_are_json_not_html():
+    """A request line http.server cannot parse is answered by its send_error: JSON, not its HTML page."""
+    import socket
+
+    server = make_server("127.0.0.1:0", CollectorRegistry(), ready=lambda: True)
+    _serve(server)
+    try:
+        with socket.create_connection(("127.0.0.1", server.server_address[1]), timeout=5) as s:
+            s.sendall(b"GET /healthz extra HTTP/1.0\r\n\r\n")  # four words: http.server's 400
+            raw = b""
+            while chunk := s.recv(4096):
+                raw += chunk
+        head, _, body = raw.partition(b"\r\n\r\n")
+        assert head.split()[1] == b"400" and b"application/json" in head, raw
+        assert json.loads(body)["error"] == "bad_request"
+    finally:
+        server.shutdown()
+        server.server_close()

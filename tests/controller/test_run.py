@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import logging
 import threading
 import urllib.error
 import urllib.request
@@ -74,9 +76,14 @@ def test_run_wires_leader_http_and_loop(kube_cluster, kube_api, kube_namespace, 
 
 
 def test_controller_command_bad_settings(capsys, tmp_path):
+    handlers = logging.getLogger().handlers[:]
+    # the controller's lines are JSON log objects: the error is the msg of the only one
     assert main(["controller", "--kubeconfig", str(tmp_path / "missing")]) == 2
-    assert capsys.readouterr().err.strip() == f"backfill: error: kubeconfig {tmp_path / 'missing'} does not exist"
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and json.loads(err)["msg"] == f"backfill: error: kubeconfig {tmp_path / 'missing'} does not exist"
     for bad in ("nowhere", "127.0.0.1:99999", "127.0.0.1:-1", ":80x"):
         assert main(["controller", "--metrics-address", bad]) == 2
         err = capsys.readouterr().err.strip()
-        assert err.count("\n") == 0 and f"{bad!r} is not host:port with a port from 0 to 65535" in err, err
+        assert err.count("\n") == 0, err
+        assert json.loads(err)["msg"] == f"backfill: error: settings: --metrics-address: {bad!r} is not host:port with a port from 0 to 65535"
+    assert logging.getLogger().handlers == handlers  # the JSON handler is not left on the root logger

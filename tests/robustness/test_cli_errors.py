@@ -5,6 +5,7 @@ needed: every case fails before or at the first connection; the only server addr
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -16,19 +17,27 @@ HUGE = "9" * 400 + "h"
 CLOSED = "postgresql://u:p@127.0.0.1:1/db"
 
 
-def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "BACKFILL_DATABASE_URL"}
+def _run(args: list[str], cwd: Path, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BACKFILL_")} | (extra_env or {})
     return subprocess.run(
         [sys.executable, "-c", "import sys; from backfill.cli import main; sys.exit(main(sys.argv[1:]))", *args],
         cwd=cwd, env=env, capture_output=True, text=True, timeout=30,
     )
 
 
-def _assert_one_line_error(p: subprocess.CompletedProcess) -> None:
+def _assert_one_line_error(p: subprocess.CompletedProcess, controller: bool = False) -> str:
+    """The one error line (its ``msg`` for the controller, whose every line is a JSON log object)."""
     lines = [l for l in p.stderr.splitlines() if l.strip()]
     assert p.returncode not in (0, None), p.stderr
     assert "Traceback" not in p.stderr, p.stderr[-2000:]
-    assert len(lines) == 1 and lines[0].startswith("backfill: error:"), p.stderr[-2000:]
+    assert len(lines) == 1, p.stderr[-2000:]
+    line = lines[0]
+    if controller:
+        record = json.loads(line)
+        assert record["level"] == "error" and record["logger"] == "backfill.cli", record
+        line = record["msg"]
+    assert line.startswith("backfill: error:"), p.stderr[-2000:]
+    return line
 
 
 @pytest.fixture
@@ -114,3 +123,60 @@ def test_plot_reports_the_file_it_wrote(traces, target):
         assert m and Path(m.group(1)).is_file(), p.stderr
     else:
         _assert_one_line_error(p)
+
+
+# Every command that reads Settings (a database command or the controller). A bad setting used
+# to end as "database: 1 validation error for Settings" (the first line of pydantic's message).
+SETTINGS_COMMANDS = [
+    ["runs"], ["replay"], ["simulate", "--days", "0.1"], ["db", "upgrade"], ["db", "prune", "--before", "2026-01-01"],
+    ["db", "url"], ["db", "shell"], ["recommend", "--backfill", "ns/bf"], ["controller"],
+]
+BAD_NUMBER = "Input should be a valid number, unable to parse string as a number"
+
+
+@pytest.mark.parametrize("args", SETTINGS_COMMANDS, ids=" ".join)
+def test_a_bad_setting_names_its_variable_and_problem_in_every_command(tmp_path, args):
+    p = _run(args, tmp_path, {"BACKFILL_RESYNC_SECONDS": "abc"})
+    if args == ["db", "shell"] and "psql is not installed" in p.stderr:
+        pytest.skip("db shell checks for psql first")
+    line = _assert_one_line_error(p, controller=args == ["controller"])
+    assert p.returncode == 2
+    assert line == f"backfill: error: settings: BACKFILL_RESYNC_SECONDS: {BAD_NUMBER}"
+
+
+@pytest.mark.parametrize("args", [["runs"], ["replay"], ["db", "upgrade"], ["controller"]], ids=" ".join)
+def test_an_unreadable_database_url_file_is_named_with_its_error(tmp_path, args):
+    absent = tmp_path / "absent"
+    p = _run(args, tmp_path, {"BACKFILL_DATABASE_URL_FILE": str(absent)})
+    line = _assert_one_line_error(p, controller=args == ["controller"])
+    assert line == f"backfill: error: settings: BACKFILL_DATABASE_URL_FILE: {absent}: No such file or directory"
+
+
+def test_a_model_level_check_names_every_variable_it_involves(tmp_path):
+    p = _run(["controller"], tmp_path, {"BACKFILL_TLS_CERT_FILE": str(tmp_path / "tls.crt")})
+    assert _assert_one_line_error(p, controller=True) == (
+        "backfill: error: settings: BACKFILL_TLS_CERT_FILE, BACKFILL_TLS_KEY_FILE: must be set together (both or neither)"
+    )
+
+
+def test_a_bad_flag_is_named_as_the_flag_and_every_problem_is_said(tmp_path):
+    p = _run(["controller", "--metrics-address", "nowhere"], tmp_path, {"BACKFILL_API_BURST": "0"})
+    assert _assert_one_line_error(p, controller=True) == (
+        "backfill: error: settings: --metrics-address: 'nowhere' is not host:port with a port from 0 to 65535; "
+        "BACKFILL_API_BURST: Input should be greater than or equal to 1"
+    )
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["controller", "--kubeconfig", "/nonexistent/kubeconfig"], "kubeconfig /nonexistent/kubeconfig does not exist"),
+        (["controller", "--no-such-flag"], "No such option: --no-such-flag"),
+        (["controller", "--namespace", "Not_A_Label"], "settings: --namespace: String should match pattern"),
+    ],
+    ids=lambda a: " ".join(a) if isinstance(a, list) else "",
+)
+def test_the_controllers_errors_are_json_log_lines(tmp_path, args, fragment):
+    """`backfill controller` logs JSON; its own start-up lines and errors were plain text."""
+    line = _assert_one_line_error(_run(args, tmp_path), controller=True)
+    assert fragment in line, line

@@ -3,6 +3,7 @@ the password, and BACKFILL_DATABASE_URL_FILE."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -31,15 +32,23 @@ def test_version_is_the_projects():
     assert proc.returncode == 0 and proc.stdout.strip() == f"backfill {version}"
 
 
-def _help_records() -> dict[str, str]:
-    """flag -> the help text `backfill controller --help` prints for it (click's own rendering)."""
+def _commands() -> dict[str, object]:
+    """"simulate", "db upgrade", ... -> the click command."""
     import typer
 
     from backfill.cli import app
 
-    group = typer.main.get_command(app)
-    cmd = group.commands["controller"]
-    ctx = cmd.make_context("controller", [], resilient_parsing=True)
+    out: dict[str, object] = {}
+    for name, cmd in typer.main.get_command(app).commands.items():
+        subs = getattr(cmd, "commands", None)
+        out.update({f"{name} {sub}": c for sub, c in subs.items()} if subs else {name: cmd})
+    return out
+
+
+def _help_records(command: str = "controller") -> dict[str, str]:
+    """flag -> the help text `backfill COMMAND --help` prints for it (click's own rendering)."""
+    cmd = _commands()[command]
+    ctx = cmd.make_context(command, [], resilient_parsing=True)
     records = {}
     for param in cmd.get_params(ctx):
         rec = param.get_help_record(ctx)
@@ -63,6 +72,31 @@ def test_every_controller_flag_names_its_environment_variable():
     assert "/v1/foreground" in records["--metrics-address"]
     shown = " ".join(_run("controller", "--help").stdout.split())
     assert "[env var: BACKFILL_LEADER_ELECT]" in shown and "/v1/foreground" in shown
+
+
+def test_no_option_states_its_default_twice_and_every_one_has_help():
+    """`recommend --max-waste` showed "(default 0.1).  [default: 0.1]"; `runs -o` and `db upgrade
+    --revision` had no help at all."""
+    checked = 0
+    for command in _commands():
+        for flag, text in _help_records(command).items():
+            assert not text.startswith("["), f"backfill {command} {flag}: no help text: {text!r}"
+            prose, _, shown = text.partition("  [")
+            if "default: " in shown:
+                assert "default" not in prose.lower(), f"backfill {command} {flag}: the default twice: {text!r}"
+                checked += 1
+    assert checked >= 20
+
+
+def test_every_database_url_option_names_the_url_file_it_honours():
+    """simulate, replay, runs (and the db commands) read BACKFILL_DATABASE_URL_FILE, but only the
+    controller's --database-url help said so."""
+    with_db = [c for c in _commands() if "--database-url" in _help_records(c)]
+    assert {"simulate", "replay", "runs", "recommend", "controller", "db upgrade", "db prune", "db url", "db shell"} <= set(with_db)
+    for command in with_db:
+        text = _help_records(command)["--database-url"]
+        assert "BACKFILL_DATABASE_URL_FILE" in text and "[env var: BACKFILL_DATABASE_URL]" in text, (command, text)
+        assert "BACKFILL_DATA_DIR" in text, (command, text)
 
 
 @pytest.mark.parametrize("show", [False, True])
@@ -96,4 +130,6 @@ def test_database_url_file_errors_are_one_line(tmp_path):
         proc = _run("controller", "--kubeconfig", str(tmp_path / "kc"), env={"BACKFILL_DATABASE_URL_FILE": str(path)})
         assert proc.returncode == 2
         lines = proc.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("backfill: error: ") and fragment in lines[0], proc.stderr
+        assert len(lines) == 1, proc.stderr
+        msg = json.loads(lines[0])["msg"]  # the controller's lines are JSON log objects
+        assert msg.startswith("backfill: error: settings: BACKFILL_DATABASE_URL_FILE: ") and fragment in msg, msg

@@ -98,7 +98,8 @@ def test_leader_elect_with_a_missing_lease_namespace_is_one_line_with_the_fix(ku
         env=_env(pg_url, schema, BACKFILL_LEASE_NAMESPACE=missing), capture_output=True, text=True, timeout=90,
     )
     assert proc.returncode == 2, proc.stderr[-3000:]
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("backfill: error:")]
+    records = [json.loads(line) for line in proc.stderr.splitlines() if line.strip()]  # every line is JSON
+    errors = [r["msg"] for r in records if r["msg"].startswith("backfill: error:")]
     assert len(errors) == 1, proc.stderr[-3000:]
     assert f"'{missing}' does not exist" in errors[0] and f"kubectl create namespace {missing}" in errors[0]
     assert "--lease-namespace" in errors[0]
@@ -136,3 +137,45 @@ def test_leader_elect_env_holds_the_lease_and_sigterm_releases_it(kube_cluster, 
     folded = next(i for i, m in enumerate(msgs) if m.startswith("folded the log up to position"))
     acquired = next(i for i, m in enumerate(msgs) if m.startswith("acquired leader lease"))
     assert folded < acquired, f"the Lease was acquired before the log was folded: {msgs[:acquired + 1]}"
+
+
+def test_every_line_the_controller_writes_is_one_json_object(kube_cluster):
+    """The first stderr line ("using the embedded PostgreSQL server ...") was plain text while
+    the rest of the log was JSON. On the embedded server (the README's local try-out), from the
+    first line to the last after SIGTERM."""
+    import shutil
+    import tempfile
+    import time
+
+    # not under pytest's basetemp (see tests/conftest.py: pgserver needs a directory it can open up)
+    data = Path(tempfile.mkdtemp(prefix="backfill-test-embedded-"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BACKFILL_")}
+    env.update(BACKFILL_DATA_DIR=str(data), BACKFILL_METRICS_ADDRESS=f"127.0.0.1:{free_port()}")
+    proc = subprocess.Popen(
+        [BACKFILL, "controller", "--kubeconfig", kube_cluster.kubeconfig_path],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=data,
+    )
+    try:
+        lines: list[str] = []
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and proc.poll() is None:
+            line = proc.stderr.readline()
+            lines.append(line)
+            if '"controller started' in line:
+                break
+        assert proc.poll() is None, "".join(lines)[-3000:]
+    finally:
+        rc, rest = _stop(proc)
+        shutil.rmtree(data, ignore_errors=True)
+    lines = [line for line in "".join(lines).splitlines() + rest.splitlines() if line.strip()]
+    assert rc == 0, "\n".join(lines)[-3000:]
+    records = []
+    for line in lines:
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            raise AssertionError(f"not a JSON object: {line!r}") from None
+    assert all(isinstance(r, dict) and {"time", "level", "msg", "logger"} <= set(r) for r in records), records
+    assert records[0]["msg"].startswith("using the embedded PostgreSQL server with its data in "), records[0]
+    assert any(r["msg"].startswith("database schema backfill at revision ") for r in records), records
+    assert records[-1]["msg"] == "controller stopped", records[-1]

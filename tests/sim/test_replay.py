@@ -46,3 +46,55 @@ def test_replay_cli_exits_1_naming_the_first_divergent_position(pg_url, capsys):
     captured = capsys.readouterr()
     assert f"backfill: divergence at position {pos}:" in captured.err
     assert "cancel" in captured.out and "ForegroundRequest" in captured.out  # the trail names the cause
+
+
+def _checked(err: str) -> int:
+    import re
+
+    m = re.search(r"checked (\d+) decisions", err)
+    assert m, err
+    return int(m.group(1))
+
+
+def test_replay_since_until_check_and_count_only_the_decisions_inside_the_window(pg_url, capsys):
+    """--since/--until narrowed only the printed trail: every window reported every decision
+    checked, and the forged one failed a window that does not hold it."""
+    from datetime import timedelta
+
+    from backfill.core.timefmt import rfc3339
+
+    _, forged, pos = _tampered()
+    reset(pg_url, "replay_window")
+    store = EventStore(make_engine(pg_url, "replay_window"))
+    store.append([encode(e, k) for _, e, k in forged])
+    store.close()
+    at = {p: e.at for p, e, _ in forged}
+    decisions = [p for p, e, _ in forged if isinstance(e, ev.DECISIONS)]
+    assert len(decisions) >= 3 and decisions[0] < pos  # decisions before the forged one, to leave out
+    after = at[pos] + timedelta(microseconds=1)
+    base = ["replay", "--database-url", pg_url, "--schema", "replay_window", "--limit", "0"]
+
+    # a window after the forged decision: exit 0, and only the decisions at or after it counted
+    assert main(base + ["--since", rfc3339(after)]) == 0
+    assert _checked(capsys.readouterr().err) == sum(at[p] >= after for p in decisions)
+    # a window before it (until = its time): the decisions before it, no divergence
+    assert main(base + ["--until", rfc3339(at[pos])]) == 0
+    assert _checked(capsys.readouterr().err) == sum(at[p] < at[pos] for p in decisions) > 0
+    # a window holding it: the divergence, and the decisions of the window only
+    assert main(base + ["--since", rfc3339(at[pos]), "--until", rfc3339(after)]) == 1
+    captured = capsys.readouterr().err
+    assert f"backfill: divergence at position {pos}:" in captured
+    assert _checked(captured) == sum(at[pos] <= at[p] < after for p in decisions) >= 1
+    # an empty window checks nothing
+    assert main(base + ["--since", rfc3339(at[pos]), "--until", rfc3339(at[pos])]) == 0
+    assert _checked(capsys.readouterr().err) == 0
+    # the whole log: every decision
+    assert main(base) == 1
+    assert _checked(capsys.readouterr().err) == len(decisions)
+
+
+def test_replay_since_later_than_until_is_one_line(pg_url, capsys):
+    args = ["replay", "--database-url", pg_url, "--schema", "replay_window", "--since", "2026-02-01", "--until", "2026-01-01"]
+    assert main(args) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert lines == ["backfill: error: --since 2026-02-01T00:00:00Z is later than --until 2026-01-01T00:00:00Z"]

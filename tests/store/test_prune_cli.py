@@ -29,18 +29,33 @@ def _one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
     return lines[0]
 
 
-def test_prune_refuses_with_one_line_when_no_snapshot_covers_anything(pg_schema, pg_engine, capsys) -> None:
+def _nothing_line(capsys: pytest.CaptureFixture[str]) -> str:
+    captured = capsys.readouterr()
+    lines = [line for line in captured.out.splitlines() if line.strip()]
+    assert captured.err.strip() == "" and len(lines) == 1 and lines[0].startswith("nothing to prune in schema "), captured
+    return lines[0]
+
+
+def test_nothing_to_prune_exits_0_with_one_line_saying_why_and_exports_no_file(pg_schema, pg_engine, tmp_path: Path, capsys) -> None:
+    """A scheduled prune with nothing prunable used to fail (exit 2, "error: nothing pruned")
+    and leave a 0-byte --export file."""
+    _, schema = pg_schema
     store = EventStore(pg_engine, partition_size=10)
     store.append([record(f"e/{i}") for i in range(25)])
-    assert _prune(pg_schema, "--before", LATER) == 2
-    assert f"nothing pruned: no snapshot 'projection' of code version '{code_version()}'" in _one_error_line(capsys)
+    export = tmp_path / "old-events.csv"
+    assert _prune(pg_schema, "--before", LATER, "--export", str(export)) == 0
+    line = _nothing_line(capsys)
+    assert line == f"nothing to prune in schema {schema}: no snapshot 'projection' of code version '{code_version()}': nothing is covered"
+    assert not export.exists()
     store.save_snapshot("projection", 5, "another-release", b"s")  # not one this release can start from
-    assert _prune(pg_schema, "--before", LATER) == 2
-    assert "no snapshot 'projection'" in _one_error_line(capsys)
+    assert _prune(pg_schema, "--before", LATER) == 0
+    assert "no snapshot 'projection'" in _nothing_line(capsys)
     store.save_snapshot(PROJECTION, 5, code_version(), b"s")
-    assert _prune(pg_schema, "--before", LATER) == 2
-    assert "ends at position 10, after snapshot 'projection' at 5" in _one_error_line(capsys)
-    assert _prune(pg_schema, "--before", "yesterday") == 2
+    export.write_bytes(b"kept\n")  # an existing export file is left as it was
+    assert _prune(pg_schema, "--before", LATER, "--export", str(export)) == 0
+    assert "ends at position 10, after snapshot 'projection' at 5" in _nothing_line(capsys)
+    assert export.read_bytes() == b"kept\n"
+    assert _prune(pg_schema, "--before", "yesterday") == 2  # a bad argument is still an error
     assert "--before" in _one_error_line(capsys)
     assert store.count() == 25
 
@@ -58,6 +73,6 @@ def test_prune_exports_and_drops_covered_partitions_and_keeps_runs(pg_schema, pg
     assert [int(r["position"]) for r in csv.DictReader(export.open())] == list(range(1, 21))
     assert store.first_position() == 21 and store.count() == 5
     assert len(RunStore(pg_engine).query()) == 1
-    # a pinned code version with no snapshot refuses
-    assert _prune(pg_schema, "--before", LATER, "--code-version", "v2") == 2
-    assert "no snapshot 'projection' of code version 'v2'" in _one_error_line(capsys)
+    # a pinned code version with no snapshot drops nothing
+    assert _prune(pg_schema, "--before", LATER, "--code-version", "v2") == 0
+    assert "no snapshot 'projection' of code version 'v2'" in _nothing_line(capsys)

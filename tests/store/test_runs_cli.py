@@ -35,3 +35,44 @@ def test_a_table_without_resumable_rows_keeps_its_columns(pg_schema, pg_engine, 
     RunStore(pg_engine).apply([run_row("u", 1)], "runs", 1)
     assert main(["runs", "--database-url", url, "--schema", schema]) == 0
     assert "completed_indexes" not in capsys.readouterr().out
+
+
+def _one_error_line(capsys) -> str:
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("backfill: error: "), lines
+    return lines[0]
+
+
+@pytest.mark.parametrize("ref", ["a/b/c", "/bf-1", "ns/", ""])
+def test_a_malformed_backfill_reference_is_refused_as_replay_refuses_it(pg_schema, pg_engine, capsys, ref) -> None:
+    """`runs --backfill a/b/c` showed "0 run(s)" (the reference was split at its last slash)."""
+    url, schema = pg_schema
+    RunStore(pg_engine).apply([run_row("u", 1)], "runs", 1)
+    assert main(["runs", "--database-url", url, "--schema", schema, "--backfill", ref]) == 2
+    assert _one_error_line(capsys) == f"backfill: error: --backfill must be NAMESPACE/NAME or NAME, got {ref!r}"
+    if ref.count("/") != 1 or not all(ref.split("/")):  # replay, through the same parser
+        assert main(["replay", "--database-url", url, "--schema", schema, "--backfill", ref]) == 2
+        assert _one_error_line(capsys) == f"backfill: error: --backfill must be NAMESPACE/NAME, got {ref!r}"
+
+
+def test_a_backfill_reference_selects_by_name_or_namespace_and_name(pg_schema, pg_engine, capsys) -> None:
+    url, schema = pg_schema
+    row = run_row("u", 1)
+    RunStore(pg_engine).apply([row], "runs", 1)
+    for ref, expected in ((row.backfill, 1), (f"{row.namespace}/{row.backfill}", 1), (f"other/{row.backfill}", 0)):
+        assert main(["runs", "--database-url", url, "--schema", schema, "--backfill", ref, "-o", "json"]) == 0
+        import json
+
+        assert len(json.loads(capsys.readouterr().out)) == expected, ref
+
+
+@pytest.mark.parametrize("command", [["runs"], ["replay"], ["recommend", "--backfill", "ns/bf"]], ids=" ".join)
+def test_a_schema_never_migrated_says_to_run_db_upgrade(pg_url, capsys, command) -> None:
+    """`runs` before any `db upgrade` printed psycopg's raw 'relation "runs" does not exist'."""
+    schema = "never_migrated"
+    assert main([*command, "--database-url", pg_url, "--schema", schema]) == 2
+    table = "runs" if command == ["runs"] else "events"
+    assert _one_error_line(capsys) == (
+        f'backfill: error: schema {schema} is not migrated (relation "{table}" does not exist): '
+        f"run `backfill db upgrade --schema {schema}` on the same database first"
+    )
