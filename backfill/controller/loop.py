@@ -266,9 +266,13 @@ class Controller:
         return m.last_active if m is not None else None
 
     def _relist_all(self) -> None:
+        """After observations were dropped (the spool was full): every watcher lists again, and
+        the translator judges each Model's ``lastActiveTime`` against the log's, so a demand that
+        was dropped is observed (and cancels) now."""
         log.warning("observations were dropped while the store was away: relisting every watcher")
+        self.translator.forget_seen()
         for w in self.watchers:
-            w.halt_watch()
+            w.halt_watch(relist=True)
 
     # -- folding ------------------------------------------------------------------------------
 

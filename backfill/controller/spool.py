@@ -15,10 +15,12 @@ decision after them. So ``backfill replay`` sees every cancel after the events t
 with the positions it was decided on, however long the store was away.
 
 Bounds: at most ``max_records`` observations wait in memory. Past that new observations are
-dropped (decisions never are), counted in :attr:`Spool.dropped` (the metric
-``backfill_spool_dropped_total``) and logged once per episode; when the backlog has drained,
-``on_overflow_recovered`` runs (the controller relists every watcher, so the log records the
-cluster's current state again). Admissions never rely on the spool: the reconcile loop admits
+dropped (decisions never are), counted in :attr:`Spool.dropped` and logged once per episode
+(``spool full ...``; the controller exports only the seed's four metric families); a dropped
+observation cancels nothing while the store is away. When the backlog has drained,
+``on_overflow_recovered`` runs: the controller relists every watcher with the translator
+judging each Model's ``lastActiveTime`` against the log, so a dropped demand is observed, and
+cancels, then (``tests/faults/test_store_faults.py``). Admissions never rely on the spool: the reconcile loop admits
 only when it is :meth:`Spool.settled` (everything observed is durable and folded).
 
 Thread-safety: every method may be called from any thread.

@@ -95,6 +95,15 @@ class Translator:
         self._known = known_last_active
         self._lock = threading.Lock()
 
+    def forget_seen(self) -> None:
+        """Forget which ``lastActiveTime`` (and unreadable value) each Model was last seen with:
+        the next observation is judged against the log's (``known_last_active``). After
+        observations were dropped (the spool was full), a relist then offers the dropped demand
+        again instead of taking it for already seen."""
+        with self._lock:
+            self._last_active.clear()
+            self._last_unreadable.clear()
+
     # -- ModelBackfill ------------------------------------------------------------------------
 
     def backfill(self, kind: str, obj: Mapping[str, Any], now: datetime) -> list[Pair]:

@@ -105,6 +105,7 @@ class Watcher(threading.Thread):
         #: Why the last list or watch call failed (one line), None once one succeeds: while set,
         #: this kind's signals cannot be read and nothing is admitted (fail-closed).
         self.failing: str | None = None
+        self._relist_wanted = False  # halt_watch(relist=True): list again before the next watch
         if list_call is None:
             namespaced, cluster, args, kwargs = kind.list_functions(api)
             if namespace:
@@ -144,8 +145,11 @@ class Watcher(threading.Thread):
                 rv = self.relist()
                 self.failing = None
                 backoff = self.settings.backoff_initial_seconds
-                while not self.stop_event.is_set():
+                while not self.stop_event.is_set() and not self._relist_wanted:
                     rv = self.watch_once(rv)
+                if self._relist_wanted:
+                    self._relist_wanted = False
+                    continue  # list again at once
             except WatchExpired:
                 log.info("watch expired (410 Gone); relisting", extra={"resource": self.kind.name})
                 self.restarts += 1
@@ -305,8 +309,11 @@ class Watcher(threading.Thread):
         self.stop_event.set()
         self.halt_watch()
 
-    def halt_watch(self) -> None:
-        """Close the open watch connection (best effort): the loop relists and watches again."""
+    def halt_watch(self, relist: bool = False) -> None:
+        """Close the open watch connection (best effort); with ``relist``, the watcher lists
+        again before it watches again (however the closed watch ends)."""
+        if relist:
+            self._relist_wanted = True
         resp = self._resp
         if resp is not None:
             _shutdown(resp)

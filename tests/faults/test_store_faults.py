@@ -163,3 +163,41 @@ def test_counters_match_the_log_after_batches_retried_on_store_errors(kube: Kube
     assert preemptions == len([r for r in run_rows(pg.url, schema) if r.result == "preempted"])
     assert settled_log_invariants(pg.url, schema, all_ended=False) == []
     assert_replay_clean(pg.url, schema)
+
+
+def test_a_demand_dropped_by_a_full_spool_cancels_once_the_store_is_back(kube: Kube, player: JobPlayer, controllers):
+    """Fault breaker: with the spool full (20 records here), a demand observed while the store
+    was stopped was dropped and, the translator having seen its lastActiveTime, never observed
+    again: the Job ran on after the store came back and the log held no demand. Past the bound
+    observations are still dropped (memory is bounded), but once the backlog has drained every
+    watcher relists and judges lastActiveTime against the log: the dropped demand cancels then,
+    and the log explains it."""
+    pg, schema = controllers.pg, controllers.schema
+    declare(kube, [("bf", "gemma"), ("other", "llama")])
+    proc = controllers(BACKFILL_SPOOL_MAX_RECORDS="20").start()
+    proc.wait_ready()
+    job = start_running(kube, player, "bf")
+    pg.stop()
+    try:
+        from datetime import timedelta
+
+        from .harness import now_s, ts
+
+        base = now_s()
+        for i in range(30):  # fill the spool with another model's demand (each a new lastActiveTime)
+            kube.set_status("models", "llama", {"lastActiveTime": ts(base + timedelta(seconds=i + 1))})
+        wait_for(lambda: any("spool full" in str(r.get("msg", "")) for r in proc.logs()), timeout=10, what="the spool filled")
+        demand(kube, "gemma")
+        time.sleep(1.0)
+        print(f"spool full: the Job {'still runs' if kube.job(job) is not None else 'is gone'} 1 s after the dropped demand")
+    finally:
+        pg.start()
+    seconds = timed(lambda: kube.job(job) is None, timeout=30, what=f"Job {job} deleted after the store returned")
+    print(f"spool full: Job gone {seconds:.2f} s after the store returned")
+    wait_for(lambda: [e for _, e in of_type(log_events(pg.url, schema), "AttemptCancelled") if e.backfill == "bf"],
+             timeout=10, what="the cancel of bf in the log")  # fmt: skip
+    events = log_events(pg.url, schema)
+    assert [e.reason for _, e in of_type(events, "AttemptCancelled") if e.backfill == "bf"] == ["ForegroundDemand"]
+    assert [e for _, e in of_type(events, "ForegroundRequest") if e.model == "gemma"], "the dropped demand is not in the log"
+    assert cluster_invariants(kube) == []
+    assert_replay_clean(pg.url, schema)
