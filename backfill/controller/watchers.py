@@ -160,8 +160,13 @@ class Watcher(threading.Thread):
                     self.restarts += 1
                     continue
                 self.failing = f"HTTP {exc.status} {exc.reason}"
+                hint = ""
+                if exc.status == 404 and self.kind.custom:
+                    crd = f"{self.kind.plural}.ai.flexinfer"
+                    self.failing = f"CRD {crd} is not installed (HTTP 404 on list)"
+                    hint = f": the CRD {crd} is not installed (for a local try-out: kubectl apply -f tests/envtest/crds/ -f deploy/crds/)"
                 log.warning(
-                    f"{self.kind.name} watch failed: HTTP {exc.status} {exc.reason}; retrying in {backoff:.1f}s",
+                    f"{self.kind.name} watch failed: HTTP {exc.status} {exc.reason}{hint}; retrying in {backoff:.1f}s",
                     extra={"resource": self.kind.name},
                 )
             except Exception as exc:  # noqa: BLE001 - the loop must never die silently
