@@ -1,0 +1,94 @@
+"""Jobs a ModelBackfill owns that the log does not explain, on the real apiserver (a new user's
+trial: a second controller on another schema created Jobs the leader never cancelled; two Jobs
+ran on one model through foreground demand).
+
+A Job the test creates by hand with the ModelBackfill as its controller owner (as another
+controller, or one on a database restored from an older backup, would) is deleted at once,
+whatever the declaration is doing; the declaration's own Job is left alone; a Warning Event
+says why. The fixture's teardown replays the log with the auditor (no divergence).
+"""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes import client
+
+from backfill.core import events as ev
+from backfill.core.events import decode_many
+
+from .conftest import wait_for
+
+pytestmark = pytest.mark.kube
+
+
+def _foreign_job(kube, backfill: str, name: str) -> None:
+    """A Job owned by ``backfill`` (controller ownerReference, our labels) that no attempt made."""
+    mbf = kube.get("modelbackfills", backfill)
+    uid = mbf["metadata"]["uid"]
+    body = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "labels": {"modelbackfill.ai.flexinfer/name": backfill, "modelbackfill.ai.flexinfer/uid": uid},
+            "ownerReferences": [{
+                "apiVersion": "ai.flexinfer/v1alpha2", "kind": "ModelBackfill", "name": backfill, "uid": uid,
+                "controller": True, "blockOwnerDeletion": True,
+            }],
+        },
+        "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}},
+    }  # fmt: skip
+    kube.batch.create_namespaced_job(kube.ns, body)
+
+
+def _events_of(controller, cls) -> list:
+    rows = list(controller.events.read(0))
+    return [e for e in decode_many([(r.type, r.version, r.data) for r in rows]) if isinstance(e, cls)]
+
+
+def test_a_job_the_log_does_not_explain_is_deleted_and_its_own_job_is_not(kube, start_controller):
+    kube.cronjob("model-eval-gauntlet")
+    kube.model("gemma", node="node-unexplained")
+    kube.backfill("mbf", idleFor="2s")
+    controller = start_controller()
+    own = wait_for(lambda: next(iter(kube.jobs()), None), timeout=20, what="the declaration's own Job")
+    own_name = own.metadata.name
+    kube.run_job(own_name)
+    wait_for(lambda: kube.status("mbf").get("phase") == "Running", timeout=10, what="Running")
+
+    _foreign_job(kube, "mbf", "mbf-restored-7")
+    wait_for(lambda: kube.job("mbf-restored-7") is None, timeout=10, what="the unexplained Job deleted")
+    assert kube.job(own_name) is not None, "the declaration's own Job was deleted too"
+    assert kube.status("mbf").get("phase") == "Running"
+
+    core = client.CoreV1Api(kube.api)
+    warned = wait_for(
+        lambda: [e for e in core.list_namespaced_event(kube.ns).items if e.reason == "UnexplainedJob"],
+        timeout=10, what="an UnexplainedJob Event",
+    )  # fmt: skip
+    assert "mbf-restored-7" in warned[0].message and warned[0].type == "Warning"
+    created = [e.name for e in _events_of(controller, ev.JobCreated)]
+    deleted = [e.name for e in _events_of(controller, ev.JobDeleted)]
+    assert "mbf-restored-7" in created and "mbf-restored-7" in deleted  # the log holds both
+    assert not [e for e in _events_of(controller, ev.AttemptCancelled)], "its own attempt was cancelled"
+
+
+def test_nothing_is_admitted_while_an_unexplained_job_exists(kube, start_controller):
+    """The Job is held by a finalizer, so it stays (Terminating) after the controller's delete:
+    the idle window passes, yet nothing is admitted until it is gone."""
+    kube.cronjob("model-eval-gauntlet")
+    kube.model("gemma", node="node-unexplained-2")
+    kube.backfill("mbf", idleFor="2s")
+    _foreign_job(kube, "mbf", "mbf-restored-8")
+    kube.batch.patch_namespaced_job("mbf-restored-8", kube.ns, {"metadata": {"finalizers": ["test.flexinfer/hold"]}})
+    controller = start_controller()
+    wait_for(lambda: (kube.job("mbf-restored-8").metadata.deletion_timestamp is not None), timeout=10, what="the delete sent")
+    wait_for(lambda: kube.status("mbf").get("reason") == "UnexplainedJob", timeout=10, what="status reason UnexplainedJob")
+    import time
+
+    time.sleep(3)  # past the 2 s idle window
+    assert [j.metadata.name for j in kube.jobs()] == ["mbf-restored-8"], "admitted beside an unexplained Job"
+    assert not _events_of(controller, ev.AttemptAdmitted)
+    kube.batch.patch_namespaced_job("mbf-restored-8", kube.ns, {"metadata": {"finalizers": None}})
+    wait_for(lambda: [j.metadata.name for j in kube.jobs() if j.metadata.name != "mbf-restored-8"], timeout=20,
+             what="the declaration's own Job once the unexplained one is gone")  # fmt: skip
