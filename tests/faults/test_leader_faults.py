@@ -220,3 +220,34 @@ def test_leader_partitioned_from_the_apiserver(fault_cluster, kube: Kube, player
     assert settled_log_invariants(pg.url, schema, all_ended=False) == []
     assert_replay_clean(pg.url, schema)
     assert status == 503, f"the partitioned replica said it was ready: {status} {body!r}"
+
+
+def test_the_standby_cancels_with_the_store_stopped_when_the_leader_dies(kube: Kube, player: JobPlayer, controllers):
+    """Fault breaker: the leader SIGKILLed and PostgreSQL stopped; the standby observed the
+    demand while it was not leading and dropped it, and cancelled only once the store was back.
+    Now leadership gained re-checks everything it observed: the Job is gone within the lease
+    plus the cancel bound, with the store still stopped."""
+    pg, schema = controllers.pg, controllers.schema
+    declare(kube, [("bf-1", "m1")])
+    a = controllers("replica-a").start()
+    a.wait_ready()
+    wait_for(lambda: holder(kube) == "replica-a", timeout=10, what="replica-a holds the Lease")
+    b = controllers("replica-b").start()
+    b.wait_ready()
+    job = start_running(kube, player, "bf-1")
+    pg.stop()
+    try:
+        a.kill()
+        demand(kube, "m1")
+        seconds = timed(lambda: kube.job(job) is None, timeout=LEASE * 2 + CANCEL_BOUND_SECONDS,
+                        what=f"{job} deleted by the new leader while the store is stopped")  # fmt: skip
+        print(f"leader SIGKILLed, store stopped: the standby deleted {job} {seconds:.2f} s after the demand (lease {LEASE:.0f} s)")
+        assert holder(kube) == "replica-b"
+    finally:
+        pg.start()
+    wait_for(lambda: [e for _, e in of_type(log_events(pg.url, schema), "AttemptCancelled")], timeout=15,
+             what="the cancel in the log once the store is back")  # fmt: skip
+    events = log_events(pg.url, schema)
+    assert [e.reason for _, e in of_type(events, "AttemptCancelled")] == ["ForegroundDemand"]
+    assert cluster_invariants(kube) == []
+    assert_replay_clean(pg.url, schema)
