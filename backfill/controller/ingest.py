@@ -421,7 +421,7 @@ def report_foreground(
     """Send foreground reports to a controller's ingest endpoint (standard library only).
 
     Args:
-        url: the endpoint, e.g. ``http://modelbackfill.flexinfer-system:8080/v1/foreground``.
+        url: the endpoint, e.g. ``https://modelbackfill-ingest.flexinfer-system.svc:8443/v1/foreground``.
         token: the bearer token.
         reports: dicts with ``namespace``, ``model``, ``time`` (aware datetime or RFC 3339 text),
             optional ``count`` (default 1) and ``id``.
@@ -431,7 +431,9 @@ def report_foreground(
         The response body, ``{"accepted": n, "duplicates": m}``.
 
     Raises:
-        IngestClientError: the endpoint answered 4xx/5xx (``status``, ``body``, ``retry_after``).
+        IngestClientError: the endpoint answered 4xx/5xx (``status``, ``body``, ``retry_after``);
+            on a 429 or 503 with ``retry_after`` (a standby during a store outage: ``not_leader``),
+            send the same reports again after that many seconds (a duplicate is harmless).
         urllib.error.URLError: the endpoint could not be reached.
     """
     data = json.dumps({"reports": [_report_json(r) for r in reports]}).encode()
