@@ -19,6 +19,10 @@ log = logging.getLogger("backfill.controller.http")
 
 #: Seconds a client may take to send its request (slow clients cannot pin a thread for ever).
 REQUEST_TIMEOUT_SECONDS = 10.0
+#: Seconds a client may take to complete the TLS handshake; a slower or silent one is dropped.
+#: The handshake runs on the connection's own thread, never on the accept loop, so a silent
+#: client delays nobody else even before this expires.
+TLS_HANDSHAKE_TIMEOUT_SECONDS = 5.0
 
 
 #: The paths that answer GET and HEAD (any other method: 405).
@@ -48,6 +52,7 @@ def make_server(
     tls_cert: Path | None = None,
     tls_key: Path | None = None,
     health: Probe | None = None,
+    handshake_timeout: float = TLS_HANDSHAKE_TIMEOUT_SECONDS,
 ) -> ThreadingHTTPServer:
     """A ThreadingHTTPServer bound to ``host:port`` (port 0: any free port); not started.
 
@@ -58,7 +63,11 @@ def make_server(
     (every other method on the path goes to it unread: it answers 405 with ``Allow: POST``);
     without it the path is 404. /metrics, /healthz and /readyz answer GET and HEAD, any other
     method 405 (``Allow: GET, HEAD``); an unknown path is 404. Every error body is JSON
-    (http.server's own error page included), never HTML. With ``tls_cert`` and ``tls_key`` (PEM files) it serves HTTPS.
+    (http.server's own error page included), never HTML. With ``tls_cert`` and ``tls_key`` (PEM files) it serves HTTPS: the listening socket stays plain
+    and each accepted connection does its TLS handshake on its own thread, within
+    ``handshake_timeout`` seconds (else it is closed), so a client that connects and sends nothing
+    blocks neither the accept loop nor other clients. A plain-HTTP connection likewise has its own
+    thread and ``REQUEST_TIMEOUT_SECONDS`` to send its request.
 
     Raises:
         OSError: the address cannot be bound; ssl.SSLError / OSError: unusable TLS files.
@@ -161,14 +170,42 @@ def make_server(
                 code, payload = 500, {"error": "internal error"}
             self._json(code, payload, response_headers(code, payload))
 
-    server = ThreadingHTTPServer((host or "0.0.0.0", int(port)), Handler)
-    server.daemon_threads = True
     if tls_cert is not None and tls_key is not None:
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         context.load_cert_chain(str(tls_cert), str(tls_key))
-        server.socket = context.wrap_socket(server.socket, server_side=True)
+        server: ThreadingHTTPServer = _TLSServer((host or "0.0.0.0", int(port)), Handler, context, handshake_timeout)
+    else:
+        server = ThreadingHTTPServer((host or "0.0.0.0", int(port)), Handler)
+    server.daemon_threads = True
     return server
+
+
+class _TLSServer(ThreadingHTTPServer):
+    """A ThreadingHTTPServer whose connections do their TLS handshake on their own thread.
+
+    Wrapping the listening socket would run every handshake inside ``accept()`` on the accept
+    loop, with no timeout: one connection that sends nothing would stall every other client
+    (probes included) until it closed.
+    """
+
+    def __init__(self, address: tuple[str, int], handler: type, context: ssl.SSLContext, handshake_timeout: float) -> None:
+        self.context = context
+        self.handshake_timeout = handshake_timeout
+        super().__init__(address, handler)
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        """On the connection's thread: handshake within ``handshake_timeout`` s, then serve it."""
+        request.settimeout(self.handshake_timeout)
+        try:
+            tls = self.context.wrap_socket(request, server_side=True)  # handshakes now; detaches ``request``
+        except (OSError, ValueError) as exc:  # ssl.SSLError, a timeout, a reset: drop this client only
+            log.debug(f"TLS handshake with {client_address[0]} failed: {type(exc).__name__}: {exc}")
+            return  # process_request_thread closes ``request``
+        try:
+            super().finish_request(tls, client_address)  # the handler sets its own request timeout
+        finally:
+            self.shutdown_request(tls)
 
 
 def serve_in_thread(server: ThreadingHTTPServer) -> threading.Thread:

@@ -10,9 +10,10 @@ the store is away) and is appended to the log behind it.
 This module knows nothing about HTTP servers or Kubernetes: :class:`IngestEndpoint.handle` takes
 the method, headers, body and client address and returns ``(status, json_body)``. The HTTP server
 routes ``POST /v1/foreground`` to it and adds the headers :func:`response_headers` names
-(``WWW-Authenticate`` on 401, ``Retry-After`` on 429). :meth:`IngestEndpoint.handle` never
+(``WWW-Authenticate`` on 401, ``Retry-After`` on 429 and on a standby's 503). :meth:`IngestEndpoint.handle` never
 raises: every failure is a JSON ``{"error": ..., "detail": ...}`` with a 4xx (client's fault,
-nothing appended) or 503 (store or model lookup unavailable, nothing appended).
+nothing appended) or 503 (store or model lookup unavailable, nothing appended; or ``not_leader``,
+below).
 
 Request::
 
@@ -24,8 +25,14 @@ Request::
                   "time": "2026-11-30T10:00:00Z", "count": 3, "id": "router-a/123"}]}
 
 Response ``202 {"accepted": 1, "duplicates": 0}``, plus ``"spooled": n`` when ``n`` of the
-accepted reports are acted on but not yet durable (the store did not answer in time). ``id`` is optional: without it the
-idempotency key is the report's (UTC) time and count, so re-sending the same batch is harmless.
+accepted reports are acted on but not yet durable (the store did not answer in time): only the
+leader answers so, since only the leader cancels, from memory, while the store is away. A standby
+hands reports to the leader through the log alone; when the log did not take them within the wait
+it answers ``503 {"error": "not_leader", ..., "spooled": n, "retry_after_seconds": 1}`` with
+``Retry-After: 1`` (the reports stay spooled and reach the log later; the client retries, through
+the Service, until a replica that can act, the leader, or a recovered log takes them). ``id`` is
+optional: without it the idempotency key is the report's (UTC) time and count, so re-sending the
+same batch is harmless.
 
 Order of checks: method (405), rate limit per client (429), token (401), content type (415),
 body size (413), JSON and schema (400 / 422), time skew (422), unknown model (422).
@@ -62,6 +69,8 @@ __all__ = [
     "IngestEndpoint",
     "TokenBuckets",
     "IngestClientError",
+    "NotLeaderError",
+    "NOT_LEADER_RETRY_AFTER_SECONDS",
     "load_token",
     "idempotency_key",
     "response_headers",
@@ -74,6 +83,8 @@ PATH = "/v1/foreground"
 MAX_REPORTS = 1000
 #: Largest ``count`` of one report (a sanity bound, not a rate).
 MAX_COUNT = 1_000_000
+#: Seconds a client is told to wait (``Retry-After``) before retrying a standby's ``503 not_leader``.
+NOT_LEADER_RETRY_AFTER_SECONDS = 1
 _RFC3339 = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$")
 
 
@@ -183,6 +194,18 @@ class TokenBuckets:
 # --------------------------------------------------------------------------- endpoint
 
 
+class NotLeaderError(RuntimeError):
+    """Raised by an ``append`` (``Controller.ingest_append``) on a replica that is not the leader
+    when the log did not take the reports within its wait: only the leader cancels, and it learns
+    of a standby's reports through the log alone. The reports are still spooled (``spooled`` of
+    them not yet durable) and reach the log when it returns; the endpoint answers 503 with
+    ``Retry-After`` so the client retries (harmless: idempotency keys)."""
+
+    def __init__(self, spooled: int) -> None:
+        super().__init__(f"not the leader, and the event log did not take {spooled} report(s) in time")
+        self.spooled = spooled
+
+
 def load_token(path: str | Path) -> str:
     """The bearer token in ``path`` (a mounted Secret key), surrounding whitespace stripped.
 
@@ -204,7 +227,7 @@ def response_headers(status: int, body: Mapping[str, Any]) -> dict[str, str]:
     headers: dict[str, str] = {}
     if status == 401:
         headers["WWW-Authenticate"] = str(body.get("www_authenticate", 'Bearer realm="modelbackfill"'))
-    if status == 429 and "retry_after_seconds" in body:
+    if status in (429, 503) and "retry_after_seconds" in body:
         headers["Retry-After"] = str(body["retry_after_seconds"])
     if status == 405:
         headers["Allow"] = "POST"
@@ -225,7 +248,9 @@ class IngestEndpoint:
         token: the bearer token clients must send (compared in constant time).
         append: takes the records, returning per record a position, None (duplicate) or 0
             (accepted, not yet durable), e.g. ``EventStore.append`` or the controller's
-            ``Controller.ingest_append``.
+            ``Controller.ingest_append``; it raises :class:`NotLeaderError` on a standby that
+            could not hand the records to the leader (answered 503 ``not_leader``), any other
+            exception when the store failed (503 ``store_unavailable``).
         known_model: ``(namespace, model) -> bool``: does the Model exist (e.g. from the
             controller's cache)?
         on_appended: called after an append that stored at least one new event (wakes the
@@ -345,6 +370,13 @@ class IngestEndpoint:
         ]
         try:
             positions = self._append(records)
+        except NotLeaderError as exc:
+            detail = (
+                "this replica is not the leader and the event log cannot take the report now, so the "
+                "leader cannot learn of it; retry (the report is spooled here and reaches the log later; "
+                "its idempotency key makes a retry harmless)"
+            )
+            return _error(503, "not_leader", detail, spooled=exc.spooled, retry_after_seconds=NOT_LEADER_RETRY_AFTER_SECONDS)
         except Exception as exc:  # noqa: BLE001
             return _error(503, "store_unavailable", f"{type(exc).__name__}: {exc}")
         accepted = sum(1 for p in positions if p is not None)
@@ -389,7 +421,7 @@ def report_foreground(
     """Send foreground reports to a controller's ingest endpoint (standard library only).
 
     Args:
-        url: the endpoint, e.g. ``http://modelbackfill.flexinfer-system:8080/v1/foreground``.
+        url: the endpoint, e.g. ``https://modelbackfill-ingest.flexinfer-system.svc:8443/v1/foreground``.
         token: the bearer token.
         reports: dicts with ``namespace``, ``model``, ``time`` (aware datetime or RFC 3339 text),
             optional ``count`` (default 1) and ``id``.
@@ -399,7 +431,9 @@ def report_foreground(
         The response body, ``{"accepted": n, "duplicates": m}``.
 
     Raises:
-        IngestClientError: the endpoint answered 4xx/5xx (``status``, ``body``, ``retry_after``).
+        IngestClientError: the endpoint answered 4xx/5xx (``status``, ``body``, ``retry_after``);
+            on a 429 or 503 with ``retry_after`` (a standby during a store outage: ``not_leader``),
+            send the same reports again after that many seconds (a duplicate is harmless).
         urllib.error.URLError: the endpoint could not be reached.
     """
     data = json.dumps({"reports": [_report_json(r) for r in reports]}).encode()

@@ -228,10 +228,20 @@ class Controller:
         even while the store is away), then up to ``wait`` seconds for the log to store them.
 
         Returns per record its position, None for a duplicate, or 0 when it is accepted but
-        still spooled (the store did not answer within ``wait``)."""
+        still spooled (the store did not answer within ``wait``; only on the leader, which cancels
+        from memory).
+
+        Raises:
+            NotLeaderError: this replica is not the leader (checked after the wait) and the log
+                did not take every record within ``wait``: the leader, which alone cancels,
+                learns of them only through the log. They stay spooled and reach it later."""
+        from .ingest import NotLeaderError  # ingest imports nothing of the controller's
+
         decoded = decode_many([(r.type, r.version, r.data) for r in records])
         entries = self.observe([(e, r.idempotency_key) for e, r in zip(decoded, records)])
-        self.spool.wait_committed(entries, wait)
+        committed = self.spool.wait_committed(entries, wait)
+        if not committed and not self.is_leader():
+            raise NotLeaderError(sum(1 for e in entries if e.position is None))
         return [None if e.duplicate else (e.position or 0) for e in entries]
 
     def _on_object(self, kind: str, obj: dict) -> None:

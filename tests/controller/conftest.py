@@ -168,7 +168,9 @@ def kube(kube_api, kube_namespace) -> Kube:
 
 @pytest.fixture
 def start_controller(kube_cluster, kube_namespace, pg_schema):
-    """``start_controller(**settings) -> Controller`` on the test namespace and a fresh schema."""
+    """``start_controller(leader=None, wrap_events=None, **settings) -> Controller`` on the test
+    namespace and a fresh schema; ``wrap_events(EventStore)`` returns the store the controller
+    gets (e.g. one that refuses appends on demand)."""
     from backfill.controller.loop import Controller
     from backfill.controller.metrics import Metrics
     from backfill.settings import Settings
@@ -177,7 +179,7 @@ def start_controller(kube_cluster, kube_namespace, pg_schema):
     url, schema = pg_schema
     started: list = []
 
-    def start(leader: Any = None, **overrides: Any) -> Controller:
+    def start(leader: Any = None, *, wrap_events: Callable[[Any], Any] | None = None, **overrides: Any) -> Controller:
         values: dict[str, Any] = dict(
             namespace=kube_namespace,
             watch_timeout_seconds=5,
@@ -189,7 +191,8 @@ def start_controller(kube_cluster, kube_namespace, pg_schema):
         engine = make_engine(url, schema)
         events = EventStore(engine, poll=0.2)
         api = kube_cluster.api_client()
-        c = Controller(settings, api, events, RunStore(engine), Metrics(), leader=leader, identity=f"test-{len(started)}")
+        store = wrap_events(events) if wrap_events is not None else events
+        c = Controller(settings, api, store, RunStore(engine), Metrics(), leader=leader, identity=f"test-{len(started)}")
         c.start()
         started.append((c, events, engine, api))
         wait_for(lambda: c.synced, timeout=10, what="watchers synced")

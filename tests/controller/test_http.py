@@ -176,3 +176,76 @@ def test_http_servers_own_errors_are_json_not_html():
     finally:
         server.shutdown()
         server.server_close()
+
+
+# ----------------------------------------------------------------------------- silent clients
+
+
+def _recv_until_closed(sock, limit: float) -> bytes:
+    """Everything ``sock`` receives until the server closes it; raises TimeoutError after ``limit`` s."""
+    sock.settimeout(limit)
+    raw = b""
+    while chunk := sock.recv(4096):
+        raw += chunk
+    return raw
+
+
+def test_a_silent_tcp_connection_does_not_stall_the_https_server(tmp_path):
+    """A TLS handshake run in the accept loop (the listening socket wrapped) waited, with no
+    timeout, for a client that connected and sent nothing: /healthz hung until it went away."""
+    import socket
+
+    cert, key = _self_signed(tmp_path)
+    server = make_server("127.0.0.1:0", CollectorRegistry(), ready=lambda: True, tls_cert=cert, tls_key=key)
+    _serve(server)
+    port = server.server_address[1]
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5):  # connects, sends nothing
+            for _ in range(2):  # and again on a second connection: the first did not get lucky
+                ctx = ssl.create_default_context(cafile=str(cert))
+                conn = http.client.HTTPSConnection("localhost", port, context=ctx, timeout=5)
+                try:
+                    conn.request("GET", "/healthz")
+                    resp = conn.getresponse()
+                    assert (resp.status, resp.read()) == (200, b"ok\n")
+                finally:
+                    conn.close()
+    finally:
+        server.shutdown()  # after the silent socket closed: the old code's accept loop is stuck until then
+        server.server_close()
+
+
+def test_a_silent_tls_client_is_dropped_after_the_handshake_timeout(tmp_path):
+    import socket
+
+    cert, key = _self_signed(tmp_path)
+    server = make_server(
+        "127.0.0.1:0", CollectorRegistry(), ready=lambda: True, tls_cert=cert, tls_key=key, handshake_timeout=0.3
+    )
+    _serve(server)
+    try:
+        with socket.create_connection(("127.0.0.1", server.server_address[1]), timeout=5) as s:
+            assert _recv_until_closed(s, 5.0) == b""  # closed by the server, nothing sent
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_silent_plain_http_connection_blocks_nobody_and_is_dropped(monkeypatch):
+    """Plain HTTP: one thread per connection, each with REQUEST_TIMEOUT_SECONDS to send its request."""
+    import socket
+
+    from backfill.controller import http as http_module
+
+    monkeypatch.setattr(http_module, "REQUEST_TIMEOUT_SECONDS", 0.3)
+    server = make_server("127.0.0.1:0", CollectorRegistry(), ready=lambda: True)
+    _serve(server)
+    port = server.server_address[1]
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as silent:
+            status, _, body = _ask(port, "GET", "/healthz")
+            assert (status, body) == (200, b"ok\n")
+            assert _recv_until_closed(silent, 5.0) == b""  # the server gave up on it and closed it
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -233,6 +233,22 @@ def test_store_failure_is_503_and_controller_survives(event_store, wakes):
     assert (status, body["error"]) == (503, "store_unavailable")
     assert "database is down" in body["detail"]
     assert wakes == [] and event_store.head() == 0
+    assert "Retry-After" not in response_headers(status, body)
+
+
+def test_a_standby_that_could_not_hand_the_report_on_is_503_not_leader_with_retry_after(event_store, wakes):
+    """``Controller.ingest_append`` raises NotLeaderError on a standby whose log did not take the
+    reports in time (tests/controller/test_ingest_standby.py drives the real one)."""
+    from backfill.controller.ingest import NotLeaderError
+
+    def standby(records):
+        raise NotLeaderError(len(records))
+
+    endpoint = IngestEndpoint(TOKEN, standby, lambda ns, m: True, lambda: wakes.append(1), Settings(), lambda: NOW)
+    status, body = endpoint.handle("POST", GOOD_HEADERS, _body(_report(), _report(id="b")), "c")
+    assert (status, body["error"], body["spooled"]) == (503, "not_leader", 2)
+    assert response_headers(status, body) == {"Retry-After": "1"}
+    assert wakes == [] and event_store.head() == 0
 
 
 def test_empty_token_is_refused(event_store):

@@ -179,6 +179,37 @@ def test_cert_manager_overlay_issues_the_tls_secret_the_deployment_mounts():
     assert ("Issuer", cert["spec"]["issuerRef"]["name"]) in objects
 
 
+def _selects(selector: dict, labels: dict) -> bool:
+    return selector.items() <= labels.items()
+
+
+def test_ingest_has_a_service_that_keeps_not_ready_replicas():
+    """Readiness is 503 while PostgreSQL is down (by design), so an ordinary Service has no
+    endpoints during exactly the outage in which only a direct report to the leader cancels at
+    once: the ingest Service publishes not-ready addresses (deploy/README.md explains), the
+    metrics Service does not, and the ServiceMonitor selects only the latter."""
+    objects = _by_kind(render(DEPLOY / "base") + render(DEPLOY / "monitoring"))
+    pod_labels = objects[("Deployment", "modelbackfill-controller")]["spec"]["template"]["metadata"]["labels"]
+    services = {name: o for (kind, name), o in objects.items() if kind == "Service"}
+    assert set(services) == {"modelbackfill", "modelbackfill-ingest"}
+    ingest, metrics = services["modelbackfill-ingest"], services["modelbackfill"]
+    assert ingest["spec"]["publishNotReadyAddresses"] is True
+    assert metrics["spec"].get("publishNotReadyAddresses", False) is False
+    assert _selects(ingest["spec"]["selector"], pod_labels) and _selects(metrics["spec"]["selector"], pod_labels)
+    assert ingest["spec"]["ports"] == metrics["spec"]["ports"]
+    sm = objects[("ServiceMonitor", "modelbackfill")]["spec"]["selector"]["matchLabels"]
+    assert [name for name, o in services.items() if _selects(sm, o["metadata"]["labels"])] == ["modelbackfill"]
+    # The serving certificate names both Services: the cert-manager one and the openssl commands.
+    names = {f"{name}.{NAMESPACE}.svc" for name in services}
+    dns = set(_by_kind(render(DEPLOY / "overlays/cert-manager"))[("Certificate", "modelbackfill-tls")]["spec"]["dnsNames"])
+    assert names <= dns, names - dns
+    for doc in (DEPLOY / "README.md", DEPLOY.parent / "README.md"):
+        (san,) = re.findall(r"subjectAltName=(\S+)", doc.read_text())
+        assert names <= {n.removeprefix("DNS:") for n in san.split(",")}, doc
+    # The ingest API's documented URL is the ingest Service's.
+    assert f"https://modelbackfill-ingest.{NAMESPACE}.svc:8443/v1/foreground" in (DEPLOY / "README.md").read_text()
+
+
 def test_example_overlay_matches_the_seed():
     objects = _by_kind(render(DEPLOY / "overlays/example"))
     mbf = objects[("ModelBackfill", "model-eval-gemma4-5930k")]

@@ -1,0 +1,116 @@
+"""POST /v1/foreground on a standby while the event log refuses appends (a fault-injection finding).
+
+Only the leader cancels, and it learns of a standby's reports through the log alone: a standby
+that spooled a report it could not append answered ``202 {"spooled": 1}`` and nothing was
+cancelled until the store returned. Now it answers 503 ``not_leader`` with ``Retry-After: 1``, and
+the same report sent to the leader cancels the running Job from memory, store or no store.
+Two controllers on the real API server and one PostgreSQL schema; leadership is a switch (as in
+test_controller.py), the outage a store whose appends raise while ``down`` is set.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+from datetime import datetime, timezone
+
+from backfill.controller.http import make_server
+from backfill.controller.ingest import IngestEndpoint
+from backfill.settings import Settings
+
+from .conftest import wait_for
+
+TOKEN = "secret"
+
+
+class _Switch:
+    def __init__(self, leading: bool) -> None:
+        self.leading = leading
+
+    def is_leader(self) -> bool:
+        return self.leading
+
+
+class _RefusingStore:
+    """The controller's EventStore, except that ``append`` raises while ``down`` is set (reads
+    still answer): PostgreSQL refusing writes."""
+
+    def __init__(self, store, down: threading.Event) -> None:
+        self._store, self._down = store, down
+
+    def append(self, records):
+        if self._down.is_set():
+            raise ConnectionError("the store refuses appends (test outage)")
+        return self._store.append(records)
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+
+def _serve(controller):
+    """The controller's ingest endpoint on an HTTP server, wired as backfill.controller.run does."""
+
+    def known_model(namespace: str, model: str) -> bool:
+        m = controller.world.models.get((namespace, model))
+        return m is not None and m.exists
+
+    endpoint = IngestEndpoint(
+        TOKEN, controller.ingest_append, known_model, controller.signal.set, Settings(), lambda: datetime.now(timezone.utc)
+    )
+    server = make_server("127.0.0.1:0", controller.metrics.registry, ready=lambda: True, ingest=endpoint)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, known_model
+
+
+def _post(server, body: bytes) -> tuple[int, dict, dict]:
+    conn = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=10)
+    try:
+        conn.request("POST", "/v1/foreground", body=body,
+                     headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
+        resp = conn.getresponse()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, json.loads(resp.read())
+    finally:
+        conn.close()
+
+
+def test_a_standby_answers_503_retry_after_while_the_log_refuses_and_the_leader_cancels(kube, start_controller):
+    kube.cronjob("model-eval-gauntlet")
+    kube.model("gemma")
+    down = threading.Event()
+    leader = start_controller(leader=_Switch(True), wrap_events=lambda s: _RefusingStore(s, down))
+    standby = start_controller(leader=_Switch(False), wrap_events=lambda s: _RefusingStore(s, down))
+    kube.backfill("busy")
+    job = wait_for(kube.jobs, what="Job created by the leader")[0]
+    kube.run_job(job.metadata.name)
+    wait_for(lambda: kube.status("busy").get("phase") == "Running", what="phase Running")
+    servers = [_serve(leader), _serve(standby)]
+    try:
+        (leader_http, _), (standby_http, standby_knows) = servers
+        wait_for(lambda: standby_knows(kube.ns, "gemma"), what="the standby folded the Model")
+        report = {"namespace": kube.ns, "model": "gemma", "time": datetime.now(timezone.utc).isoformat(), "id": "router-a/1"}
+        body = json.dumps({"reports": [report]}).encode()
+
+        down.set()  # the outage: every append fails from now on
+        status, headers, payload = _post(standby_http, body)
+        assert status == 503, payload
+        assert headers["retry-after"] == "1" and headers["content-type"] == "application/json"
+        assert payload["error"] == "not_leader" and payload["spooled"] == 1
+        assert "not the leader" in payload["detail"] and "event log" in payload["detail"]
+        assert kube.job(job.metadata.name) is not None  # the standby cancels nothing
+
+        status, headers, payload = _post(leader_http, body)  # the client's retry reaches the leader
+        assert (status, payload) == (202, {"accepted": 1, "duplicates": 0, "spooled": 1})
+        assert "retry-after" not in headers
+        wait_for(lambda: kube.job(job.metadata.name) is None, timeout=5, what="Job deleted by the leader, store down")
+
+        down.clear()  # the store is back: both spools drain; a standby whose append commits answers 202
+        wait_for(lambda: standby.spool.healthy and standby.spool.backlog == 0, timeout=15, what="standby spool drained")
+        wait_for(lambda: leader.spool.healthy and leader.spool.backlog == 0, timeout=15, what="leader spool drained")
+        status, headers, payload = _post(standby_http, body)  # the same report again: a harmless duplicate
+        assert (status, payload) == (202, {"accepted": 0, "duplicates": 1}), payload
+    finally:
+        down.clear()
+        for server, _ in servers:
+            server.shutdown()
+            server.server_close()
