@@ -286,6 +286,35 @@ def _apply(kube_api, objects: list[dict]) -> None:
         res.server_side_apply(body=obj, namespace=obj["metadata"].get("namespace"), field_manager="rbac-test")
 
 
+RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+
+
+def _apply_rbac(kube_api, directory: Path, namespaces: dict[str, str]) -> list[dict]:
+    """Apply the ServiceAccount and RBAC objects of ``directory``'s build, its namespaces renamed
+    (``namespaces``: old -> new) and its cluster-scoped names made unique (the apiserver is shared
+    by the session); returns the objects applied."""
+    suffix = secrets.token_hex(4)
+    objects = _rewrite([o for o in _objects(directory) if o["kind"] in RBAC_KINDS], namespaces)
+    for o in objects:
+        if o["kind"] in ("ClusterRole", "ClusterRoleBinding"):
+            o["metadata"]["name"] += f"-{suffix}"
+        if o["kind"] == "ClusterRoleBinding":
+            o["roleRef"]["name"] += f"-{suffix}"
+    _apply(kube_api, objects)
+    return objects
+
+
+def _delete_cluster_scoped(kube_api, objects: list[dict]) -> None:
+    """Delete the ClusterRoleBindings and ClusterRoles among ``objects`` (namespaces are per test)."""
+    rbac = client.RbacAuthorizationV1Api(kube_api)
+    for o in objects:
+        if o["kind"] == "ClusterRoleBinding":
+            rbac.delete_cluster_role_binding(o["metadata"]["name"])
+    for o in objects:
+        if o["kind"] == "ClusterRole":
+            rbac.delete_cluster_role(o["metadata"]["name"])
+
+
 def _allowed(kube_api, user: str, ns: str, group: str, resource: str, verb: str, name: str | None = None) -> bool:
     resource, _, sub = resource.partition("/")
     review = client.V1SubjectAccessReview(spec=client.V1SubjectAccessReviewSpec(
@@ -320,15 +349,7 @@ DENIED_SAMPLE = [
 @pytest.mark.kube
 def test_the_apiserver_authorizes_exactly_the_derived_permissions(kube_api, two_namespaces):
     controller_ns, other = two_namespaces
-    suffix = secrets.token_hex(4)
-    objects = [o for o in _objects(DEPLOY / "base") if o["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")]
-    objects = _rewrite(objects, {"flexinfer-system": controller_ns})
-    for o in objects:  # cluster-scoped names are shared by the session: make them unique
-        if o["kind"] in ("ClusterRole", "ClusterRoleBinding"):
-            o["metadata"]["name"] += f"-{suffix}"
-        if o["kind"] == "ClusterRoleBinding":
-            o["roleRef"]["name"] += f"-{suffix}"
-    _apply(kube_api, objects)
+    objects = _apply_rbac(kube_api, DEPLOY / "base", {"flexinfer-system": controller_ns})
     user = f"system:serviceaccount:{controller_ns}:modelbackfill-controller"
     try:
         needed = derived()
@@ -345,24 +366,13 @@ def test_the_apiserver_authorizes_exactly_the_derived_permissions(kube_api, two_
             assert (group, resource, verb) not in needed
             assert not _allowed(kube_api, user, "kube-system", group, resource, verb), (group, resource, verb)
     finally:
-        rbac = client.RbacAuthorizationV1Api(kube_api)
-        rbac.delete_cluster_role_binding(f"modelbackfill-controller-{suffix}")
-        rbac.delete_cluster_role(f"modelbackfill-controller-{suffix}")
+        _delete_cluster_scoped(kube_api, objects)
 
 
 @pytest.mark.kube
 def test_a_namespaced_controller_cannot_act_outside_its_namespace(kube_api, two_namespaces):
     controller_ns, watched = two_namespaces
-    suffix = secrets.token_hex(4)
-    kinds = ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
-    objects = [o for o in _objects(DEPLOY / "overlays/namespaced") if o["kind"] in kinds]
-    objects = _rewrite(objects, {"flexinfer-system": controller_ns, "ml-models": watched})
-    for o in objects:  # cluster-scoped names are shared by the session: make them unique
-        if o["kind"] in ("ClusterRole", "ClusterRoleBinding"):
-            o["metadata"]["name"] += f"-{suffix}"
-        if o["kind"] == "ClusterRoleBinding":
-            o["roleRef"]["name"] += f"-{suffix}"
-    _apply(kube_api, objects)
+    objects = _apply_rbac(kube_api, DEPLOY / "overlays/namespaced", {"flexinfer-system": controller_ns, "ml-models": watched})
     user = f"system:serviceaccount:{controller_ns}:modelbackfill-controller"
     try:
         signals = node_signals()
@@ -382,10 +392,4 @@ def test_a_namespaced_controller_cannot_act_outside_its_namespace(kube_api, two_
         assert not _allowed(kube_api, user, None, "batch", "jobs", "list")  # not cluster-wide
         assert not _allowed(kube_api, user, None, "ai.flexinfer", "models", "list")
     finally:
-        rbac = client.RbacAuthorizationV1Api(kube_api)
-        for o in objects:
-            if o["kind"] == "ClusterRoleBinding":
-                rbac.delete_cluster_role_binding(o["metadata"]["name"])
-        for o in objects:
-            if o["kind"] == "ClusterRole":
-                rbac.delete_cluster_role(o["metadata"]["name"])
+        _delete_cluster_scoped(kube_api, objects)
