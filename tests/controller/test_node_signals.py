@@ -83,10 +83,10 @@ SIGNALS: dict[str, tuple[str, str, Any, str]] = {
 }
 
 
-@pytest.mark.parametrize("signal", sorted(SIGNALS))
-def test_a_signal_in_another_namespace_cancels_and_gates_a_namespaced_controller(
-    kube, start_controller, other_namespace, signal
-):
+def _cancels_and_gates(kube, start_controller, other_namespace: str, signal: str) -> None:
+    """A namespaced controller's running Job on the node is cancelled by ``signal`` created in
+    ``other_namespace``, a declaration waiting on the node is not admitted while it holds, and
+    the node is free again once it is gone."""
     plural, kind, spec_of, reason = SIGNALS[signal]
     # A node and group of this test's own: the controller under test watches these kinds in
     # every namespace, so another test's objects on a shared node name must not count here.
@@ -123,3 +123,43 @@ def test_a_signal_in_another_namespace_cancels_and_gates_a_namespaced_controller
     kube.custom.delete_namespaced_custom_object(GROUP, VERSION, other_namespace, plural, "hold")
     admitted = wait_for(kube.jobs, timeout=15, what="a Job once the signal is gone")
     assert len(admitted) == 1
+
+
+@pytest.mark.parametrize("signal", sorted(SIGNALS))
+def test_a_signal_in_another_namespace_cancels_and_gates_a_namespaced_controller(
+    kube, start_controller, other_namespace, signal
+):
+    _cancels_and_gates(kube, start_controller, other_namespace, signal)
+
+
+@pytest.fixture
+def as_namespaced_overlay(kube_api, kube_cluster, kube_namespace, monkeypatch):
+    """The controllers started by ``start_controller`` talk to the apiserver as the namespaced
+    overlay's ServiceAccount (impersonated), under the overlay's RBAC (kustomize build of
+    deploy/overlays/namespaced, watching and running in the test's namespace): what the
+    deployment grants must be enough for the node signals of another namespace."""
+    from ..ship.test_rbac import DEPLOY, apply_rbac, delete_cluster_scoped
+
+    ns = kube_namespace
+    objects = apply_rbac(kube_api, DEPLOY / "overlays/namespaced", {"flexinfer-system": ns, "ml-models": ns})
+    user = f"system:serviceaccount:{ns}:modelbackfill-controller"
+    admin_client = kube_cluster.api_client
+
+    def impersonating() -> client.ApiClient:
+        api = admin_client()
+        api.set_default_header("Impersonate-User", user)
+        return api
+
+    monkeypatch.setattr(kube_cluster, "api_client", impersonating)
+    try:
+        yield user
+    finally:
+        monkeypatch.undo()
+        delete_cluster_scoped(kube_api, objects)
+
+
+@pytest.mark.parametrize("signal", ["gaming session on the node", "GPU lease on the shared group"])
+def test_the_namespaced_overlays_rbac_lets_the_controller_see_another_namespaces_signals(
+    as_namespaced_overlay, kube, start_controller, other_namespace, signal
+):
+    _cancels_and_gates(kube, start_controller, other_namespace, signal)

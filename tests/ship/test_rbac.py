@@ -289,7 +289,7 @@ def _apply(kube_api, objects: list[dict]) -> None:
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 
 
-def _apply_rbac(kube_api, directory: Path, namespaces: dict[str, str]) -> list[dict]:
+def apply_rbac(kube_api, directory: Path, namespaces: dict[str, str]) -> list[dict]:
     """Apply the ServiceAccount and RBAC objects of ``directory``'s build, its namespaces renamed
     (``namespaces``: old -> new) and its cluster-scoped names made unique (the apiserver is shared
     by the session); returns the objects applied."""
@@ -304,7 +304,7 @@ def _apply_rbac(kube_api, directory: Path, namespaces: dict[str, str]) -> list[d
     return objects
 
 
-def _delete_cluster_scoped(kube_api, objects: list[dict]) -> None:
+def delete_cluster_scoped(kube_api, objects: list[dict]) -> None:
     """Delete the ClusterRoleBindings and ClusterRoles among ``objects`` (namespaces are per test)."""
     rbac = client.RbacAuthorizationV1Api(kube_api)
     for o in objects:
@@ -349,7 +349,7 @@ DENIED_SAMPLE = [
 @pytest.mark.kube
 def test_the_apiserver_authorizes_exactly_the_derived_permissions(kube_api, two_namespaces):
     controller_ns, other = two_namespaces
-    objects = _apply_rbac(kube_api, DEPLOY / "base", {"flexinfer-system": controller_ns})
+    objects = apply_rbac(kube_api, DEPLOY / "base", {"flexinfer-system": controller_ns})
     user = f"system:serviceaccount:{controller_ns}:modelbackfill-controller"
     try:
         needed = derived()
@@ -366,13 +366,13 @@ def test_the_apiserver_authorizes_exactly_the_derived_permissions(kube_api, two_
             assert (group, resource, verb) not in needed
             assert not _allowed(kube_api, user, "kube-system", group, resource, verb), (group, resource, verb)
     finally:
-        _delete_cluster_scoped(kube_api, objects)
+        delete_cluster_scoped(kube_api, objects)
 
 
 @pytest.mark.kube
 def test_a_namespaced_controller_cannot_act_outside_its_namespace(kube_api, two_namespaces):
     controller_ns, watched = two_namespaces
-    objects = _apply_rbac(kube_api, DEPLOY / "overlays/namespaced", {"flexinfer-system": controller_ns, "ml-models": watched})
+    objects = apply_rbac(kube_api, DEPLOY / "overlays/namespaced", {"flexinfer-system": controller_ns, "ml-models": watched})
     user = f"system:serviceaccount:{controller_ns}:modelbackfill-controller"
     try:
         signals = node_signals()
@@ -392,4 +392,4 @@ def test_a_namespaced_controller_cannot_act_outside_its_namespace(kube_api, two_
         assert not _allowed(kube_api, user, None, "batch", "jobs", "list")  # not cluster-wide
         assert not _allowed(kube_api, user, None, "ai.flexinfer", "models", "list")
     finally:
-        _delete_cluster_scoped(kube_api, objects)
+        delete_cluster_scoped(kube_api, objects)
