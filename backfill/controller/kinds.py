@@ -1,7 +1,8 @@
 """The watched kinds, each described once (Kueue registers each integration once).
 
 A :class:`Kind` says everything the controller needs about one watched resource: how to list
-and watch it (namespaced and cluster-wide), how an object becomes events (a
+and watch it (namespaced and cluster-wide, and whether a namespaced controller still watches it
+in every namespace: the node-level signals), how an object becomes events (a
 :class:`~backfill.controller.translate.Translator` method), which objects the folded log
 believes exist (for a relist to notice what vanished while nobody watched), and the "gone" event
 for such an object. Adding a watched kind is one entry in :data:`KINDS` (plus its translation).
@@ -45,6 +46,11 @@ class Kind:
             foreground signals: after a restart, a Job deleted while nobody watched is folded
             *after* the demand that preempted it, so its run ends ``preempted``, not
             ``cancelled`` (the projector judges a vanished Job by the demand it has seen).
+        all_namespaces: a node-level signal, listed and watched across every namespace even by a
+            namespaced controller (``settings.namespace``): a GamingSession is gaming intent for
+            its node and a GPULease blocks its node and shared group whichever namespace holds
+            them (cluster-contract), and the projector matches them by node/group only. The
+            others (declarations, templates, Models, Jobs) stay in the controller's namespace.
     """
 
     name: str
@@ -56,6 +62,12 @@ class Kind:
     label_selector: str = ""
     list_name: Callable[[dict], str] = lambda obj: (obj.get("metadata") or {}).get("name", "")
     lists_after: tuple[str, ...] = ()
+    all_namespaces: bool = False
+
+    def watch_namespace(self, namespace: str | None) -> str | None:
+        """The namespace a controller scoped to ``namespace`` (None: every namespace) lists and
+        watches this kind in: None (every namespace) for an :attr:`all_namespaces` kind."""
+        return None if self.all_namespaces else namespace
 
     def list_functions(self, api: Any) -> tuple[Callable[..., Any], Callable[..., Any], tuple, dict]:
         """``(namespaced, cluster_wide, leading_args, kwargs)`` of the kubernetes client for this kind.
@@ -120,8 +132,14 @@ KINDS: tuple[Kind, ...] = (
         "model", "models", True, lambda t: t.model,
         lambda w: [(ns, n, "") for (ns, n), m in w.models.items() if m.exists], _vanish("model"),
     ),
-    Kind("gaming", "gamingsessions", True, lambda t: t.gaming_session, lambda w: [(ns, n, "") for (ns, n) in w.gaming], _vanish("gaming")),
-    Kind("lease", "gpuleases", True, lambda t: t.gpu_lease, lambda w: [(ns, n, "") for (ns, n) in w.leases], _vanish("lease")),
+    Kind(
+        "gaming", "gamingsessions", True, lambda t: t.gaming_session,
+        lambda w: [(ns, n, "") for (ns, n) in w.gaming], _vanish("gaming"), all_namespaces=True,
+    ),
+    Kind(
+        "lease", "gpuleases", True, lambda t: t.gpu_lease,
+        lambda w: [(ns, n, "") for (ns, n) in w.leases], _vanish("lease"), all_namespaces=True,
+    ),
     Kind(
         "job", "jobs", False, lambda t: t.job, _known_jobs, _job_vanished, BACKFILL_LABEL, _job_list_name,
         lists_after=("model", "gaming", "lease"),

@@ -371,7 +371,7 @@ class Controller:
             w = Watcher(
                 kind,
                 self.api,
-                namespace=self.settings.namespace,
+                namespace=kind.watch_namespace(self.settings.namespace),  # node-level signals: every namespace
                 translate=kind.translate(self.translator),
                 known=lambda kind=kind: kind.known(self.world),
                 observe=self.observe,

@@ -1,4 +1,4 @@
-"""API objects -> observation events (pure: no kubernetes import, no I/O, no clock).
+"""API objects -> observation events (pure: no kubernetes import, no I/O but warning logs, no clock).
 
 Input objects are API JSON dicts (camelCase: raw watch JSON or
 ``ApiClient.sanitize_for_serialization`` output). Every function returns a list of
@@ -17,6 +17,7 @@ the log, so a relist after a restart does not take the unchanged value for a new
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 from datetime import datetime, timedelta
 from typing import Any, Mapping
@@ -27,6 +28,8 @@ from backfill.core.jobtemplate import backfill_of_job
 from backfill.core.timefmt import parse_rfc3339, plus_seconds
 
 Pair = tuple[Any, str]
+
+log = logging.getLogger("backfill.controller.translate")
 
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
@@ -92,6 +95,7 @@ class Translator:
         self._pad = timedelta(seconds=signal_granularity)
         self._last_active: dict[str, datetime] = {}
         self._last_unreadable: dict[str, str] = {}  # uid -> digest of the last unreadable lastActiveTime
+        self._odd_mode: dict[str, str] = {}  # GamingSession uid -> the odd spec.mode last warned about
         self._known = known_last_active
         self._lock = threading.Lock()
 
@@ -199,15 +203,27 @@ class Translator:
     # -- GamingSession ------------------------------------------------------------------------
 
     def gaming_session(self, kind: str, obj: Mapping[str, Any], now: datetime) -> list[Pair]:
-        """GamingSession -> GamingIntentStarted (mode gaming, unexpired; still while being deleted)
-        or GamingIntentEnded."""
+        """GamingSession -> GamingIntentStarted (gaming mode, unexpired; still while being
+        deleted) or GamingIntentEnded.
+
+        The mode is read fail-closed (seed: a signal that cannot be read -> do not start
+        background work): only exactly ``inference`` is no intent; ``gaming``, an absent or empty
+        mode and any other value (``Gaming``, `` gaming``, a typo, a non-string) are gaming
+        intent (cluster-contract: ``mode`` is ``gaming`` by default, or ``inference``). A value
+        that is neither is logged once per session (and again if it changes to another such
+        value) as a warning saying it is taken as gaming intent."""
         ns, name, uid, rv = _ident(obj)
         spec = obj.get("spec") or {}
         expires = _time(spec.get("expiresAt"))
-        mode = spec.get("mode") or "gaming"
+        mode = spec.get("mode")
         node = str(spec.get("nodeName") or "")
+        if kind == DELETED:
+            with self._lock:
+                self._odd_mode.pop(uid, None)
+        elif mode not in (None, "", "gaming", "inference"):
+            self._warn_odd_mode(ns, name, uid, mode)
         # A session being deleted (deletionTimestamp, finalizer held) is still intent until gone.
-        if kind != DELETED and mode == "gaming" and node and (expires is None or expires > now):
+        if kind != DELETED and mode != "inference" and node and (expires is None or expires > now):
             return [
                 (
                     ev.GamingIntentStarted(at=now, namespace=ns, session=name, node=node, expires_at=expires),
@@ -216,6 +232,20 @@ class Translator:
             ]
         key = f"gaming/{uid}/deleted" if kind == DELETED else f"gaming/{uid}/{rv}/ended"
         return [(ev.GamingIntentEnded(at=now, namespace=ns, session=name), key)]
+
+    def _warn_odd_mode(self, ns: str, name: str, uid: str, mode: Any) -> None:
+        """Warn that ``spec.mode`` (neither ``gaming`` nor ``inference``) is taken as gaming
+        intent: once per session uid and value (a relist or a status update says nothing new)."""
+        shown = repr(mode)[:80]
+        with self._lock:
+            if self._odd_mode.get(uid) == shown:
+                return
+            self._odd_mode[uid] = shown
+        log.warning(
+            f"GamingSession {ns}/{name}: spec.mode {shown} is neither 'gaming' nor 'inference'; "
+            "taken as gaming intent (fail-closed)",
+            extra={"resource": "gaming"},
+        )
 
     # -- GPULease -----------------------------------------------------------------------------
 

@@ -52,7 +52,9 @@ class Watcher(threading.Thread):
     Args:
         kind: the watched kind (:data:`backfill.controller.kinds.KINDS`).
         api: a kubernetes ApiClient.
-        namespace: watch only this namespace (None: all).
+        namespace: watch only this namespace (None: all). A namespaced controller passes
+            :meth:`~backfill.controller.kinds.Kind.watch_namespace`: None for the node-level
+            signals (GamingSessions, GPULeases), which gate its Models from any namespace.
         translate: ``(type, obj, now) -> [(event, key)]``.
         known: ``() -> [(namespace, name, uid)]`` of objects the log believes exist.
         observe: ``(pairs) -> entries``; returns at once (the spool appends behind).

@@ -161,9 +161,34 @@ class PhaseRecorder:
         self._thread.join(timeout=5)
 
 
+NODE_SIGNALS = ("gamingsessions", "gpuleases")
+
+
+def drop_node_signals(api: client.ApiClient, ns: str) -> None:
+    """Delete every GamingSession and GPULease of ``ns`` (finalizers cleared first).
+
+    They are node-level signals, watched in every namespace even by a namespaced controller,
+    and a namespace deleted here stays Terminating with its objects (no controller-manager): a
+    session or lease a test leaves behind on a shared node name ("node-a") would hold the
+    Models of every later test on that node."""
+    custom = client.CustomObjectsApi(api)
+    for plural in NODE_SIGNALS:
+        for obj in custom.list_namespaced_custom_object(GROUP, VERSION, ns, plural)["items"]:
+            name = obj["metadata"]["name"]
+            try:
+                if obj["metadata"].get("finalizers"):
+                    custom.patch_namespaced_custom_object(GROUP, VERSION, ns, plural, name, {"metadata": {"finalizers": None}})
+                custom.delete_namespaced_custom_object(GROUP, VERSION, ns, plural, name)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+
+
 @pytest.fixture
-def kube(kube_api, kube_namespace) -> Kube:
-    return Kube(kube_api, kube_namespace)
+def kube(kube_api, kube_namespace):
+    """:class:`Kube` on the test's namespace; its GamingSessions and GPULeases are deleted after."""
+    yield Kube(kube_api, kube_namespace)
+    drop_node_signals(kube_api, kube_namespace)
 
 
 @pytest.fixture

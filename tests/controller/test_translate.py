@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timedelta, timezone
 
 from backfill.controller.translate import Translator, model_node, vanished
@@ -115,6 +116,43 @@ def test_gaming_session_intent():
     [(e, key)] = t.gaming_session("DELETED", _session(), NOW)
     assert isinstance(e, ev.GamingIntentEnded) and key == "gaming/u1/deleted"
 
+
+
+def _mode_session(uid: str, rv: str = "10", **spec) -> dict:
+    return {"metadata": _meta("play", uid=uid, rv=rv), "spec": {"nodeName": "node-a", **spec}}
+
+
+def test_gaming_session_mode_is_fail_closed_only_inference_is_no_intent(caplog):
+    """cluster-contract: mode is gaming (default) or inference; seed: a signal that cannot be
+    read -> do not start. Every mode but exactly "inference" is intent; an odd one is warned
+    about once per session."""
+    t = Translator()
+    started = ev.GamingIntentStarted(at=NOW, namespace="ns", session="play", node="node-a")
+    with caplog.at_level(logging.WARNING, logger="backfill.controller.translate"):
+        for i, spec in enumerate([{}, {"mode": None}, {"mode": ""}, {"mode": "gaming"}]):
+            [(e, _)] = t.gaming_session("ADDED", _mode_session(f"ok-{i}", **spec), NOW)
+            assert e == started, spec
+        assert caplog.records == []  # the contract's own values: nothing to warn about
+        for i, mode in enumerate(["Gaming", "GAMING", " gaming", "gaming ", "Inference", "INFERENCE", "typo", 1, ["gaming"], {"a": 1}]):
+            uid = f"odd-{i}"
+            [(e, key)] = t.gaming_session("ADDED", _mode_session(uid, mode=mode), NOW)
+            assert e == started and key == f"gaming/{uid}/10/started", mode
+            [(e, _)] = t.gaming_session("MODIFIED", _mode_session(uid, rv="11", mode=mode), NOW)  # a re-delivery
+            assert e == started, mode
+            warned = [r.getMessage() for r in caplog.records if f"spec.mode {mode!r}" in r.getMessage()]
+            assert len(warned) == 1 and "taken as gaming intent" in warned[0], (mode, warned)
+            assert caplog.records[-1].levelno == logging.WARNING
+        [(e, _)] = t.gaming_session("ADDED", _mode_session("inf", mode="inference"), NOW)
+        assert e == ev.GamingIntentEnded(at=NOW, namespace="ns", session="play")
+        # an odd mode that changes is warned about again; a deleted session forgets its warning
+        caplog.clear()
+        t.gaming_session("MODIFIED", _mode_session("odd-0", rv="12", mode="GaMiNg"), NOW)
+        t.gaming_session("DELETED", _mode_session("odd-0", rv="13", mode="GaMiNg"), NOW)
+        t.gaming_session("ADDED", _mode_session("odd-0", rv="14", mode="GaMiNg"), NOW)
+        assert [r.getMessage().count("'GaMiNg'") for r in caplog.records] == [1, 1]
+        # an odd mode does not override an expiry: an expired session is no intent
+        [(e, _)] = t.gaming_session("ADDED", _mode_session("old", mode="Gaming", expiresAt="2026-01-02T03:00:00Z"), NOW)
+        assert e == ev.GamingIntentEnded(at=NOW, namespace="ns", session="play")
 
 def test_gpu_lease_and_cronjob():
     t = Translator()

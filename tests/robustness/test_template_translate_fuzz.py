@@ -117,3 +117,19 @@ def test_calendar_edge_times_from_the_api(when):
     meta = {"namespace": "ns", "name": "o", "uid": "u", "resourceVersion": "1"}
     assert Translator().model("MODIFIED", {"metadata": meta, "status": {"phase": "Ready", "lastActiveTime": when}}, NOW)
     assert Translator().gaming_session("MODIFIED", {"metadata": meta, "spec": {"nodeName": "n", "expiresAt": when}}, NOW)
+
+
+# A hostile or mistyped GamingSession mode (the CRD's mode is a free string): fail-closed, only
+# exactly "inference" is no gaming intent (seed: a signal that cannot be read -> do not start).
+MODES = st.sampled_from(["gaming", "inference", "Gaming", "GAMING", " gaming", "Inference", "inference ", ""]) | JSON
+
+
+@settings(max_examples=250, deadline=None)
+@given(MODES, st.sampled_from(["ADDED", "MODIFIED"]))
+def test_every_gaming_session_mode_but_inference_is_gaming_intent(mode, kind):
+    meta = {"namespace": "ns", "name": "s", "uid": "u", "resourceVersion": "1"}
+    [(event, _)] = Translator().gaming_session(kind, {"metadata": meta, "spec": {"nodeName": "node-a", "mode": mode}}, NOW)
+    intent = not (isinstance(mode, str) and mode == "inference")
+    assert type(event).__name__ == ("GamingIntentStarted" if intent else "GamingIntentEnded"), mode
+    if intent:
+        assert (event.node, event.expires_at) == ("node-a", None)

@@ -14,9 +14,16 @@ as a string. List calls need ``watch`` as well when the code streams them (``wat
 ``blockOwnerDeletion: true`` needs ``update`` on ``modelbackfills/finalizers``
 (OwnerReferencesPermissionEnforcement).
 
+A namespaced controller (``settings.namespace``) still lists and watches the node-level signals
+in every namespace: the kinds whose :meth:`~backfill.controller.kinds.Kind.watch_namespace` is
+None for a namespace (what the controller's wiring passes its watchers). Their derived rules,
+which must be read-only, are the namespaced overlay's only ClusterRole; everything else is its
+Role in the watched namespace.
+
 Then the real API server's RBAC authorizer answers SubjectAccessReviews for the base's and the
 namespaced overlay's ServiceAccount: everything derived is allowed, a sample of what is not is
-denied (e.g. creating pods in kube-system).
+denied (e.g. creating pods in kube-system); the namespaced overlay's node-level rules are allowed
+in every namespace, its other rules in the watched namespace only.
 """
 
 from __future__ import annotations
@@ -163,6 +170,22 @@ def derived() -> set[tuple[str, str, str]]:
     return needed
 
 
+def node_signals() -> set[tuple[str, str, str]]:
+    """The derived rules a namespaced controller needs in every namespace: those on the plurals of
+    the kinds it watches cluster-wide although namespaced (``Kind.watch_namespace``, as the
+    controller's loop calls it)."""
+    from backfill.controller.kinds import KINDS
+
+    plurals = {k.plural for k in KINDS if k.custom and k.watch_namespace("some-namespace") is None}
+    assert not [k.name for k in KINDS if not k.custom and k.watch_namespace("some-namespace") is None], (
+        "a batch/v1 kind watched cluster-wide: extend node_signals() to it"
+    )
+    return {r for r in derived() if r[0] == "ai.flexinfer" and r[1] in plurals}
+
+
+READ_ONLY = {"get", "list", "watch"}
+
+
 def _granted(rules: list[dict]) -> set[tuple[str, str, str]]:
     return {(g, r, v) for rule in rules for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
 
@@ -211,15 +234,34 @@ def test_cluster_role_is_exactly_what_the_code_calls():
     assert not [r for r in granted if r[1] == "secrets"], "the kubelet injects the Secret: no RBAC needed"
 
 
-def test_namespaced_overlay_grants_the_same_rules_in_one_namespace_only():
+def test_the_node_signals_are_read_only_and_only_the_gaming_and_lease_kinds():
+    """The derivation of the namespaced controller's cluster-wide rules sees what the code does:
+    GamingSessions and GPULeases (cluster-contract: node-level), listed and watched, nothing else."""
+    signals = node_signals()
+    assert {r[1] for r in signals} == {"gamingsessions", "gpuleases"}
+    assert {r[2] for r in signals} <= READ_ONLY and ("ai.flexinfer", "gpuleases", "watch") in signals
+
+
+def test_namespaced_overlay_grants_the_rules_in_one_namespace_and_reads_node_signals_everywhere():
     objects = _objects(DEPLOY / "overlays/namespaced")
-    assert not [o for o in objects if o["kind"] in ("ClusterRole", "ClusterRoleBinding")]
+    rbac_text = json.dumps([o for o in objects if o["apiVersion"].startswith("rbac.")])
+    assert '"*"' not in rbac_text, "no wildcards"
+    subjects = [{"kind": "ServiceAccount", "name": "modelbackfill-controller", "namespace": "flexinfer-system"}]
+    # cluster-wide: the node-level signals only, read-only
+    (cluster,) = [o for o in objects if o["kind"] == "ClusterRole"]
+    (cluster_binding,) = [o for o in objects if o["kind"] == "ClusterRoleBinding"]
+    assert cluster_binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster["metadata"]["name"]}
+    assert cluster_binding["subjects"] == subjects
+    granted_everywhere = _granted(cluster["rules"])
+    assert granted_everywhere == node_signals()
+    assert {v for _, _, v in granted_everywhere} <= READ_ONLY
+    # everything else: in the watched namespace
     watch_role = _one(objects, "Role", "modelbackfill-controller-watch")
     binding = _one(objects, "RoleBinding", "modelbackfill-controller-watch")
     watched = watch_role["metadata"]["namespace"]
     assert binding["metadata"]["namespace"] == watched and binding["roleRef"]["name"] == "modelbackfill-controller-watch"
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "modelbackfill-controller", "namespace": "flexinfer-system"}]
-    assert _granted(watch_role["rules"]) == derived() - LEASE
+    assert binding["subjects"] == subjects
+    assert _granted(watch_role["rules"]) == derived() - LEASE - node_signals()
     dep = _one(objects, "Deployment")
     env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["BACKFILL_NAMESPACE"] == watched
@@ -242,6 +284,35 @@ def _apply(kube_api, objects: list[dict]) -> None:
     for obj in objects:
         res = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
         res.server_side_apply(body=obj, namespace=obj["metadata"].get("namespace"), field_manager="rbac-test")
+
+
+RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+
+
+def apply_rbac(kube_api, directory: Path, namespaces: dict[str, str]) -> list[dict]:
+    """Apply the ServiceAccount and RBAC objects of ``directory``'s build, its namespaces renamed
+    (``namespaces``: old -> new) and its cluster-scoped names made unique (the apiserver is shared
+    by the session); returns the objects applied."""
+    suffix = secrets.token_hex(4)
+    objects = _rewrite([o for o in _objects(directory) if o["kind"] in RBAC_KINDS], namespaces)
+    for o in objects:
+        if o["kind"] in ("ClusterRole", "ClusterRoleBinding"):
+            o["metadata"]["name"] += f"-{suffix}"
+        if o["kind"] == "ClusterRoleBinding":
+            o["roleRef"]["name"] += f"-{suffix}"
+    _apply(kube_api, objects)
+    return objects
+
+
+def delete_cluster_scoped(kube_api, objects: list[dict]) -> None:
+    """Delete the ClusterRoleBindings and ClusterRoles among ``objects`` (namespaces are per test)."""
+    rbac = client.RbacAuthorizationV1Api(kube_api)
+    for o in objects:
+        if o["kind"] == "ClusterRoleBinding":
+            rbac.delete_cluster_role_binding(o["metadata"]["name"])
+    for o in objects:
+        if o["kind"] == "ClusterRole":
+            rbac.delete_cluster_role(o["metadata"]["name"])
 
 
 def _allowed(kube_api, user: str, ns: str, group: str, resource: str, verb: str, name: str | None = None) -> bool:
@@ -278,15 +349,7 @@ DENIED_SAMPLE = [
 @pytest.mark.kube
 def test_the_apiserver_authorizes_exactly_the_derived_permissions(kube_api, two_namespaces):
     controller_ns, other = two_namespaces
-    suffix = secrets.token_hex(4)
-    objects = [o for o in _objects(DEPLOY / "base") if o["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")]
-    objects = _rewrite(objects, {"flexinfer-system": controller_ns})
-    for o in objects:  # cluster-scoped names are shared by the session: make them unique
-        if o["kind"] in ("ClusterRole", "ClusterRoleBinding"):
-            o["metadata"]["name"] += f"-{suffix}"
-        if o["kind"] == "ClusterRoleBinding":
-            o["roleRef"]["name"] += f"-{suffix}"
-    _apply(kube_api, objects)
+    objects = apply_rbac(kube_api, DEPLOY / "base", {"flexinfer-system": controller_ns})
     user = f"system:serviceaccount:{controller_ns}:modelbackfill-controller"
     try:
         needed = derived()
@@ -303,20 +366,30 @@ def test_the_apiserver_authorizes_exactly_the_derived_permissions(kube_api, two_
             assert (group, resource, verb) not in needed
             assert not _allowed(kube_api, user, "kube-system", group, resource, verb), (group, resource, verb)
     finally:
-        rbac = client.RbacAuthorizationV1Api(kube_api)
-        rbac.delete_cluster_role_binding(f"modelbackfill-controller-{suffix}")
-        rbac.delete_cluster_role(f"modelbackfill-controller-{suffix}")
+        delete_cluster_scoped(kube_api, objects)
 
 
 @pytest.mark.kube
 def test_a_namespaced_controller_cannot_act_outside_its_namespace(kube_api, two_namespaces):
     controller_ns, watched = two_namespaces
-    objects = [o for o in _objects(DEPLOY / "overlays/namespaced") if o["kind"] in ("ServiceAccount", "Role", "RoleBinding")]
-    _apply(kube_api, _rewrite(objects, {"flexinfer-system": controller_ns, "ml-models": watched}))
+    objects = apply_rbac(kube_api, DEPLOY / "overlays/namespaced", {"flexinfer-system": controller_ns, "ml-models": watched})
     user = f"system:serviceaccount:{controller_ns}:modelbackfill-controller"
-    for group, resource, verb in sorted(derived() - LEASE):
-        assert _allowed(kube_api, user, watched, group, resource, verb), (group, resource, verb)
-        for ns in ("kube-system", controller_ns):
-            assert not _allowed(kube_api, user, ns, group, resource, verb), (ns, group, resource, verb)
-    assert not _allowed(kube_api, user, "kube-system", "", "pods", "create")
-    assert not _allowed(kube_api, user, None, "batch", "jobs", "list")  # not cluster-wide
+    try:
+        signals = node_signals()
+        assert signals
+        for group, resource, verb in sorted(derived() - LEASE - signals):
+            assert _allowed(kube_api, user, watched, group, resource, verb), (group, resource, verb)
+            for ns in ("kube-system", controller_ns, None):
+                assert not _allowed(kube_api, user, ns, group, resource, verb), (ns, group, resource, verb)
+        for group, resource, verb in sorted(signals):  # read in every namespace, and cluster-wide
+            for ns in (watched, "kube-system", controller_ns, None):
+                assert _allowed(kube_api, user, ns, group, resource, verb), (ns, group, resource, verb)
+        for resource in sorted({r for _, r, _ in signals}):  # and never written
+            for verb in ("create", "update", "patch", "delete", "deletecollection"):
+                for ns in (watched, "kube-system"):
+                    assert not _allowed(kube_api, user, ns, "ai.flexinfer", resource, verb), (ns, resource, verb)
+        assert not _allowed(kube_api, user, "kube-system", "", "pods", "create")
+        assert not _allowed(kube_api, user, None, "batch", "jobs", "list")  # not cluster-wide
+        assert not _allowed(kube_api, user, None, "ai.flexinfer", "models", "list")
+    finally:
+        delete_cluster_scoped(kube_api, objects)
