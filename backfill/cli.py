@@ -834,7 +834,7 @@ def _env_help(text: str, env: str) -> str:
 @app.command()
 def controller(
     kubeconfig: Optional[Path] = typer.Option(None, "--kubeconfig", help=_env_help("kubeconfig file; unset: in-cluster, else ~/.kube/config.", "BACKFILL_KUBECONFIG")),
-    namespace: Optional[str] = typer.Option(None, "--namespace", help=_env_help("Watch only this namespace; unset: all.", "BACKFILL_NAMESPACE")),
+    namespace: Optional[str] = typer.Option(None, "--namespace", help=_env_help("Watch only this namespace (GamingSessions and GPULeases: every namespace); unset: all.", "BACKFILL_NAMESPACE")),
     database_url: Optional[str] = typer.Option(
         None, "--database-url",
         help=_env_help(DATABASE_HELP, "BACKFILL_DATABASE_URL"),

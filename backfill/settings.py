@@ -83,7 +83,8 @@ class Settings(BaseSettings):
     kubeconfig: Path | None = Field(default=None, description="kubeconfig file; unset: in-cluster, else ~/.kube/config.")
     namespace: str | None = Field(
         default=None,
-        description="Watch, decide and act only in this namespace (an RFC 1123 label); unset: all namespaces.",
+        description="Watch, decide and act only in this namespace (an RFC 1123 label; GamingSessions and GPULeases are "
+        "node-level signals and still watched in every namespace); unset: all namespaces.",
         pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
     )
 
