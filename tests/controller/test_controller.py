@@ -195,7 +195,8 @@ def test_deletion_cancels_then_releases_finalizer(kube, start_controller):
     wait_for(lambda: kube.get("modelbackfills", "doomed") is None, what="ModelBackfill gone")
     assert kube.job(job.metadata.name) is None
     assert [x.reason for x in _decisions(c, ev.AttemptCancelled)] == ["Deleted"]
-    assert len(_decisions(c, ev.FinalizerReleased)) == 1
+    # recorded right after the finalizer's removal (which lets the object go): wait for the log
+    wait_for(lambda: len(_decisions(c, ev.FinalizerReleased)) == 1, timeout=5, what="FinalizerReleased in the log")
 
 
 def test_success_with_repeat_after_and_failure_is_terminal(kube, start_controller):
