@@ -6,9 +6,11 @@ from __future__ import annotations
 # A real kube-apiserver + etcd (tests/envtest), one per test session. No controller-manager runs:
 # no garbage collection, no Job controller, no pods, namespaces never finish terminating.
 # If the binaries cannot be built or the cluster does not start, these fixtures ERROR (never skip).
+import contextlib
 import secrets as _envtest_secrets
 import time as _envtest_time
 from pathlib import Path as _EnvtestPath
+from typing import Any, Iterator
 
 import pytest
 
@@ -60,23 +62,33 @@ def kube_api(kube_cluster):
         api.close()
 
 
-@pytest.fixture
-def kube_namespace(kube_api):
-    """A fresh namespace (random name); deleted afterwards (it stays Terminating: no controller-manager)."""
+@contextlib.contextmanager
+def temporary_namespace(api: Any, prefix: str = "t", before_delete: Any = None) -> Iterator[str]:
+    """A fresh namespace ``<prefix>-<10 hex>`` on ``api``; ``before_delete(name)`` runs, then it
+    is deleted (it stays Terminating: no controller-manager runs)."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
-    core = client.CoreV1Api(kube_api)
-    name = f"t-{_envtest_secrets.token_hex(5)}"
+    core = client.CoreV1Api(api)
+    name = f"{prefix}-{_envtest_secrets.token_hex(5)}"
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     try:
         yield name
     finally:
+        if before_delete is not None:
+            before_delete(name)
         try:
             core.delete_namespace(name)
         except ApiException as exc:
             if exc.status != 404:
                 raise
+
+
+@pytest.fixture
+def kube_namespace(kube_api):
+    """A fresh namespace (random name); deleted afterwards (it stays Terminating: no controller-manager)."""
+    with temporary_namespace(kube_api) as name:
+        yield name
 
 
 # ============================================================================ end of envtest block

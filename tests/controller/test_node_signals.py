@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from backfill.core import events as ev
 from backfill.core.events import decode_many
 
+from ..conftest import temporary_namespace
 from .conftest import GROUP, VERSION, drop_node_signals, now_s, ts, wait_for
 
 pytestmark = pytest.mark.kube
@@ -30,18 +30,8 @@ pytestmark = pytest.mark.kube
 @pytest.fixture
 def other_namespace(kube_api):
     """A second namespace, not the controller's; its sessions and leases are deleted after."""
-    core = client.CoreV1Api(kube_api)
-    name = f"t-{secrets.token_hex(5)}"
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    try:
+    with temporary_namespace(kube_api, before_delete=lambda name: drop_node_signals(kube_api, name)) as name:
         yield name
-    finally:
-        drop_node_signals(kube_api, name)
-        try:
-            core.delete_namespace(name)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
 
 
 def _jobs_of(kube, name: str) -> list:

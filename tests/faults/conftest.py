@@ -4,13 +4,9 @@ as real subprocesses (:mod:`tests.faults.harness`)."""
 
 from __future__ import annotations
 
-import secrets
-
 import pytest
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
-from tests.conftest import ENVTEST_CRD_PATHS, say
+from tests.conftest import ENVTEST_CRD_PATHS, say, temporary_namespace
 
 from .harness import ControllerProcess, JobPlayer, Kube
 
@@ -51,17 +47,8 @@ def fault_api(fault_cluster):
 
 @pytest.fixture
 def fault_ns(fault_api):
-    core = client.CoreV1Api(fault_api)
-    name = f"f-{secrets.token_hex(5)}"
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    try:
+    with temporary_namespace(fault_api, "f") as name:
         yield name
-    finally:
-        try:
-            core.delete_namespace(name)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
 
 
 @pytest.fixture

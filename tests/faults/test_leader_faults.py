@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from .harness import FAST_SETTINGS, JobPlayer, Kube, assert_replay_clean, demand, log_events, of_type, run_rows, timed, wait_for
-from .workload import CANCEL_BOUND_SECONDS, cluster_invariants, declare, log_invariants, settled_log_invariants, start_running, wait_job
+from .workload import CANCEL_BOUND_SECONDS, cluster_invariants, declare, settled_log_invariants, start_running, wait_job
 
 pytestmark = pytest.mark.kube
 
@@ -63,14 +63,21 @@ def holder(kube: Kube, name: str = "mbf-faults") -> str | None:
     return lease.spec.holder_identity
 
 
+def leader_and_standby(kube: Kube, controllers, a_server: str | None = None, **env: str):
+    """Start replica-a, wait until it holds the Lease, then start replica-b (both ready);
+    ``env`` for both, ``a_server``: replica-a's apiserver address (e.g. a proxy)."""
+    a = controllers("replica-a", server=a_server, **env).start()
+    a.wait_ready()
+    wait_for(lambda: holder(kube) == "replica-a", timeout=10, what="replica-a holds the Lease")
+    b = controllers("replica-b", **env).start()
+    b.wait_ready()
+    return a, b
+
+
 def test_leader_paused_past_its_lease_is_fenced(fault_cluster, kube: Kube, player: JobPlayer, controllers):
     pg, schema = controllers.pg, controllers.schema
     declare(kube, [("bf-1", "m1"), ("bf-2", "m2")])
-    a = controllers("replica-a").start()
-    a.wait_ready()
-    wait_for(lambda: holder(kube) == "replica-a", timeout=10, what="replica-a holds the Lease")
-    b = controllers("replica-b").start()
-    b.wait_ready()
+    a, b = leader_and_standby(kube, controllers)
     job1 = start_running(kube, player, "bf-1")
     job2 = start_running(kube, player, "bf-2")
     assert actions(fault_cluster, "replica-b", kube.ns) == [], "the standby acted"
@@ -108,11 +115,7 @@ def test_attempt_counters_are_not_doubled_by_a_standby(kube: Kube, player: JobPl
     """sum(starts_total) over both replicas' /metrics equals the admissions in the log."""
     pg, schema = controllers.pg, controllers.schema
     declare(kube, [("bf-1", "m1"), ("bf-2", "m2")])
-    a = controllers("replica-a").start()
-    a.wait_ready()
-    wait_for(lambda: holder(kube) == "replica-a", timeout=10, what="replica-a holds the Lease")
-    b = controllers("replica-b").start()
-    b.wait_ready()
+    a, b = leader_and_standby(kube, controllers)
     for name in ("bf-1", "bf-2"):
         wait_job(kube, name)
     admitted = lambda: len(of_type(log_events(pg.url, schema), "AttemptAdmitted"))  # noqa: E731
@@ -129,11 +132,7 @@ def test_attempt_counters_are_not_doubled_by_a_standby(kube: Kube, player: JobPl
 def test_graceful_stop_hands_over_well_under_the_lease(kube: Kube, player: JobPlayer, controllers):
     """SIGTERM releases the Lease: the standby leads (and acts) sooner than a lease expiry."""
     declare(kube, [("bf-1", "m1")])
-    a = controllers("replica-a", BACKFILL_LEASE_DURATION_SECONDS="10", BACKFILL_LEASE_RENEW_SECONDS="2").start()
-    a.wait_ready()
-    wait_for(lambda: holder(kube) == "replica-a", timeout=10, what="replica-a holds the Lease")
-    b = controllers("replica-b", BACKFILL_LEASE_DURATION_SECONDS="10", BACKFILL_LEASE_RENEW_SECONDS="2").start()
-    b.wait_ready()
+    a, b = leader_and_standby(kube, controllers, BACKFILL_LEASE_DURATION_SECONDS="10", BACKFILL_LEASE_RENEW_SECONDS="2")
     job = start_running(kube, player, "bf-1")
     assert a.terminate() == 0
     t0 = time.monotonic()
@@ -151,11 +150,7 @@ def test_leader_paused_in_a_wave_of_cancels(fault_cluster, kube: Kube, player: J
     pg, schema = controllers.pg, controllers.schema
     pairs = [(f"bf-{i}", f"m{i}") for i in range(6)]
     declare(kube, pairs)
-    a = controllers("replica-a").start()
-    a.wait_ready()
-    wait_for(lambda: holder(kube) == "replica-a", timeout=10, what="replica-a holds the Lease")
-    b = controllers("replica-b").start()
-    b.wait_ready()
+    a, b = leader_and_standby(kube, controllers)
     jobs = [start_running(kube, player, name) for name, _ in pairs]
     paused_at = datetime.now(timezone.utc)
     for _, model in pairs:
@@ -194,11 +189,7 @@ def test_leader_partitioned_from_the_apiserver(fault_cluster, kube: Kube, player
     create/delete, status write or Event after the partition heals; the standby cancels."""
     pg, schema = controllers.pg, controllers.schema
     declare(kube, [("bf-1", "m1")])
-    a = controllers("replica-a", server=proxy.url).start()
-    a.wait_ready()
-    wait_for(lambda: holder(kube) == "replica-a", timeout=10, what="replica-a holds the Lease")
-    b = controllers("replica-b").start()
-    b.wait_ready()
+    a, b = leader_and_standby(kube, controllers, a_server=proxy.url)
     job = start_running(kube, player, "bf-1")
 
     proxy.partition()
@@ -229,11 +220,7 @@ def test_the_standby_cancels_with_the_store_stopped_when_the_leader_dies(kube: K
     plus the cancel bound, with the store still stopped."""
     pg, schema = controllers.pg, controllers.schema
     declare(kube, [("bf-1", "m1")])
-    a = controllers("replica-a").start()
-    a.wait_ready()
-    wait_for(lambda: holder(kube) == "replica-a", timeout=10, what="replica-a holds the Lease")
-    b = controllers("replica-b").start()
-    b.wait_ready()
+    a, b = leader_and_standby(kube, controllers)
     job = start_running(kube, player, "bf-1")
     pg.stop()
     try:
