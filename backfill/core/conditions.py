@@ -221,7 +221,13 @@ def _model_not_ready(world: World, s: Subject, now: datetime) -> Hit | None:
 def _node_changed(world: World, s: Subject, now: datetime) -> Hit | None:
     a, m = s.attempt, s.state
     if a is not None and m.node != a.node:
-        return Hit(NODE_CHANGED, f"Model {s.model} moved from node {a.node or '?'} to {m.node or '?'}", world.position)
+        if not a.node:  # admitted while the Model's node was unknown: the node gates could not apply
+            message = f"Model {s.model}'s node became known ({m.node}) after the Job was admitted without one"
+        elif not m.node:
+            message = f"Model {s.model}'s node is no longer known (it was {a.node})"
+        else:
+            message = f"Model {s.model} moved from node {a.node} to {m.node}"
+        return Hit(NODE_CHANGED, message, world.position)
     return None
 
 
