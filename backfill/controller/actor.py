@@ -574,16 +574,12 @@ class Actor:
 
     def _again_one(self, c: Any, suspend: bool, uid: str) -> None:
         try:
-            try:
-                if suspend:
-                    self.suspend_job(c.key, c.job_name, True)
-                else:
-                    self.delete_job(c.key, c.job_name, uid)
-            finally:
-                self.window.end()
-        except Exception as exc:  # noqa: BLE001
+            error = self._try_delete(c.key, c.job_name, suspend, uid)
+        finally:
+            self.window.end()
+        if error is not None:
             log.error(
-                f"{'suspending' if suspend else 'deleting'} Job {c.job_name} failed again (re-sent from memory): {_first_line(exc)}",
+                f"{'suspending' if suspend else 'deleting'} Job {c.job_name} failed again (re-sent from memory): {error}",
                 extra={"backfill": f"{c.key[0]}/{c.key[1]}", "decision": "AttemptCancelled"},
             )
             self._preempt_failed(c.key)
@@ -610,7 +606,7 @@ class Actor:
         """One preemption DELETE, or suspend (issue 11) (a pool thread): the call, then its log
         line and Event. ``uid``: the Job's, when the world knows it (for a 404's JobDeleted)."""
         try:
-            error = self._try_delete(c, uid)
+            error = self._try_delete(c.key, c.job_name, c.suspend, uid)
         finally:
             self.window.end()
         ns, name = c.key
@@ -659,14 +655,17 @@ class Actor:
             "Warning",
         )
 
-    def _try_delete(self, cmd: Cancel, uid: str = "") -> str | None:
+    def _try_delete(self, key: tuple[str, str], job_name: str, suspend: bool, uid: str = "") -> str | None:
+        """The preemption call (``spec.suspend: true`` PATCH, else DELETE); returns the error's
+        one line, or None when it was answered (re-sent by the preemptor's retry and by the next
+        decide's DeleteJob / SuspendJob)."""
         try:
-            if cmd.suspend:
-                self.suspend_job(cmd.key, cmd.job_name, True)
+            if suspend:
+                self.suspend_job(key, job_name, True)
             else:
-                self.delete_job(cmd.key, cmd.job_name, uid)
+                self.delete_job(key, job_name, uid)
             return None
-        except Exception as exc:  # noqa: BLE001 - re-issued by the next decide (DeleteJob)
+        except Exception as exc:  # noqa: BLE001
             return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 
     def delete_job(self, key: tuple[str, str], job_name: str, uid: str = "") -> None:

@@ -261,20 +261,7 @@ class Preemptor:
         decided = decide(opt, now, wanted)
         cancels = [c for c in decided if isinstance(c, Cancel) and (c.key, c.attempt, c.segment, c.suspend) not in self.inflight]
         if self._execute_again is not None:
-            # The re-issue of a cancel whose call failed: a Cancelling (Suspending) attempt's
-            # DeleteJob (SuspendJob). And a Job created again under the name of an attempt that
-            # ended (a create that landed after its cancel's delete): deleted at once. Other
-            # unexplained Jobs are the durable log's to judge (this projection may lack an
-            # admission another replica made).
-            # (A cancel whose decision still waits in the spool for its causes' commit shows
-            # as the same Cancel again: its call is what is re-sent.)
-            redo = [
-                (SuspendJob(c.key, c.job_name) if c.suspend else DeleteJob(c.key, c.job_name)) if isinstance(c, Cancel) else c
-                for c in decided
-                if (c.key in again and isinstance(c, (DeleteJob, SuspendJob)) and not getattr(c, "unexplained", False))
-                or (c.key in again and isinstance(c, Cancel) and (c.key, c.attempt, c.segment, c.suspend) in self.inflight)
-                or (isinstance(c, DeleteJob) and c.unexplained and _ended_attempts_name(opt, c))
-            ]  # fmt: skip
+            redo = [r for r in (self._resend(c, again, opt) for c in decided) if r is not None]
             if redo:
                 self._execute_again(redo, opt)
         if not cancels:
@@ -290,6 +277,26 @@ class Preemptor:
         self._execute(cancels, opt)
         self.cancels += len(cancels)
         return cancels
+
+    def _resend(self, c: Any, again: set[Key], opt: World) -> DeleteJob | SuspendJob | None:
+        """The call to send again for decided command ``c``, or None:
+
+        - for a backfill whose cancel call failed (``again``): its Cancelling (Suspending)
+          attempt's ``DeleteJob`` (``SuspendJob``); a cancel whose decision still waits in the
+          spool for its causes' commit shows as the same, in-flight ``Cancel``: its call;
+        - a Job created again under the name of an attempt that ended (a create that landed
+          after its cancel's delete): deleted at once. Other unexplained Jobs are the durable
+          log's to judge (this projection may lack an admission another replica made).
+        """
+        if isinstance(c, DeleteJob) and c.unexplained:
+            return c if _ended_attempts_name(opt, c) else None
+        if c.key not in again:
+            return None
+        if isinstance(c, (DeleteJob, SuspendJob)):
+            return c
+        if isinstance(c, Cancel) and (c.key, c.attempt, c.segment, c.suspend) in self.inflight:
+            return SuspendJob(c.key, c.job_name) if c.suspend else DeleteJob(c.key, c.job_name)
+        return None
 
     def _ref(self, position: int | None, durable: World) -> Any:
         """A position of the optimistic projection as a reference the spool resolves."""
