@@ -360,7 +360,7 @@ def _job_attempt(w: World, e: ev._JobEvent) -> tuple[BackfillState, Attempt] | N
     if b is None or b.attempt is None or b.attempt.job_name != e.name:
         return None
     a = b.attempt
-    if a.lifecycle in LIVE or a.lifecycle == SUSPENDED:
+    if a.live or a.suspended:
         return b, a
     if isinstance(e, _JOB_OVER) or e.uid != a.job_uid:
         return None
@@ -428,10 +428,8 @@ def _fold_job_running(w: World, e: ev.JobRunning, pos: int) -> World:
 
 def _fold_job_succeeded(w: World, e: ev.JobSucceeded, pos: int) -> World:
     found = _job_attempt(w, e)
-    if found is None:
+    if found is None:  # also an ended attempt's (its Job's end is folded once)
         return _unexplained(w, e, pos)
-    if not (found[1].live or found[1].suspended):
-        return _at(w, pos)
     b, a = found
     a = _progress(_ended_while_suspended(a, e.at), e.completed_indexes, e.at)
     return _put_backfill(w, _end(b, a, e.at, "succeeded", "Completed", pos), pos)
@@ -439,10 +437,8 @@ def _fold_job_succeeded(w: World, e: ev.JobSucceeded, pos: int) -> World:
 
 def _fold_job_failed(w: World, e: ev.JobFailed, pos: int) -> World:
     found = _job_attempt(w, e)
-    if found is None:
+    if found is None:  # also an ended attempt's (its Job's end is folded once)
         return _unexplained(w, e, pos)
-    if not (found[1].live or found[1].suspended):
-        return _at(w, pos)
     b, a = found
     a = _ended_while_suspended(a, e.at)
     result = "deadline_exceeded" if e.reason == "DeadlineExceeded" else "failed"
@@ -451,10 +447,8 @@ def _fold_job_failed(w: World, e: ev.JobFailed, pos: int) -> World:
 
 def _fold_job_deleted(w: World, e: ev.JobDeleted, pos: int) -> World:
     found = _job_attempt(w, e)
-    if found is None:
+    if found is None:  # also an ended attempt's (its Job's end is folded once)
         return _unexplained(w, e, pos)
-    if not (found[1].live or found[1].suspended):
-        return _at(w, pos)
     b, a = found
     if a.lifecycle == SUSPENDED:
         # Deleted by someone else while suspended: no segment ran (the last row stays preempted);
