@@ -38,6 +38,10 @@ BAD = {
     "repeat-59.9s": ({"repeatAfter": "59.9s"}, "spec.repeatAfter"),
     "repeat-1ms": ({"repeatAfter": "1ms"}, "spec.repeatAfter"),
     "repeat-not-go": ({"repeatAfter": "1 minute"}, "spec.repeatAfter"),
+    # beyond Go's largest duration (2562047h47m16s): the pattern matches, the controller blocks it
+    "repeat-overflow": ({"repeatAfter": "2562048h"}, "spec.repeatAfter"),
+    "idle-overflow": ({"idleFor": "2562048h"}, "spec.idleFor"),
+    "maxrun-overflow": ({"maxRunDuration": "99999999999h"}, "spec.maxRunDuration"),
     "model-uppercase": ({"modelRef": "Gemma"}, "spec.modelRef"),
     "model-underscore": ({"modelRef": "gemma_4"}, "spec.modelRef"),
     "model-254": ({"modelRef": "a" * 254}, "spec.modelRef"),
@@ -51,6 +55,7 @@ GOOD = {
     "repeat-60s": {"repeatAfter": "60s"},
     "repeat-0.5h": {"repeatAfter": "0.5h"},
     "repeat-24h": {"repeatAfter": "24h"},
+    "durations-at-go-maximum": {"idleFor": "2562047h47m16s", "maxRunDuration": "2562047h", "repeatAfter": "2562047h47m16s"},
     "env-kubernetes-names": {"env": {"a.b-c": "1", "_X": "2", "-dash": "3", ".hidden": "4", "GAUNTLET_API": "chat"}},
     "env-32": {"env": {f"V_{i}": "1" for i in range(32)}},
     "model-dotted-253": {"modelRef": ("a" * 63 + ".") * 3 + "b" * 61},
@@ -106,3 +111,12 @@ def test_the_served_crd_has_the_rules_and_the_category(kube_api):
     assert "flexinfer" in served.spec.names.categories
     spec = served.spec.versions[0].schema.open_apiv3_schema.properties["spec"]
     assert spec.properties["env"].x_kubernetes_validations and spec.properties["repeatAfter"].x_kubernetes_validations
+
+
+@pytest.mark.parametrize("case", sorted(c for c in BAD if "overflow" in c) + ["durations-at-go-maximum"])
+def test_admission_and_the_controller_agree_on_durations(case):
+    """What admission rejects the controller would block (and what it admits, it accepts)."""
+    from backfill.core.spec import Spec, SpecProblem, parse_spec
+
+    spec = {**BASE, **(BAD[case][0] if case in BAD else GOOD[case])}
+    assert isinstance(parse_spec(spec), SpecProblem if case in BAD else Spec), case
