@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, Iterator, Optional
 
 import typer
-from typer._click import exceptions as click_exc  # typer >= 0.20 vendors its click
+from typer._click import exceptions as click_exc
+from typer.core import TyperCommand  # typer >= 0.20 vendors its click
 from rich.console import Console
 from rich.table import Table
 
@@ -831,7 +832,52 @@ def _env_help(text: str, env: str) -> str:
     return f"{text}  [env var: {env}]"
 
 
-@app.command()
+# The controller's flags (their variables are shown with them); every other setting is only an
+# environment variable, listed after the options by _ControllerCommand.
+_CONTROLLER_FLAGS = ("kubeconfig", "namespace", "database_url", "metrics_address", "leader_elect", "lease_name",
+                     "lease_namespace")
+
+
+def _default_text(value: Any) -> str:
+    """A Settings default as ``--help`` shows it: ``unset`` for None, ``true``/``false``, ``60`` for 60.0."""
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def environment_rows() -> list[tuple[str, str]]:
+    """``(BACKFILL_NAME, "description  [default: D]")`` for every setting without a controller
+    flag, in :class:`~backfill.settings.Settings` order (what ``backfill controller --help`` lists)."""
+    import re
+
+    from .settings import ENV_PREFIX
+
+    # the descriptions name other settings by field (api_qps): show their variables instead
+    fields = re.compile(r"\b(" + "|".join(n for n in Settings.model_fields if "_" in n) + r")\b")
+    rows = []
+    for name, info in Settings.model_fields.items():
+        if name not in _CONTROLLER_FLAGS:
+            text = fields.sub(lambda m: ENV_PREFIX + m.group(1).upper(), info.description or "")
+            default = _default_text(info.get_default(call_default_factory=True))
+            rows.append((ENV_PREFIX + name.upper(), f"{text}  [default: {default}]"))
+    return rows
+
+
+class _ControllerCommand(TyperCommand):
+    """``backfill controller --help`` ends with every environment-only setting and its default
+    (a new user had to find them in the README)."""
+
+    def format_epilog(self, ctx: Any, formatter: Any) -> None:
+        with formatter.section("Environment (every other setting; a bad value stops the command naming it)"):
+            formatter.write_dl(environment_rows())
+        super().format_epilog(ctx, formatter)
+
+
+@app.command(cls=_ControllerCommand)
 def controller(
     kubeconfig: Optional[Path] = typer.Option(None, "--kubeconfig", help=_env_help("kubeconfig file; unset: in-cluster, else ~/.kube/config.", "BACKFILL_KUBECONFIG")),
     namespace: Optional[str] = typer.Option(None, "--namespace", help=_env_help("Watch only this namespace (GamingSessions and GPULeases: every namespace); unset: all.", "BACKFILL_NAMESPACE")),

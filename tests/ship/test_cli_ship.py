@@ -133,3 +133,50 @@ def test_database_url_file_errors_are_one_line(tmp_path):
         assert len(lines) == 1, proc.stderr
         msg = json.loads(lines[0])["msg"]  # the controller's lines are JSON log objects
         assert msg.startswith("backfill: error: settings: BACKFILL_DATABASE_URL_FILE: ") and fragment in msg, msg
+
+
+def test_controller_help_lists_every_setting_with_its_default():
+    """`backfill controller --help` named only its eight flags' variables; the other settings
+    (BACKFILL_RESYNC_SECONDS, the ingest limits, the PostgreSQL timeouts, ...) were only in the
+    README. Every Settings field is now shown, by its flag or after the options with its default."""
+    from backfill.settings import ENV_PREFIX
+
+    proc = _run("controller", "--help")
+    assert proc.returncode == 0, proc.stderr
+    options, _, environment = proc.stdout.partition("\nEnvironment (")
+    assert environment, proc.stdout
+    flagged = set(re.findall(r"\[env var: (BACKFILL_[A-Z_]+)", " ".join(options.split())))
+    entries = re.split(r"^  (?=BACKFILL_)", environment, flags=re.M)[1:]  # click wraps each at 80 columns
+    listed = {}
+    for entry in entries:
+        name, text = entry.split(None, 1)
+        (listed[name],) = re.findall(r"\[default: ([^\]]+)\]\s*$", " ".join(text.split()) + "\n")
+    expected = {ENV_PREFIX + f.upper() for f in Settings.model_fields}
+    assert (flagged | set(listed)) - {"BACKFILL_SCHEMA"} == expected
+    assert not flagged & set(listed), "a flag's variable listed twice"
+    defaults = Settings()  # the environment of _run has no BACKFILL_ variable either
+    for env, shown in listed.items():
+        value = getattr(defaults, env.removeprefix(ENV_PREFIX).lower())
+        if value is None:
+            assert shown == "unset", env
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            assert float(shown) == value, (env, shown, value)
+        else:
+            assert shown == str(value), (env, shown, value)
+    assert listed["BACKFILL_RESYNC_SECONDS"] == "60" and listed["BACKFILL_HEALTH_STALE_SECONDS"] == "120"
+    assert "api_qps" not in environment and "BACKFILL_API_QPS applies" in " ".join(environment.split())
+
+
+def test_the_readme_configure_table_names_every_setting():
+    from backfill.settings import ENV_PREFIX
+
+    text = (ROOT / "README.md").read_text()
+    table = text.split("### Configure", 1)[1].split("\n\n", 2)[2].split("\n\n", 1)[0]
+    assert table.startswith("| variable |"), table[:200]
+    shown = set()
+    for cell in re.findall(r"^\| ([^|]+) \|", table, flags=re.M):
+        names = re.findall(r"`(BACKFILL_[A-Z_]+|_[A-Z_]+)`", cell)
+        for n in names:
+            shown.add(n if n.startswith(ENV_PREFIX) else "BACKFILL_INGEST" + n)  # `_BURST`: an ingest limit
+    missing = sorted({ENV_PREFIX + f.upper() for f in Settings.model_fields} - shown)
+    assert not missing, f"README's Configure table lacks {missing}"
