@@ -6,6 +6,7 @@ import json
 import logging
 import ssl
 import threading
+import time
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -23,6 +24,10 @@ REQUEST_TIMEOUT_SECONDS = 10.0
 #: The handshake runs on the connection's own thread, never on the accept loop, so a silent
 #: client delays nobody else even before this expires.
 TLS_HANDSHAKE_TIMEOUT_SECONDS = 5.0
+#: Seconds between looks at the certificate and key files: a renewed pair (cert-manager renews the
+#: Secret, the kubelet updates the mounted files) is served from the next connection after it,
+#: without a restart.
+TLS_RELOAD_CHECK_SECONDS = 5.0
 
 
 #: The paths that answer GET and HEAD (any other method: 405).
@@ -53,6 +58,7 @@ def make_server(
     tls_key: Path | None = None,
     health: Probe | None = None,
     handshake_timeout: float = TLS_HANDSHAKE_TIMEOUT_SECONDS,
+    tls_reload_seconds: float = TLS_RELOAD_CHECK_SECONDS,
 ) -> ThreadingHTTPServer:
     """A ThreadingHTTPServer bound to ``host:port`` (port 0: any free port); not started.
 
@@ -67,7 +73,9 @@ def make_server(
     and each accepted connection does its TLS handshake on its own thread, within
     ``handshake_timeout`` seconds (else it is closed), so a client that connects and sends nothing
     blocks neither the accept loop nor other clients. A plain-HTTP connection likewise has its own
-    thread and ``REQUEST_TIMEOUT_SECONDS`` to send its request.
+    thread and ``REQUEST_TIMEOUT_SECONDS`` to send its request. The certificate and key files are
+    looked at again at most every ``tls_reload_seconds``: a renewed pair is served from the next
+    connection on (a pair that does not load is logged and the previous one kept).
 
     Raises:
         OSError: the address cannot be bound; ssl.SSLError / OSError: unusable TLS files.
@@ -171,14 +179,74 @@ def make_server(
             self._json(code, payload, response_headers(code, payload))
 
     if tls_cert is not None and tls_key is not None:
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        context.load_cert_chain(str(tls_cert), str(tls_key))
-        server: ThreadingHTTPServer = _TLSServer((host or "0.0.0.0", int(port)), Handler, context, handshake_timeout)
+        server: ThreadingHTTPServer = _TLSServer(
+            (host or "0.0.0.0", int(port)), Handler, _CertificateFiles(Path(tls_cert), Path(tls_key), tls_reload_seconds),
+            handshake_timeout,
+        )
     else:
         server = ThreadingHTTPServer((host or "0.0.0.0", int(port)), Handler)
     server.daemon_threads = True
     return server
+
+
+def _server_context(cert: Path, key: Path) -> ssl.SSLContext:
+    """A TLS 1.2+ server context for the PEM files ``cert`` and ``key``.
+
+    Raises:
+        ssl.SSLError / OSError: a file is missing, unreadable or not a matching pair."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(str(cert), str(key))
+    return context
+
+
+class _CertificateFiles:
+    """The server's TLS context, loaded again when the certificate or key file changes.
+
+    At most every ``check_seconds`` (monotonic) the two files are stat()ed (a mounted Secret's
+    files are symlinks the kubelet swaps at once); a changed pair is loaded into a new context
+    for the connections after it. A pair that does not load (half written, mismatched) is
+    logged once and the previous context kept, and tried again at the next change.
+
+    Raises (from the constructor): ssl.SSLError / OSError for unusable files at start."""
+
+    def __init__(self, cert: Path, key: Path, check_seconds: float = TLS_RELOAD_CHECK_SECONDS) -> None:
+        self.cert, self.key, self.check_seconds = cert, key, check_seconds
+        self._lock = threading.Lock()
+        self._seen = self._signature()
+        self._failed: tuple | None = None
+        self.context = _server_context(cert, key)
+        self._checked = time.monotonic()
+
+    def _signature(self) -> tuple:
+        out = []
+        for path in (self.cert, self.key):
+            try:
+                st = path.stat()
+                out.append((st.st_ino, st.st_mtime_ns, st.st_size))
+            except OSError:
+                out.append(None)
+        return tuple(out)
+
+    def current(self) -> ssl.SSLContext:
+        """The context for a new connection (reloaded first when the files changed)."""
+        with self._lock:
+            if time.monotonic() - self._checked < self.check_seconds:
+                return self.context
+            self._checked = time.monotonic()
+            seen = self._signature()
+            if seen == self._seen or seen == self._failed:
+                return self.context
+            try:
+                self.context = _server_context(self.cert, self.key)
+            except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+                self._failed = seen
+                log.warning(f"TLS certificate {self.cert} changed but does not load ({type(exc).__name__}: {exc}); "
+                            "still serving the previous one")
+                return self.context
+            self._seen, self._failed = seen, None
+            log.info(f"TLS certificate {self.cert} reloaded")
+            return self.context
 
 
 class _TLSServer(ThreadingHTTPServer):
@@ -186,11 +254,12 @@ class _TLSServer(ThreadingHTTPServer):
 
     Wrapping the listening socket would run every handshake inside ``accept()`` on the accept
     loop, with no timeout: one connection that sends nothing would stall every other client
-    (probes included) until it closed.
+    (probes included) until it closed. Each connection uses the certificate files' current
+    context (:class:`_CertificateFiles`: a renewed certificate is served without a restart).
     """
 
-    def __init__(self, address: tuple[str, int], handler: type, context: ssl.SSLContext, handshake_timeout: float) -> None:
-        self.context = context
+    def __init__(self, address: tuple[str, int], handler: type, certificates: _CertificateFiles, handshake_timeout: float) -> None:
+        self.certificates = certificates
         self.handshake_timeout = handshake_timeout
         super().__init__(address, handler)
 
@@ -198,7 +267,8 @@ class _TLSServer(ThreadingHTTPServer):
         """On the connection's thread: handshake within ``handshake_timeout`` s, then serve it."""
         request.settimeout(self.handshake_timeout)
         try:
-            tls = self.context.wrap_socket(request, server_side=True)  # handshakes now; detaches ``request``
+            # handshakes now; detaches ``request``
+            tls = self.certificates.current().wrap_socket(request, server_side=True)
         except (OSError, ValueError) as exc:  # ssl.SSLError, a timeout, a reset: drop this client only
             log.debug(f"TLS handshake with {client_address[0]} failed: {type(exc).__name__}: {exc}")
             return  # process_request_thread closes ``request``

@@ -7,6 +7,7 @@ import http.client
 import json
 import ssl
 import threading
+from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -246,6 +247,79 @@ def test_a_silent_plain_http_connection_blocks_nobody_and_is_dropped(monkeypatch
             status, _, body = _ask(port, "GET", "/healthz")
             assert (status, body) == (200, b"ok\n")
             assert _recv_until_closed(silent, 5.0) == b""  # the server gave up on it and closed it
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _served_certificate(port: int) -> bytes:
+    """The DER certificate the server presents (not verified: the test compares it itself)."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    conn = http.client.HTTPSConnection("localhost", port, context=ctx, timeout=5)
+    try:
+        conn.request("GET", "/healthz")
+        der = conn.sock.getpeercert(binary_form=True)
+        assert conn.getresponse().status == 200
+        return der
+    finally:
+        conn.close()
+
+
+def _der(cert_file) -> bytes:
+    return x509.load_pem_x509_certificate(cert_file.read_bytes()).public_bytes(serialization.Encoding.DER)
+
+
+def test_a_renewed_certificate_is_served_without_a_restart(tmp_path, caplog):
+    """cert-manager renews the Secret and the kubelet swaps the mounted files (``..data`` symlink):
+    the server read them only at start, so a controller running longer than the certificate's
+    lifetime served an expired one until restarted. Now it serves the new pair from the next
+    connection after the change, and keeps the previous one while a changed pair does not load."""
+    import os
+
+    mount = tmp_path / "mount"
+    mount.mkdir()
+
+    def publish(version: str, make) -> Path:
+        """Write a version directory and swap ``..data`` to it at once, as the kubelet does."""
+        directory = mount / f"..{version}"
+        directory.mkdir()
+        crt = make(directory)
+        link = mount / "..data_tmp"
+        link.symlink_to(directory.name)
+        os.replace(link, mount / "..data")
+        return crt
+
+    first = publish("v1", lambda d: _self_signed(d)[0])
+    for name in ("tls.crt", "tls.key"):
+        (mount / name).symlink_to(f"..data/{name}")
+    server = make_server("127.0.0.1:0", CollectorRegistry(), ready=lambda: True, tls_cert=mount / "tls.crt",
+                         tls_key=mount / "tls.key", tls_reload_seconds=0.1)
+    _serve(server)
+    port = server.server_address[1]
+    try:
+        assert _served_certificate(port) == _der(first)
+        second = publish("v2", lambda d: _self_signed(d)[0])
+        assert _der(second) != _der(first)
+        import time
+
+        time.sleep(0.2)
+        assert _served_certificate(port) == _der(second)
+
+        def broken(d):
+            (d / "tls.crt").write_text("-----BEGIN CERTIFICATE-----\nnot a certificate\n-----END CERTIFICATE-----\n")
+            (d / "tls.key").write_bytes((mount / "..v2" / "tls.key").read_bytes())
+            return d / "tls.crt"
+
+        with caplog.at_level("WARNING", logger="backfill.controller.http"):
+            publish("v3", broken)
+            time.sleep(0.2)
+            assert _served_certificate(port) == _der(second)  # the previous pair is kept
+            time.sleep(0.2)
+            assert _served_certificate(port) == _der(second)
+        warnings = [r.getMessage() for r in caplog.records if "does not load" in r.getMessage()]
+        assert len(warnings) == 1, warnings  # once per change, not once per connection
     finally:
         server.shutdown()
         server.server_close()
