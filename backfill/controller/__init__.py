@@ -59,8 +59,6 @@ def _first_election_round(leader: Any) -> None:
     thread keeps retrying."""
     from .leader import LeaseNamespaceMissing
 
-    log = logging.getLogger("backfill.controller")
-
     try:
         leader.try_acquire()
         leader.healthy = True
@@ -71,7 +69,7 @@ def _first_election_round(leader: Any) -> None:
             "to an existing namespace, or run without --leader-elect"
         ) from None
     except Exception as exc:  # noqa: BLE001 - unreachable/forbidden: the election thread keeps retrying
-        log.warning(f"leader election: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+        leader.report_failure(exc)
 
 
 def _ready(controller: Any, leader: Any) -> tuple[bool, list[str]]:

@@ -18,6 +18,7 @@ first round after the server answers again. ``stop()`` releases a held Lease (ho
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import threading
 import time
@@ -51,6 +52,25 @@ class LeaseNamespaceMissing(Exception):
     def __init__(self, namespace: str) -> None:
         super().__init__(namespace)
         self.namespace = namespace
+
+
+def describe_failure(exc: BaseException, namespace: str) -> str:
+    """One line for a failed Lease call: for an API error its status and the API server's own
+    message (which names the user, verb and namespace of a 403), and for a 403 the fix: the RBAC
+    the Lease needs in ``namespace``, or another Lease namespace."""
+    if not isinstance(exc, ApiException):
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    message = ""
+    try:
+        message = str(json.loads(exc.body or "")["message"])
+    except (ValueError, TypeError, KeyError):
+        pass
+    text = f"{exc.status} {exc.reason or ''}".strip() + (f": {message}" if message else "")
+    if exc.status == 403:
+        text += (f"; grant get, create and update on coordination.k8s.io leases in the namespace {namespace} "
+                 "(the Role in deploy/base/rbac.yaml), or set --lease-namespace/BACKFILL_LEASE_NAMESPACE to the "
+                 "namespace where they are granted; retrying every second")
+    return text
 
 
 class LeaderElector:
@@ -90,6 +110,7 @@ class LeaderElector:
         self.clock = clock
         self._deadline = 0.0
         self.healthy = False  # the last attempt reached the API server
+        self._reported: str | None = None  # the failure last logged (the same one is not logged again)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -171,13 +192,24 @@ class LeaderElector:
             try:
                 self.try_acquire()
                 self.healthy = True
+                if self._reported is not None:
+                    log.info(f"leader election: the Lease {self.namespace}/{self.name} answers again")
+                    self._reported = None
             except LeaseNamespaceMissing as exc:
                 self.healthy = False
                 log.error(f"leader election: namespace {exc.namespace} does not exist (create it or set BACKFILL_LEASE_NAMESPACE)")
             except Exception as exc:  # noqa: BLE001 - keep trying; is_leader() expires on its own
                 self.healthy = False
-                log.warning(f"leader election: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+                self.report_failure(exc)
             self._stop.wait(self.next_wait())
+
+    def report_failure(self, exc: BaseException) -> None:
+        """Log a failed round (:func:`describe_failure`) as a warning, unless it is the failure
+        logged last: a refused Lease is one line with its fix, not a line every second."""
+        text = describe_failure(exc, self.namespace)
+        if text != self._reported:
+            log.warning(f"leader election: {text}")
+            self._reported = text
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="leader", daemon=True)
