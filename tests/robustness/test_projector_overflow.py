@@ -1,7 +1,9 @@
-"""Robustness: one ModelBackfill with an extreme (but CRD-valid) duration must not stop
-``decide`` for every other ModelBackfill (the reconcile loop decides all keys in one call).
+"""Robustness: one ModelBackfill with an extreme duration must not stop ``decide`` for every
+other ModelBackfill (the reconcile loop decides all keys in one call).
 
-The CRD pattern ``^([0-9]+(\\.[0-9]+)?(ns|us|µs|μs|ms|s|m|h))+$`` admits ``99999999999h``.
+The CRD pattern ``^([0-9]+(\\.[0-9]+)?(ns|us|µs|μs|ms|s|m|h))+$`` matches ``99999999999h``; the
+CRD's CEL rules now reject durations beyond Go's largest at admission, but an object stored
+before them still reaches the projector.
 """
 
 from __future__ import annotations
