@@ -72,8 +72,8 @@ def test_invalid_declarations_are_answered_422(kube_api, kube_namespace, case):
     status = json.loads(info.value.body)
     # With CEL rules present the server adds a field-less cause "some validation rules were not
     # checked because the object was invalid" when the plain schema already failed.
-    fields = {c.get("field") for c in status["details"]["causes"] if "rules were not checked" not in c["message"]}
-    assert fields == {field}, status
+    fields = [c.get("field") for c in status["details"]["causes"] if "rules were not checked" not in c["message"]]
+    assert fields == [field], status  # one cause: a value the pattern refuses is not reported again by a rule
 
 
 @pytest.mark.parametrize("case", sorted(GOOD))
