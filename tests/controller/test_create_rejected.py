@@ -80,6 +80,17 @@ def _pod(image: str) -> dict:
     return {"restartPolicy": "Never", "containers": [{"name": "main", "image": image}]}
 
 
+def _retrying(kube, start_controller, name: str, timeout: float = 15, **spec):
+    """A backfill on a fresh CronJob and Model, started until it shows CreateRetrying: (controller, status)."""
+    kube.cronjob("model-eval-gauntlet")
+    kube.model("gemma")
+    c = start_controller()
+    kube.backfill(name, **spec)
+    st = wait_for(lambda: (s := kube.status(name)).get("reason") == "CreateRetrying" and s, timeout=timeout, what="CreateRetrying")
+    assert st["phase"] == "Starting" and kube.jobs() == []
+    return c, st
+
+
 def test_a_permanent_refusal_blocks_until_the_cronjob_changes(kube, start_controller, policies):
     policy = JobPolicy(kube, "object.spec.template.spec.containers.all(c, c.image != 'forbidden-image')",
                        "image forbidden-image is not allowed here", "Invalid")
@@ -113,14 +124,8 @@ def test_a_transient_refusal_is_retried_with_back_off_on_the_same_attempt(kube, 
     policy = JobPolicy(kube, "false", "exceeded quota: jobs (test)", "Forbidden")
     policies.append(policy)
     wait_for(lambda: policy.active("busybox"), timeout=10, what="the admission policy is active")
-    kube.cronjob("model-eval-gauntlet")
-    kube.model("gemma")
-    c = start_controller()
-    kube.backfill("quota")
-
-    st = wait_for(lambda: (s := kube.status("quota")).get("reason") == "CreateRetrying" and s, timeout=15, what="CreateRetrying")
-    assert st["phase"] == "Starting" and "HTTP 403 Forbidden" in st["message"] and "exceeded quota" in st["message"]
-    assert kube.jobs() == []
+    c, st = _retrying(kube, start_controller, "quota")
+    assert "HTTP 403 Forbidden" in st["message"] and "exceeded quota" in st["message"]
     policy.remove()
     job = wait_for(kube.jobs, timeout=30, what="the Job once the refusal is gone")[0]
     assert job.metadata.name.endswith("-1")  # the same attempt: a refusal burns nothing
@@ -143,14 +148,8 @@ def test_a_real_resource_quota_refusal_is_retried_and_burns_nothing(kube, start_
     core.patch_namespaced_resource_quota_status(
         "jobs", kube.ns, {"status": {"hard": {"count/jobs.batch": "0"}, "used": {"count/jobs.batch": "0"}}}
     )
-    kube.cronjob("model-eval-gauntlet")
-    kube.model("gemma")
-    c = start_controller()
-    kube.backfill("quota", repeatAfter="1h")
-
-    st = wait_for(lambda: (s := kube.status("quota")).get("reason") == "CreateRetrying" and s, timeout=15, what="CreateRetrying")
-    assert st["phase"] == "Starting" and "HTTP 403 Forbidden" in st["message"] and "exceeded quota: jobs" in st["message"]
-    assert "nextRunTime" not in st and kube.jobs() == []
+    c, st = _retrying(kube, start_controller, "quota", repeatAfter="1h")
+    assert "HTTP 403 Forbidden" in st["message"] and "exceeded quota: jobs" in st["message"] and "nextRunTime" not in st
     (refusal, *_) = _events(c, ev.JobCreateRejected)
     assert (refusal.code, refusal.permanent, refusal.attempt) == (403, False, 1)
 
@@ -177,12 +176,8 @@ def test_an_unreachable_webhook_is_transient(kube, start_controller):
         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": kube.ns}},
     }]})
     try:
-        kube.cronjob("model-eval-gauntlet")
-        kube.model("gemma")
-        c = start_controller()
-        kube.backfill("hook")
-        st = wait_for(lambda: (s := kube.status("hook")).get("reason") == "CreateRetrying" and s, timeout=20, what="CreateRetrying")
-        assert st["phase"] == "Starting" and "HTTP 500 InternalError" in st["message"] and "failed calling webhook" in st["message"]
+        c, st = _retrying(kube, start_controller, "hook", timeout=20)
+        assert "HTTP 500 InternalError" in st["message"] and "failed calling webhook" in st["message"]
         (refusal, *_) = _events(c, ev.JobCreateRejected)
         assert (refusal.code, refusal.permanent) == (500, False)
     finally:
