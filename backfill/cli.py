@@ -250,7 +250,7 @@ def simulate(
         more = f" (the {n} busiest of {len(tr.requests)})" if len(tr.requests) > n else ""
         err.print(f"timeline of {n} model(s){more} written to {plot}", highlight=False)
     if cost:
-        err.print(cost, highlight=False)
+        err.print(cost, highlight=False, soft_wrap=True)  # one line, whatever the terminal width
     err.print(
         f"simulated {tr.count} requests ({tr.skipped} rows without a model skipped), {len(result.events)} events, "
         f"{len(result.runs)} runs in {sim_seconds:.2f}s{stored}",
@@ -268,10 +268,16 @@ def _granularity_cost(tr: Any, params: Any, padded: Any) -> str:
     exact = total(summarize(tr, dataclasses.replace(params, signal_granularity=0.0), run_sim(tr, dataclasses.replace(params, signal_granularity=0.0))))
     lost = exact.useful - padded.useful
     share = f" ({lost / exact.useful:.1%})" if exact.useful else ""
+
+    def counts(r: Any) -> str:
+        return (
+            f"{r.attempts} attempts, {r.succeeded} succeeded, {r.preempted} preempted, {_fmt_s(r.useful)} useful s, "
+            f"{_fmt_s(r.wasted)} wasted s"
+        )
+
     return (
-        f"signal granularity {format_duration(params.signal_granularity)}: {padded.attempts} attempts, "
-        f"{padded.succeeded} succeeded, {_fmt_s(padded.useful)} useful s; an exact signal: {exact.attempts} attempts, "
-        f"{exact.succeeded} succeeded, {_fmt_s(exact.useful)} useful s; cost {_fmt_s(lost)} useful s{share}"
+        f"signal granularity {format_duration(params.signal_granularity)}: {counts(padded)}; an exact signal: "
+        f"{counts(exact)}; cost {_fmt_s(lost)} useful s{share}, wasted s {padded.wasted - exact.wasted:+,.0f}"
     )
 def _check_params(params: Any) -> None:
     """Contract checks shared by simulate and recommend (one-line CLIError)."""

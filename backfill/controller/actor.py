@@ -499,7 +499,9 @@ class Actor:
             reject(0, "TemplateNotFound", f"CronJob {ns}/{ref} not found", permanent=True)
             return
         try:
-            body = build_job(template.job_template, namespace=ns, backfill=name, backfill_uid=uid, attempt=attempt, spec=spec)
+            body = build_job(
+                template.job_template, namespace=ns, backfill=name, backfill_uid=uid, attempt=attempt, spec=spec, name=job_name
+            )
         except ValueError as exc:
             reject(0, "InvalidTemplate", str(exc), permanent=True)
             return

@@ -34,7 +34,9 @@ BACKFILL_LABEL = "modelbackfill.ai.flexinfer/name"
 #: Label on every owned Job: the ModelBackfill's uid (36 characters, always a valid label value).
 UID_LABEL = "modelbackfill.ai.flexinfer/uid"
 ATTEMPT_LABEL = "modelbackfill.ai.flexinfer/attempt"
-_MAX_NAME = 63  # Job names and label values (Kubernetes IsValidLabelValue: at most 63 characters)
+_MAX_NAME = 63  # label values (Kubernetes IsValidLabelValue: at most 63 characters)
+_INDEX_ROOM = len("-99999")  # an Indexed Job's pods are named "<job>-<index>": completions up to 100,000
+_MAX_JOB_NAME = _MAX_NAME - _INDEX_ROOM
 
 
 @functools.lru_cache(maxsize=4096)
@@ -47,11 +49,14 @@ def job_name(backfill: str, uid: str, attempt: int) -> str:
 
     The same attempt always gets the same name, so a repeated create is AlreadyExists, never a
     second Job; the uid hash keeps a re-created ModelBackfill of the same name from adopting an
-    old Job. The backfill name is cut so the whole stays within 63 characters (Job names become
-    a label value).
+    old Job. The name is a DNS label (no dots: each ``.`` of the backfill name becomes ``-``)
+    of at most 57 characters: the API server requires ``<job name>-<completions - 1>`` of an
+    Indexed Job to be a DNS label (kubernetes ``pkg/apis/batch/validation`` ``ValidateJob``, the
+    pods' hostname), so 6 characters are left for ``-99999`` (completions up to 100,000). The
+    backfill name is cut to fit and stripped of a trailing ``-``.
     """
     suffix = f"-{_uid_hash(uid)}-{attempt}"
-    return backfill[: _MAX_NAME - len(suffix)].rstrip("-.") + suffix
+    return backfill.replace(".", "-")[: _MAX_JOB_NAME - len(suffix)].rstrip("-") + suffix
 
 
 def backfill_label_value(backfill: str) -> str:
@@ -177,6 +182,7 @@ def build_job(
     backfill_uid: str,
     attempt: int,
     spec: Spec,
+    name: str | None = None,
 ) -> dict[str, Any]:
     """Build the batch/v1 Job manifest (API JSON) for one attempt.
 
@@ -184,6 +190,8 @@ def build_job(
         job_template: the CronJob's ``spec.jobTemplate`` (camelCase dict); not modified.
         namespace, backfill, backfill_uid: the owning ModelBackfill.
         attempt: the attempt number (names the Job, see :func:`job_name`).
+        name: the Job name the attempt was admitted with (its ``AttemptAdmitted``); None:
+            :func:`job_name` of ``attempt``.
         spec: the parsed ModelBackfill spec (env overrides, maxRunDuration).
 
     Returns:
@@ -204,7 +212,7 @@ def build_job(
     labels[UID_LABEL] = backfill_uid
     labels[ATTEMPT_LABEL] = str(attempt)
     metadata: dict[str, Any] = {
-        "name": job_name(backfill, backfill_uid, attempt),
+        "name": name if name is not None else job_name(backfill, backfill_uid, attempt),
         "namespace": namespace,
         "labels": labels,
         "ownerReferences": [

@@ -80,6 +80,17 @@ def _pod(image: str) -> dict:
     return {"restartPolicy": "Never", "containers": [{"name": "main", "image": image}]}
 
 
+def _retrying(kube, start_controller, name: str, timeout: float = 15, **spec):
+    """A backfill on a fresh CronJob and Model, started until it shows CreateRetrying: (controller, status)."""
+    kube.cronjob("model-eval-gauntlet")
+    kube.model("gemma")
+    c = start_controller()
+    kube.backfill(name, **spec)
+    st = wait_for(lambda: (s := kube.status(name)).get("reason") == "CreateRetrying" and s, timeout=timeout, what="CreateRetrying")
+    assert st["phase"] == "Starting" and kube.jobs() == []
+    return c, st
+
+
 def test_a_permanent_refusal_blocks_until_the_cronjob_changes(kube, start_controller, policies):
     policy = JobPolicy(kube, "object.spec.template.spec.containers.all(c, c.image != 'forbidden-image')",
                        "image forbidden-image is not allowed here", "Invalid")
@@ -113,14 +124,8 @@ def test_a_transient_refusal_is_retried_with_back_off_on_the_same_attempt(kube, 
     policy = JobPolicy(kube, "false", "exceeded quota: jobs (test)", "Forbidden")
     policies.append(policy)
     wait_for(lambda: policy.active("busybox"), timeout=10, what="the admission policy is active")
-    kube.cronjob("model-eval-gauntlet")
-    kube.model("gemma")
-    c = start_controller()
-    kube.backfill("quota")
-
-    st = wait_for(lambda: (s := kube.status("quota")).get("reason") == "CreateRetrying" and s, timeout=15, what="CreateRetrying")
-    assert st["phase"] == "Starting" and "HTTP 403 Forbidden" in st["message"] and "exceeded quota" in st["message"]
-    assert kube.jobs() == []
+    c, st = _retrying(kube, start_controller, "quota")
+    assert "HTTP 403 Forbidden" in st["message"] and "exceeded quota" in st["message"]
     policy.remove()
     job = wait_for(kube.jobs, timeout=30, what="the Job once the refusal is gone")[0]
     assert job.metadata.name.endswith("-1")  # the same attempt: a refusal burns nothing
@@ -133,3 +138,50 @@ def test_a_transient_refusal_is_retried_with_back_off_on_the_same_attempt(kube, 
     labels = {"backfill": "quota", "namespace": kube.ns, "model": "gemma"}
     for result in ("failed", "cancelled", "succeeded"):
         assert c.metrics.registry.get_sample_value("flexinfer_model_backfill_completions_total", {**labels, "result": result}) is None
+
+
+def test_a_real_resource_quota_refusal_is_retried_and_burns_nothing(kube, start_controller):
+    # A ResourceQuota of zero Jobs. No quota controller runs here, so the test writes the
+    # quota's status itself (the quota admission plugin of the API server reads hard/used).
+    core = client.CoreV1Api(kube.api)
+    core.create_namespaced_resource_quota(kube.ns, {"metadata": {"name": "jobs"}, "spec": {"hard": {"count/jobs.batch": "0"}}})
+    core.patch_namespaced_resource_quota_status(
+        "jobs", kube.ns, {"status": {"hard": {"count/jobs.batch": "0"}, "used": {"count/jobs.batch": "0"}}}
+    )
+    c, st = _retrying(kube, start_controller, "quota", repeatAfter="1h")
+    assert "HTTP 403 Forbidden" in st["message"] and "exceeded quota: jobs" in st["message"] and "nextRunTime" not in st
+    (refusal, *_) = _events(c, ev.JobCreateRejected)
+    assert (refusal.code, refusal.permanent, refusal.attempt) == (403, False, 1)
+
+    core.patch_namespaced_resource_quota("jobs", kube.ns, {"spec": {"hard": {"count/jobs.batch": "1"}}})
+    core.patch_namespaced_resource_quota_status(
+        "jobs", kube.ns, {"status": {"hard": {"count/jobs.batch": "1"}, "used": {"count/jobs.batch": "0"}}}
+    )
+    (job,) = wait_for(kube.jobs, timeout=30, what="the Job once the quota allows it (first back-off: 10 s)")
+    assert job.metadata.name.endswith("-1")  # the same attempt
+    kube.run_job(job.metadata.name)
+    st = wait_for(lambda: (s := kube.status("quota")).get("phase") == "Running" and s, what="Running")
+    assert st["attempts"] == 1 and "nextRunTime" not in st  # no repeatAfter cooldown was started
+    assert _events(c, ev.JobFailed) == [] and _events(c, ev.JobSucceeded) == []
+
+
+def test_an_unreachable_webhook_is_transient(kube, start_controller):
+    # failurePolicy Fail and nothing listening: the API server answers 500 InternalError.
+    ar = client.AdmissionregistrationV1Api(kube.api)
+    name = f"unreachable-{kube.ns}"
+    ar.create_validating_webhook_configuration({"metadata": {"name": name}, "webhooks": [{
+        "name": "unreachable.example.com", "clientConfig": {"url": "https://127.0.0.1:1/validate"},
+        "rules": [{"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["jobs"]}],
+        "failurePolicy": "Fail", "sideEffects": "None", "admissionReviewVersions": ["v1"], "timeoutSeconds": 2,
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": kube.ns}},
+    }]})
+    try:
+        c, st = _retrying(kube, start_controller, "hook", timeout=20)
+        assert "HTTP 500 InternalError" in st["message"] and "failed calling webhook" in st["message"]
+        (refusal, *_) = _events(c, ev.JobCreateRejected)
+        assert (refusal.code, refusal.permanent) == (500, False)
+    finally:
+        ar.delete_validating_webhook_configuration(name)
+    (job,) = wait_for(kube.jobs, timeout=30, what="the Job once the webhook configuration is gone")
+    assert job.metadata.name.endswith("-1")
+    assert _events(c, ev.JobFailed) == []

@@ -53,3 +53,29 @@ def test_a_253_character_name_gets_its_job_and_is_cancelled(kube, start_controll
         return {e.reason for e in items if e.involved_object.name == LONG}
 
     wait_for(lambda: {"Admitted", "ForegroundDemand"} <= reasons(), what="Events recorded for the long name")
+
+
+def _indexed_cronjob(kube, name: str, completions: int) -> None:
+    """A suspended CronJob whose Jobs are Indexed (what ``spec.preemption: Suspend`` needs)."""
+    pod = {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox", "command": ["true"]}]}
+    kube.batch.create_namespaced_cron_job(kube.ns, {
+        "apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": name},
+        "spec": {"schedule": "0 0 1 1 *", "suspend": True, "jobTemplate": {"spec": {
+            "completionMode": "Indexed", "completions": completions, "parallelism": 1, "backoffLimit": 0,
+            "template": {"spec": pod},
+        }}},
+    })
+
+
+@pytest.mark.parametrize("name", [LONG, "model.eval.gemma"], ids=["253-characters", "dotted"])
+def test_an_indexed_job_is_created_for_any_name(kube, start_controller, name):
+    # The API server requires "<job name>-<completions-1>" to be a DNS label (the pods' hostname):
+    # at most 63 characters and no dots. A Job name that is only a DNS subdomain is refused (422).
+    _indexed_cronjob(kube, "model-eval-gauntlet", completions=100000)
+    kube.model("gemma", node="node-a")
+    start_controller()
+    kube.backfill(name)
+    (job,) = wait_for(kube.jobs, timeout=10, what="the Indexed Job")
+    assert kube.status(name).get("reason") != "JobRejected"
+    hostname = f"{job.metadata.name}-99999"
+    assert len(hostname) <= 63 and re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", hostname), hostname

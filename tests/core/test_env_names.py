@@ -1,12 +1,13 @@
 """spec.env names follow Kubernetes' strict ``IsEnvVarName`` exactly (apimachinery
-``pkg/util/validation``: the regex ``[-._a-zA-Z][-._a-zA-Z0-9]*`` plus ``hasChDirPrefix``: not
-``.``, not ``..``, not starting with ``..``).
+``pkg/util/validation``: the regex ``envVarNameFmt`` = ``[-._a-zA-Z][-._a-zA-Z0-9]*`` plus
+``hasChDirPrefix``: not ``.``, not ``..``, not starting with ``..``).
 
-The table is taken from the apiserver's own tests: ``TestValidateEnv`` and ``TestValidateEnvFrom``
-(``pkg/apis/core/validation/validation_test.go``: success names and prefixes, and the error cases
-"zero-length name", "illegal character", "dot only", "double dots only", "leading double dots"),
-the message "must not start with a digit" of ``envVarNameFmtErrMsg``, and the ``hasChDirPrefix``
-cases shared with ``TestIsConfigMapKey``.
+Where the table comes from: apimachinery's ``validation_test.go`` has no IsEnvVarName table of its
+own; ``TestIsConfigMapKey`` there exercises the same ``hasChDirPrefix`` (all its success and
+failure cases are below, and each is also a valid / invalid env name). The rest are the strict
+cases of kubernetes' ``TestValidateEnv`` (``pkg/apis/core/validation/validation_test.go``, before
+it moved to the relaxed rule: "zero-length name", "illegal character", "dot only", "double dots
+only", "leading double dots") and the "must not start with a digit" of ``envVarNameFmtErrMsg``.
 """
 
 from __future__ import annotations
@@ -15,8 +16,12 @@ import pytest
 
 from backfill.core.spec import INVALID_ENVIRONMENT, Spec, is_env_var_name, parse_spec
 
-VALID = ["abc", "ABC", "AbC_123", "a.b.c", "a-b-c", "secret_value", "ENV_VAR_1", "pre_", "a.b", ".so.is.this", "_", "-", ".a", "a.."]
-INVALID = ["", "a!b", ".", "..", "..abc", "..bad", "1BAD", "0a", "b*d", "bad!&bad", "a b", "a=b", "é", "a\n"]
+# apimachinery TestIsConfigMapKey: successCases, failureCases.
+CONFIG_MAP_KEY_VALID = ["a", "good", "good-good", "still.good", "this.is.also.good", ".so.is.this", "THIS_IS_GOOD", "so_is_this_17"]
+CONFIG_MAP_KEY_INVALID = [".", "..", "..bad", "b*d", "bad!&bad"]
+
+VALID = CONFIG_MAP_KEY_VALID + ["abc", "ABC", "AbC_123", "a.b.c", "a-b-c", "secret_value", "ENV_VAR_1", "pre_", "a.b", "_", "-", ".a", "a.."]
+INVALID = CONFIG_MAP_KEY_INVALID + ["", "a!b", "..abc", "1BAD", "0a", "a b", "a=b", "é", "a\n"]
 
 
 @pytest.mark.parametrize("name", VALID)

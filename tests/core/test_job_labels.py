@@ -60,3 +60,27 @@ def test_backfill_of_job_ignores_other_owners_and_falls_back_to_the_label():
     assert backfill_of_job({"ownerReferences": [foreign, ours]}) == "b"
     assert backfill_of_job({"ownerReferences": [{**ours, "controller": False}]}) is None
     assert backfill_of_job({}) is None
+
+
+# apimachinery IsDNS1123Label: what the API server requires of "<job name>-<index>" for an
+# Indexed Job (kubernetes pkg/apis/batch/validation ValidateJob: the pods' hostname).
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+@given(DNS_SUBDOMAIN | st.integers(64, 253).map(_long), st.integers(1, 10**6))
+def test_the_job_name_leaves_room_for_an_indexed_pods_hostname(name, attempt):
+    # The largest index of an Indexed Job with completions up to 100,000 is 99999.
+    hostname = f"{job_name(name, UID, attempt)}-99999"
+    assert len(hostname) <= 63 and DNS_LABEL.fullmatch(hostname), hostname
+
+
+def test_a_dotted_name_gets_a_dotless_job_name_and_distinct_backfills_stay_distinct():
+    assert job_name("model.eval.gemma", UID, 1) == "model-eval-gemma-" + job_name("x", UID, 1)[2:]
+    # "a.b" and "a-b" are different ModelBackfills (different uids): their Jobs never collide.
+    assert job_name("a.b", UID, 1) != job_name("a-b", "another-uid", 1)
+
+
+def test_build_job_uses_the_name_the_attempt_was_admitted_with():
+    spec = parse_spec({"modelRef": "m", "templateRef": "t"})
+    job = build_job(TEMPLATE, namespace="ns", backfill="b", backfill_uid=UID, attempt=1, spec=spec, name="b-old-1")
+    assert job["metadata"]["name"] == "b-old-1"

@@ -28,3 +28,33 @@ def test_every_idle_window_starts_a_granularity_later():
 
 def test_a_granularity_longer_than_the_gap_loses_the_window():
     assert all(t > 3600 for t in _admissions(1801))  # 1801 + 1800 > 3600: the first gap is lost
+
+
+def test_simulate_prints_what_the_granularity_costs_against_an_exact_signal(capsys):
+    # The CLI on the real Alibaba trace; both sides of the printed cost are checked against the
+    # independent oracle (tests/sim/oracle.py), the padded side with every request 60 s longer.
+    import re
+
+    from backfill.cli import main
+
+    from .oracle import oracle
+    from .test_simulate import ALIBABA, _rows_for
+
+    args = ["simulate", "--no-store", "--json", "--trace", str(ALIBABA), "--format", "alibaba-genai", "--model", "M0002",
+            "--idle-for", "10m", "--job", "15m", "--repeat-after", "1m", "--signal-granularity", "60s"]
+    assert main(args) == 0
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if x.startswith("signal granularity")]
+    rows = _rows_for(ALIBABA, "M0002")
+    padded = oracle([(t, d + 60) for t, d in rows], 600, 900, 60, 1800)
+    exact = oracle(rows, 600, 900, 60, 1800)
+    assert padded != exact  # the padding changes something on this trace
+    sides = re.fullmatch(r"signal granularity 1m0s: (.*); an exact signal: (.*); cost (.*) useful s.*, wasted s (.*)", line)
+    assert sides, line
+
+    def expect(o):
+        return (f"{o['attempts']} attempts, {o['succeeded']} succeeded, {o['preempted']} preempted, "
+                f"{o['useful']:,.0f} useful s, {o['wasted']:,.0f} wasted s")
+
+    assert sides.group(1) == expect(padded) and sides.group(2) == expect(exact)
+    assert sides.group(3) == f"{exact['useful'] - padded['useful']:,.0f}"
+    assert sides.group(4) == f"{padded['wasted'] - exact['wasted']:+,.0f}"
