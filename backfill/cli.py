@@ -833,9 +833,15 @@ def db_prune(
 # ----------------------------------------------------------------------------- controller
 
 
-def _env_help(text: str, env: str) -> str:
-    """Help text that names the option's environment variable (shown in ``--help``)."""
-    return f"{text}  [env var: {env}]"
+def _env_help(text: str, env: str, default: str | None = None) -> str:
+    """Help text that names the option's environment variable (shown in ``--help``), and its
+    default when given (``[env var: X; default: Y]``, as click shows it for ``--schema``)."""
+    return f"{text}  [env var: {env}; default: {default}]" if default is not None else f"{text}  [env var: {env}]"
+
+
+def _setting_default(field: str) -> str:
+    """The default of the Settings field ``field`` as ``--help`` shows it."""
+    return _default_text(Settings.model_fields[field].get_default(call_default_factory=True))
 
 
 # The controller's flags (their variables are shown with them); every other setting is only an
@@ -893,14 +899,15 @@ def controller(
     ),
     metrics_address: Optional[str] = typer.Option(
         None, "--metrics-address",
-        help=_env_help("host:port for /metrics, /healthz, /readyz and POST /v1/foreground (ingest).", "BACKFILL_METRICS_ADDRESS"),
+        help=_env_help("host:port for /metrics, /healthz, /readyz and POST /v1/foreground (ingest).", "BACKFILL_METRICS_ADDRESS",
+                       _setting_default("metrics_address")),
     ),
     leader_elect: Optional[bool] = typer.Option(
         None, "--leader-elect/--no-leader-elect",
         help=_env_help("Leader election on the Lease (default off; on in the Deployment).", "BACKFILL_LEADER_ELECT"),
     ),
-    lease_name: Optional[str] = typer.Option(None, "--lease-name", help=_env_help("Leader-election Lease name.", "BACKFILL_LEASE_NAME")),
-    lease_namespace: Optional[str] = typer.Option(None, "--lease-namespace", help=_env_help("Leader-election Lease namespace (must exist).", "BACKFILL_LEASE_NAMESPACE")),
+    lease_name: Optional[str] = typer.Option(None, "--lease-name", help=_env_help("Leader-election Lease name.", "BACKFILL_LEASE_NAME", _setting_default("lease_name"))),
+    lease_namespace: Optional[str] = typer.Option(None, "--lease-namespace", help=_env_help("Leader-election Lease namespace (must exist).", "BACKFILL_LEASE_NAMESPACE", _setting_default("lease_namespace"))),
     schema: str = typer.Option("backfill", "--schema", envvar="BACKFILL_SCHEMA", help="PostgreSQL schema."),
 ) -> None:
     """Run the Kubernetes controller (settings from BACKFILL_* and these flags); it logs one JSON object per line."""

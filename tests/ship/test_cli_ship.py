@@ -74,6 +74,15 @@ def test_every_controller_flag_names_its_environment_variable():
     assert "[env var: BACKFILL_LEADER_ELECT]" in shown and "/v1/foreground" in shown
 
 
+def test_controller_flags_with_a_default_show_it():
+    """--metrics-address, --lease-name and --lease-namespace showed no default in --help (a new
+    user could not tell which port the controller listens on, nor which namespace the Lease needs)."""
+    records = _help_records()
+    for flag, field in (("--metrics-address", "metrics_address"), ("--lease-name", "lease_name"),
+                        ("--lease-namespace", "lease_namespace")):
+        assert records[flag].endswith(f"; default: {Settings.model_fields[field].default}]"), (flag, records[flag])
+
+
 def test_no_option_states_its_default_twice_and_every_one_has_help():
     """`recommend --max-waste` showed "(default 0.1).  [default: 0.1]"; `runs -o` and `db upgrade
     --revision` had no help at all."""
