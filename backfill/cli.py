@@ -1005,8 +1005,18 @@ def db_url(
     The embedded server stops when the last backfill process using it exits: use
     `backfill db shell` for it, or keep another backfill command running.
     """
-    url, _ = _store(database_url, "backfill", quiet=True)
-    print(_libpq_url(url, hide_password=not show_password))
+    from sqlalchemy.engine import make_url
+
+    notes: list[str] = []
+    url, _ = _store(database_url, "backfill", say=notes.append)  # a note only for the embedded server
+    # no password (the embedded server's) is not hidden: `postgres:***@` suggested there was one
+    print(_libpq_url(url, hide_password=not show_password and bool(make_url(url).password)))
+    if notes:
+        err.print(
+            "the embedded server stops when the last backfill command using it exits: this URL answers "
+            "only while one runs (backfill db shell, a controller)",
+            highlight=False, markup=False, soft_wrap=True,
+        )
 
 
 # ----------------------------------------------------------------------------- entry point

@@ -120,6 +120,17 @@ def test_db_url_hides_the_password_unless_asked(show):
         assert out == "postgresql://alice:***@db.example:5432/modelbackfill" and "s3cr" not in proc.stdout + proc.stderr
 
 
+def test_db_url_of_the_embedded_server_says_it_stops(tmp_path):
+    """`backfill db url` with no URL set printed `postgres:***@` for the embedded server, which has
+    no password, and nothing said that the server stops when the command exits (the URL printed
+    then answers nothing)."""
+    proc = _run("db", "url", env={"BACKFILL_DATA_DIR": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout.strip()
+    assert out.startswith("postgresql://postgres:@/postgres?host=") and "***" not in out, out
+    assert "the embedded server stops when the last backfill command using it exits" in proc.stderr
+
+
 def test_database_url_from_a_mounted_file(tmp_path, monkeypatch):
     f = tmp_path / "database-url"
     f.write_text("postgresql+psycopg://bob:pw@h/db\n")
