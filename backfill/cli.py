@@ -833,9 +833,15 @@ def db_prune(
 # ----------------------------------------------------------------------------- controller
 
 
-def _env_help(text: str, env: str) -> str:
-    """Help text that names the option's environment variable (shown in ``--help``)."""
-    return f"{text}  [env var: {env}]"
+def _env_help(text: str, env: str, default: str | None = None) -> str:
+    """Help text that names the option's environment variable (shown in ``--help``), and its
+    default when given (``[env var: X; default: Y]``, as click shows it for ``--schema``)."""
+    return f"{text}  [env var: {env}; default: {default}]" if default is not None else f"{text}  [env var: {env}]"
+
+
+def _setting_default(field: str) -> str:
+    """The default of the Settings field ``field`` as ``--help`` shows it."""
+    return _default_text(Settings.model_fields[field].get_default(call_default_factory=True))
 
 
 # The controller's flags (their variables are shown with them); every other setting is only an
@@ -893,14 +899,15 @@ def controller(
     ),
     metrics_address: Optional[str] = typer.Option(
         None, "--metrics-address",
-        help=_env_help("host:port for /metrics, /healthz, /readyz and POST /v1/foreground (ingest).", "BACKFILL_METRICS_ADDRESS"),
+        help=_env_help("host:port for /metrics, /healthz, /readyz and POST /v1/foreground (ingest).", "BACKFILL_METRICS_ADDRESS",
+                       _setting_default("metrics_address")),
     ),
     leader_elect: Optional[bool] = typer.Option(
         None, "--leader-elect/--no-leader-elect",
         help=_env_help("Leader election on the Lease (default off; on in the Deployment).", "BACKFILL_LEADER_ELECT"),
     ),
-    lease_name: Optional[str] = typer.Option(None, "--lease-name", help=_env_help("Leader-election Lease name.", "BACKFILL_LEASE_NAME")),
-    lease_namespace: Optional[str] = typer.Option(None, "--lease-namespace", help=_env_help("Leader-election Lease namespace (must exist).", "BACKFILL_LEASE_NAMESPACE")),
+    lease_name: Optional[str] = typer.Option(None, "--lease-name", help=_env_help("Leader-election Lease name.", "BACKFILL_LEASE_NAME", _setting_default("lease_name"))),
+    lease_namespace: Optional[str] = typer.Option(None, "--lease-namespace", help=_env_help("Leader-election Lease namespace (must exist).", "BACKFILL_LEASE_NAMESPACE", _setting_default("lease_namespace"))),
     schema: str = typer.Option("backfill", "--schema", envvar="BACKFILL_SCHEMA", help="PostgreSQL schema."),
 ) -> None:
     """Run the Kubernetes controller (settings from BACKFILL_* and these flags); it logs one JSON object per line."""
@@ -998,8 +1005,18 @@ def db_url(
     The embedded server stops when the last backfill process using it exits: use
     `backfill db shell` for it, or keep another backfill command running.
     """
-    url, _ = _store(database_url, "backfill", quiet=True)
-    print(_libpq_url(url, hide_password=not show_password))
+    from sqlalchemy.engine import make_url
+
+    notes: list[str] = []
+    url, _ = _store(database_url, "backfill", say=notes.append)  # a note only for the embedded server
+    # no password (the embedded server's) is not hidden: `postgres:***@` suggested there was one
+    print(_libpq_url(url, hide_password=not show_password and bool(make_url(url).password)))
+    if notes:
+        err.print(
+            "the embedded server stops when the last backfill command using it exits: this URL answers "
+            "only while one runs (backfill db shell, a controller)",
+            highlight=False, markup=False, soft_wrap=True,
+        )
 
 
 # ----------------------------------------------------------------------------- entry point

@@ -111,6 +111,7 @@ class LeaderElector:
         self._deadline = 0.0
         self.healthy = False  # the last attempt reached the API server
         self._reported: str | None = None  # the failure last logged (the same one is not logged again)
+        self._standby_for: str | None = None  # the holder last logged as leading instead of us
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -150,7 +151,7 @@ class LeaderElector:
             if renewed.tzinfo is None:
                 renewed = renewed.replace(tzinfo=timezone.utc)
             if renewed + timedelta(seconds=duration) > now:
-                self._deadline = 0.0
+                self._standing_by(holder)
                 return False
         transitions = spec.lease_transitions or 0
         acquired = spec.acquire_time if holder == self.identity and spec.acquire_time else now
@@ -179,9 +180,22 @@ class LeaderElector:
     def _won(self, t0: float) -> bool:
         was = self.is_leader()
         self._deadline = t0 + max(self.renew, self.duration - self.renew)
+        self._standby_for = None
         if not was:
             log.info(f"acquired leader lease {self.namespace}/{self.name} as {self.identity}")
         return True
+
+    def _standing_by(self, holder: str) -> None:
+        """Another candidate holds a valid Lease: this one does not lead. Logged once per holder
+        (a standby said nothing at all, and a leader whose Lease was taken over did not say it
+        had lost it)."""
+        was = self.is_leader()
+        self._deadline = 0.0
+        if was:
+            log.warning(f"lost leader lease {self.namespace}/{self.name}: it is held by {holder} now")
+        elif holder != self._standby_for:
+            log.info(f"standing by: leader lease {self.namespace}/{self.name} is held by {holder}")
+        self._standby_for = holder
 
     def next_wait(self) -> float:
         """Seconds until the next round: the renew period while leading, else the retry period."""

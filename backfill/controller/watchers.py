@@ -41,6 +41,11 @@ from .translate import Pair
 
 log = logging.getLogger("backfill.controller.watchers")
 
+#: What the 404 hint of a missing custom resource kind suggests: the README's try-out commands
+#: (`kubectl apply -f deploy/crds/` also feeds kubectl the directory's kustomization.yaml, an
+#: error; and client-side apply warns on CRDs applied server-side before).
+TRYOUT_CRDS = "kubectl apply --server-side -f tests/envtest/crds/ && kubectl apply --server-side -k deploy/crds"
+
 
 class WatchExpired(Exception):
     """The watch's resourceVersion is too old (410 Gone): list again."""
@@ -166,7 +171,7 @@ class Watcher(threading.Thread):
                 if exc.status == 404 and self.kind.custom:
                     crd = f"{self.kind.plural}.ai.flexinfer"
                     self.failing = f"CRD {crd} is not installed (HTTP 404 on list)"
-                    hint = f": the CRD {crd} is not installed (for a local try-out: kubectl apply -f tests/envtest/crds/ -f deploy/crds/)"
+                    hint = f": the CRD {crd} is not installed (for a local try-out: {TRYOUT_CRDS})"
                 log.warning(
                     f"{self.kind.name} watch failed: HTTP {exc.status} {exc.reason}{hint}; retrying in {backoff:.1f}s",
                     extra={"resource": self.kind.name},

@@ -26,3 +26,26 @@ def test_one_leader_then_handover_on_release(kube_api, kube_namespace):
     assert b.try_acquire() is True and b.is_leader()
     lease = client.CoordinationV1Api(kube_api).read_namespaced_lease("mbf-leader", kube_namespace)
     assert lease.spec.holder_identity == "b" and lease.spec.lease_transitions == 1
+
+
+def test_a_standby_says_who_leads_once_and_a_leader_says_when_it_lost_the_lease(kube_api, kube_namespace, caplog):
+    """A standby logged nothing at all (a new user running two replicas could not tell that the
+    second one waits, nor for whom), and a leader whose Lease another candidate took over did not
+    say it had lost it."""
+    import logging
+    from datetime import datetime, timedelta, timezone
+
+    caplog.set_level(logging.INFO, logger="backfill.controller.leader")
+    a, b = _elector(kube_api, kube_namespace, "a"), _elector(kube_api, kube_namespace, "b")
+    assert a.try_acquire() is True
+    assert b.try_acquire() is False and b.try_acquire() is False
+    standby = [r.getMessage() for r in caplog.records if r.getMessage().startswith("standing by")]
+    assert standby == [f"standing by: leader lease {kube_namespace}/mbf-leader is held by a"]
+    # b takes the Lease over as if a had not renewed for a whole lease duration (b's clock is ahead)
+    b.clock = lambda: datetime.now(timezone.utc) + timedelta(seconds=16)
+    assert b.try_acquire() is True
+    caplog.clear()
+    assert a.try_acquire() is False and not a.is_leader()
+    assert a.try_acquire() is False
+    lost = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert lost == [("WARNING", f"lost leader lease {kube_namespace}/mbf-leader: it is held by b now")]

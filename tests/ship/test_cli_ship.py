@@ -74,6 +74,15 @@ def test_every_controller_flag_names_its_environment_variable():
     assert "[env var: BACKFILL_LEADER_ELECT]" in shown and "/v1/foreground" in shown
 
 
+def test_controller_flags_with_a_default_show_it():
+    """--metrics-address, --lease-name and --lease-namespace showed no default in --help (a new
+    user could not tell which port the controller listens on, nor which namespace the Lease needs)."""
+    records = _help_records()
+    for flag, field in (("--metrics-address", "metrics_address"), ("--lease-name", "lease_name"),
+                        ("--lease-namespace", "lease_namespace")):
+        assert records[flag].endswith(f"; default: {Settings.model_fields[field].default}]"), (flag, records[flag])
+
+
 def test_no_option_states_its_default_twice_and_every_one_has_help():
     """`recommend --max-waste` showed "(default 0.1).  [default: 0.1]"; `runs -o` and `db upgrade
     --revision` had no help at all."""
@@ -109,6 +118,17 @@ def test_db_url_hides_the_password_unless_asked(show):
         assert out == "postgresql://alice:s3cr%40t@db.example:5432/modelbackfill"
     else:
         assert out == "postgresql://alice:***@db.example:5432/modelbackfill" and "s3cr" not in proc.stdout + proc.stderr
+
+
+def test_db_url_of_the_embedded_server_says_it_stops(tmp_path):
+    """`backfill db url` with no URL set printed `postgres:***@` for the embedded server, which has
+    no password, and nothing said that the server stops when the command exits (the URL printed
+    then answers nothing)."""
+    proc = _run("db", "url", env={"BACKFILL_DATA_DIR": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout.strip()
+    assert out.startswith("postgresql://postgres:@/postgres?host=") and "***" not in out, out
+    assert "the embedded server stops when the last backfill command using it exits" in proc.stderr
 
 
 def test_database_url_from_a_mounted_file(tmp_path, monkeypatch):
