@@ -100,7 +100,7 @@ def run(
 
     from .http import make_server, serve_in_thread
     from .kube import api_client
-    from .leader import LeaderElector
+    from .leader import LeaderElector, led_elsewhere
     from .loop import Controller
     from .metrics import Metrics
 
@@ -125,6 +125,17 @@ def run(
             duration=settings.lease_duration_seconds,
             renew=settings.lease_renew_seconds,
         )
+    else:
+        other = led_elsewhere(
+            api, settings.lease_name, settings.lease_namespace, datetime.now(timezone.utc),
+            settings.lease_duration_seconds, settings.api_timeout_seconds,
+        )
+        if other is not None:
+            log.warning(
+                f"leader election is off, but {other} holds the leader Lease "
+                f"{settings.lease_namespace}/{settings.lease_name}: another controller is running, and both will "
+                "admit and cancel backfill Jobs; stop one, or run this one with --leader-elect"
+            )
     metrics = Metrics()
     controller = Controller(settings, api, events, runs, metrics, leader=leader, identity=identity)
     if ingest is None and settings.ingest_token_file is not None:

@@ -46,6 +46,33 @@ def _without_retries(api: Any) -> Any:
     return client.ApiClient(cfg)
 
 
+def valid_holder(spec: Any, now: datetime, default_duration: float) -> str | None:
+    """The identity that holds a Lease (its ``spec``, a ``V1LeaseSpec``) at ``now`` (aware UTC),
+    or None: no holder, or its ``renewTime`` (else ``acquireTime``) plus
+    ``leaseDurationSeconds`` (``default_duration`` seconds when unset) has passed."""
+    holder = spec.holder_identity or ""
+    renewed = spec.renew_time or spec.acquire_time
+    if not holder or renewed is None:
+        return None
+    if renewed.tzinfo is None:
+        renewed = renewed.replace(tzinfo=timezone.utc)
+    duration = spec.lease_duration_seconds or default_duration
+    return holder if renewed + timedelta(seconds=duration) > now else None
+
+
+def led_elsewhere(api: Any, name: str, namespace: str, now: datetime, duration: float, timeout: float) -> str | None:
+    """For a controller started without leader election: the identity of another controller
+    that holds the leader Lease ``namespace/name`` right now (one GET, ``timeout`` seconds), or
+    None (no Lease, not held, expired, or the Lease cannot be read: nothing to say then).
+
+    Two controllers acting on the same objects both admit and cancel; the caller warns."""
+    try:
+        lease = client.CoordinationV1Api(api).read_namespaced_lease(name, namespace, _request_timeout=timeout)
+    except Exception:  # noqa: BLE001 - a warning only: absent, forbidden or unreachable, say nothing
+        return None
+    return valid_holder(lease.spec, now, duration) if lease.spec is not None else None
+
+
 class LeaseNamespaceMissing(Exception):
     """The Lease's namespace does not exist (a configuration error, not a transient failure)."""
 
@@ -145,14 +172,9 @@ class LeaderElector:
             return self._won(t0)
         spec = lease.spec
         holder = spec.holder_identity or ""
-        renewed = spec.renew_time or spec.acquire_time
-        duration = spec.lease_duration_seconds or self.duration
-        if holder and holder != self.identity and renewed is not None:
-            if renewed.tzinfo is None:
-                renewed = renewed.replace(tzinfo=timezone.utc)
-            if renewed + timedelta(seconds=duration) > now:
-                self._standing_by(holder)
-                return False
+        if holder != self.identity and valid_holder(spec, now, self.duration):
+            self._standing_by(holder)
+            return False
         transitions = spec.lease_transitions or 0
         acquired = spec.acquire_time if holder == self.identity and spec.acquire_time else now
         if holder != self.identity:

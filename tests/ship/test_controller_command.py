@@ -179,3 +179,42 @@ def test_every_line_the_controller_writes_is_one_json_object(kube_cluster):
     assert records[0]["msg"].startswith("using the embedded PostgreSQL server with its data in "), records[0]
     assert any(r["msg"].startswith("database schema backfill at revision ") for r in records), records
     assert records[-1]["msg"] == "controller stopped", records[-1]
+
+
+@pytest.mark.parametrize("renewed_ago, warned", [(0, True), (120, False)])
+def test_without_leader_election_a_lease_held_by_another_controller_is_a_warning(
+    kube_cluster, kube_api, kube_namespace, pg_url, schema, renewed_ago, warned
+):
+    """A new user's trial: a controller started without ``--leader-elect`` beside a replica that
+    holds the Lease acted with no word that another controller leads. The Lease is written here
+    as client-go writes it: held by ``other`` for 60 s, renewed now (warned) or 120 s ago (expired:
+    nothing to say)."""
+    from datetime import datetime, timedelta, timezone
+
+    renewed = (datetime.now(timezone.utc) - timedelta(seconds=renewed_ago)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    other = f"other-{secrets.token_hex(3)}"
+    client.CoordinationV1Api(kube_api).create_namespaced_lease(kube_namespace, {
+        "metadata": {"name": "modelbackfill-controller"},
+        "spec": {"holderIdentity": other, "leaseDurationSeconds": 60, "acquireTime": renewed, "renewTime": renewed},
+    })
+    proc = subprocess.Popen(
+        [BACKFILL, "controller", "--kubeconfig", kube_cluster.kubeconfig_path],
+        env=_env(pg_url, schema, BACKFILL_LEASE_NAMESPACE=kube_namespace), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        lines: list[str] = []
+        wait_for(lambda: proc.poll() is None and (lines.append(proc.stderr.readline()) or '"controller started' in lines[-1]),
+                 timeout=90, interval=0, what="the controller started")
+    finally:
+        rc, rest = _stop(proc)
+    assert rc == 0, rest[-3000:]
+    msgs = [json.loads(line)["msg"] for line in "".join(lines).splitlines() + rest.splitlines() if line.startswith("{")]
+    warnings = [m for m in msgs if m.startswith("leader election is off, but ")]
+    if warned:
+        assert warnings == [
+            f"leader election is off, but {other} holds the leader Lease {kube_namespace}/modelbackfill-controller: "
+            "another controller is running, and both will admit and cancel backfill Jobs; stop one, or run this one "
+            "with --leader-elect"
+        ], msgs
+    else:
+        assert warnings == [], msgs
