@@ -482,7 +482,9 @@ class Actor:
         number = rej.count + 1 if rej is not None and rej.attempt == attempt else 1
 
         def reject(code: int, reason: str, message: str, permanent: bool, retry_after: float | None = None) -> None:
-            log.error(
+            # A permanent refusal blocks the declaration (an error); a transient one is retried
+            # with back-off (a warning at each retry, not an error: a quota can stay full for hours).
+            (log.error if permanent else log.warning)(
                 f"Job {job_name} refused ({'permanent' if permanent else 'transient'}): HTTP {code} {reason}: {message}",
                 extra={"backfill": f"{ns}/{name}", "position": world.position, "decision": "JobCreateRejected"},
             )

@@ -91,7 +91,12 @@ def _retrying(kube, start_controller, name: str, timeout: float = 15, **spec):
     return c, st
 
 
-def test_a_permanent_refusal_blocks_until_the_cronjob_changes(kube, start_controller, policies):
+def _refusal_levels(caplog, kind: str) -> set[str]:
+    """The log levels of the actor's "Job ... refused (<kind>)" lines."""
+    return {r.levelname for r in caplog.records if r.name == "backfill.controller.actor" and f"refused ({kind})" in r.getMessage()}
+
+
+def test_a_permanent_refusal_blocks_until_the_cronjob_changes(kube, start_controller, policies, caplog):
     policy = JobPolicy(kube, "object.spec.template.spec.containers.all(c, c.image != 'forbidden-image')",
                        "image forbidden-image is not allowed here", "Invalid")
     policies.append(policy)
@@ -110,6 +115,7 @@ def test_a_permanent_refusal_blocks_until_the_cronjob_changes(kube, start_contro
     assert (rejected.code, rejected.permanent, rejected.attempt) == (422, True, 1)
     time.sleep(2)
     assert kube.status("refused")["phase"] == "Blocked" and len(_events(c, ev.AttemptAdmitted)) == 1  # no retry loop
+    assert _refusal_levels(caplog, "permanent") == {"ERROR"}
 
     cj = kube.batch.read_namespaced_cron_job("model-eval-gauntlet", kube.ns)
     cj.spec.job_template.spec.template.spec.containers[0].image = "busybox"
@@ -120,7 +126,7 @@ def test_a_permanent_refusal_blocks_until_the_cronjob_changes(kube, start_contro
     assert [(r.attempt, r.result, r.reason) for r in rows] == [(1, "cancelled", "JobRejected")]
 
 
-def test_a_transient_refusal_is_retried_with_back_off_on_the_same_attempt(kube, start_controller, policies):
+def test_a_transient_refusal_is_retried_with_back_off_on_the_same_attempt(kube, start_controller, policies, caplog):
     policy = JobPolicy(kube, "false", "exceeded quota: jobs (test)", "Forbidden")
     policies.append(policy)
     wait_for(lambda: policy.active("busybox"), timeout=10, what="the admission policy is active")
@@ -135,6 +141,7 @@ def test_a_transient_refusal_is_retried_with_back_off_on_the_same_attempt(kube, 
     refusals = _events(c, ev.JobCreateRejected)
     assert refusals and all(r.code == 403 and not r.permanent for r in refusals)
     assert [r.rejection for r in refusals] == list(range(1, len(refusals) + 1))
+    assert _refusal_levels(caplog, "transient") == {"WARNING"}  # retried: a warning each time, not an error
     labels = {"backfill": "quota", "namespace": kube.ns, "model": "gemma"}
     for result in ("failed", "cancelled", "succeeded"):
         assert c.metrics.registry.get_sample_value("flexinfer_model_backfill_completions_total", {**labels, "result": result}) is None
