@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any, Iterator, Optional
 
 import typer
-from typer._click import exceptions as click_exc
-from typer.core import TyperCommand  # typer >= 0.20 vendors its click
+from typer._click import exceptions as click_exc  # typer >= 0.20 vendors its click
+from typer.core import TyperCommand
 from rich.console import Console
 from rich.table import Table
 
@@ -874,8 +874,7 @@ def environment_rows() -> list[tuple[str, str]]:
     for name, info in Settings.model_fields.items():
         if name not in _CONTROLLER_FLAGS:
             text = fields.sub(lambda m: ENV_PREFIX + m.group(1).upper(), info.description or "")
-            default = _default_text(info.get_default(call_default_factory=True))
-            rows.append((ENV_PREFIX + name.upper(), f"{text}  [default: {default}]"))
+            rows.append((ENV_PREFIX + name.upper(), f"{text}  [default: {_setting_default(name)}]"))
     return rows
 
 
