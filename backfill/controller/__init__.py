@@ -96,6 +96,7 @@ def run(
         stop: set it to stop the controller (tests, embedding).
         configure_logging: install the JSON log formatter on the root logger.
     """
+    from backfill.core.perf import freeze_heap
     from backfill.store import EventStore, RunStore, make_engine, resolve_database_url
 
     from .http import make_server, serve_in_thread
@@ -184,8 +185,12 @@ def run(
             _first_election_round(leader)
             leader.start()
         log.info(f"controller started as {identity}; HTTP on {settings.metrics_address}")
+        frozen = False
         while not stop.wait(1.0):
-            pass
+            if not frozen and controller.synced:
+                frozen = True
+                n = freeze_heap()
+                log.info(f"start-up heap frozen: {n} objects left out of the garbage collector's passes")
     finally:
         controller.stop()
         if leader is not None:
