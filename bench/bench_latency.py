@@ -10,7 +10,11 @@ One run, side by side:
 - **floor**: a minimal reference controller on the same apiserver: one watch on the Models, and
   on a ``lastActiveTime`` change one Job DELETE (``propagationPolicy=Background``) of the Job it
   already knows. Nothing is faster than this on this apiserver and machine; "ours / floor" is the
-  overhead of everything the real controller does besides.
+  overhead of everything the real controller does besides. For the burst it runs twice: as
+  above (one DELETE at a time, from its watch thread), and as a **parallel floor** that sends
+  its DELETEs on as many threads as the controller's job-deletes pool
+  (``backfill.controller.actor.DELETE_WORKERS``), the least any controller can do with a burst;
+  the burst rows' baseline is the parallel floor.
 - **ours**: the in-process :class:`backfill.controller.loop.Controller` (no leader election, a
   fresh PostgreSQL schema) over ``--models`` Models and as many ModelBackfills in namespace
   ``bench-ours``; ``--suspend`` of them declare ``preemption: Suspend`` on an Indexed template
@@ -45,6 +49,7 @@ The embedded PostgreSQL server (``BACKFILL_DATA_DIR``, default ``.backfill``) is
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import random
@@ -67,6 +72,8 @@ if str(ROOT) not in sys.path:
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+from backfill.controller.actor import DELETE_WORKERS  # noqa: E402
+from backfill.core.perf import freeze_heap  # noqa: E402
 from bench.rows import Row  # noqa: E402
 
 GROUP, VERSION = "ai.flexinfer", "v1alpha2"
@@ -228,6 +235,8 @@ TIMED = [
     ("EventStore", "append", "EventStore.append (log-writer and admissions)"),
 ]
 """(class, method, label) of the methods timed during the paced samples."""
+GC_LABELS = ("garbage collector: young pass (generation 0-1), all threads stopped", "garbage collector: full pass (generation 2), all threads stopped")
+"""Labels of the cyclic collector's passes in the same table (``gc.callbacks``)."""
 
 
 class Timers:
@@ -263,11 +272,22 @@ class Timers:
 
         for cls, attr, label in TIMED:
             self.wrap({"Actor": Actor, "Controller": Controller, "Preemptor": Preemptor, "EventStore": EventStore, "RunStore": RunStore}[cls], attr, label)
+        gc.callbacks.append(self._gc)
+
+    def _gc(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._gc_start = time.perf_counter()
+            return
+        label = GC_LABELS[1] if info["generation"] == 2 else GC_LABELS[0]
+        with self.lock:
+            self.calls.setdefault(label, []).append(time.perf_counter() - self._gc_start)
 
     def uninstall(self) -> None:
         for cls, attr, original in reversed(self._undo):
             setattr(cls, attr, original)
         self._undo.clear()
+        if self._gc in gc.callbacks:
+            gc.callbacks.remove(self._gc)
 
     def reset(self) -> None:
         with self.lock:
@@ -429,16 +449,25 @@ def wait_until(pred: Callable[[], bool], timeout: float, what: str, interval: fl
 
 class Floor(threading.Thread):
     """The floor: one Model watch, and on a lastActiveTime change one Job DELETE of the Job it
-    already knows (no store, no projection, no status). The least any controller can do."""
+    already knows (no store, no projection, no status). The least any controller can do.
 
-    def __init__(self, api: Any, ns: str, jobs: dict[str, str]) -> None:
+    ``jobs``: backfill name -> Job name of the samples it serves (only those: two floors in one
+    namespace never delete each other's Jobs). ``workers`` > 1: the DELETEs go out on that many
+    threads instead of one after the other from the watch thread (the parallel floor for a
+    burst, as many as the controller's job-deletes pool)."""
+
+    def __init__(self, api: Any, ns: str, jobs: dict[str, str], workers: int = 1) -> None:
         super().__init__(name="floor", daemon=True)
         from kubernetes import client
 
         self.co, self.batch = client.CustomObjectsApi(api), client.BatchV1Api(api)
         self.ns, self.jobs = ns, dict(jobs)
+        self.pool = ThreadPoolExecutor(workers, thread_name_prefix="floor-deletes") if workers > 1 else None
         self.stop_event = threading.Event()
         self.ready = threading.Event()
+
+    def _delete_job(self, job: str) -> None:
+        self.batch.delete_namespaced_job(job, self.ns, propagation_policy="Background", _preload_content=False)
 
     def run(self) -> None:
         from kubernetes import watch
@@ -460,10 +489,14 @@ class Floor(threading.Thread):
                 if at != seen.get(name):
                     seen[name] = at
                     job = self.jobs.pop("bf-" + name[2:], None)
-                    if job:
-                        self.batch.delete_namespaced_job(job, self.ns, propagation_policy="Background", _preload_content=False)
+                    if job and self.pool is not None:
+                        self.pool.submit(self._delete_job, job)
+                    elif job:
+                        self._delete_job(job)
                 if self.stop_event.is_set():
                     break
+        if self.pool is not None:
+            self.pool.shutdown(wait=False)
 
 
 class Poller(threading.Thread):
@@ -685,8 +718,10 @@ def figures(
     sb: dict[str, Any],
     audit_note: str,
     ssus: dict[str, Any] | None = None,
+    sfbp: dict[str, Any] | None = None,
 ) -> list[Row]:
-    """The rows of one run (a missing phase gives a row without a value, saying why)."""
+    """The rows of one run (a missing phase gives a row without a value, saying why). The burst
+    rows' baseline is the parallel floor (``sfbp``) when it was measured, else the serial one."""
     nan = float("nan")
     where = f"{args.models:,} Models and ModelBackfills"
     rows: list[Row] = []
@@ -727,11 +762,15 @@ def figures(
                 f"cancel latency burst p99, {label}",
                 bst["p99"] if bst else None,
                 "ms",
-                baseline=fb_["p99"] if fb_ else nan,
-                baseline_name="floor burst",
+                baseline=(sfbp or fb_ or {"p99": nan})["p99"],
+                baseline_name=f"floor burst, {DELETE_WORKERS} parallel DELETEs" if sfbp else "floor burst",
                 target=TARGET_BURST_P99_MS,
                 higher_is_better=False,
-                note=why or (f"{bst['ok']}/{bst['n']} Models patched at once" if bst else "no burst (--burst 0)"),
+                note=why or (
+                    f"{bst['ok']}/{bst['n']} Models patched at once"
+                    + (f"; the serial floor (one DELETE at a time): {fb_['p99']:.1f} ms" if sfbp and fb_ else "")
+                    if bst else "no burst (--burst 0)"
+                ),
             )
         )
     for q in ("p50", "p99"):
@@ -845,6 +884,7 @@ def run(args: argparse.Namespace, cluster: Any = None, audit_log: Path | None = 
         t = time.monotonic()
         controller.start()
         synced_s = wait_until(lambda: controller.synced, 60, "the watchers to sync")
+        frozen = freeze_heap()  # what ``backfill controller`` does once its watchers synced
         admit_s = wait_until(lambda: len(w_ours.live_jobs()) >= args.models, 300, f"{args.models} Jobs to exist", 0.2)
         admit_s += synced_s
         say(f"controller synced in {synced_s:.1f} s; all {args.models} Jobs existed {admit_s:.1f} s after start")
@@ -925,21 +965,35 @@ def run(args: argparse.Namespace, cluster: Any = None, audit_log: Path | None = 
 
         # -- floor: watch + DELETE, in its own namespace
         jobs_base = w_base.live_jobs()
-        base_picks = random.sample(range(args.models), n_base + args.samples)
+        base_picks = random.sample(range(args.models), n_base + args.burst + args.samples)
         floor_paced, floor_burst = base_picks[: args.samples], base_picks[args.samples : n_base]
-        floor = Floor(api, NS_BASE, jobs_base)
+        par_burst = base_picks[n_base : n_base + args.burst]
+        of = lambda picks: {backfill_name(i): jobs_base[backfill_name(i)] for i in picks}  # noqa: E731
+        floor = Floor(api, NS_BASE, of(floor_paced + floor_burst))
         floor.start()
         floor.ready.wait(30)
         time.sleep(args.pause / 3)
         fl = run_samples(api, NS_BASE, floor_paced, jobs_base, args.group, (0.5 * args.gap, 1.5 * args.gap))
         wait_deleted(w_base, fl, 30)
         fl_b: list[Sample] = []
+        fl_bp: list[Sample] = []
         if floor_burst:
             time.sleep(args.pause / 3)
             fl_b = run_samples(api, NS_BASE, floor_burst, jobs_base, len(floor_burst), (0, 0))
             wait_deleted(w_base, fl_b, 30)
         floor.stop_event.set()
-        say(f"floor: {len(fl)} paced + {len(fl_b)} burst samples")
+        if par_burst:
+            # The same burst against a floor that sends its DELETEs in parallel, as many at a
+            # time as the controller's job-deletes pool: the least any controller can do with a
+            # burst on this apiserver and machine.
+            pfloor = Floor(api, NS_BASE, of(par_burst), workers=DELETE_WORKERS)
+            pfloor.start()
+            pfloor.ready.wait(30)
+            time.sleep(args.pause / 3)
+            fl_bp = run_samples(api, NS_BASE, par_burst, jobs_base, len(par_burst), (0, 0))
+            wait_deleted(w_base, fl_bp, 30)
+            pfloor.stop_event.set()
+        say(f"floor: {len(fl)} paced + {len(fl_b)} burst samples; parallel floor: {len(fl_bp)} burst samples")
 
         # -- baseline: the 5 s poller in the same namespace, other Models
         poller = Poller(api, NS_BASE)
@@ -947,17 +1001,18 @@ def run(args: argparse.Namespace, cluster: Any = None, audit_log: Path | None = 
         wait_until(lambda: poller.polls >= 1, 3 * BASELINE_INTERVAL, "the first baseline poll")
         time.sleep(random.uniform(0.0, BASELINE_INTERVAL))  # start at a random phase of the poll
         t = time.monotonic()
-        base = run_samples(api, NS_BASE, base_picks[n_base:], jobs_base, args.group, (0.5 * args.gap, 1.5 * args.gap))
+        base = run_samples(api, NS_BASE, base_picks[n_base + args.burst :], jobs_base, args.group, (0.5 * args.gap, 1.5 * args.gap))
         wait_deleted(w_base, base, 2 * BASELINE_INTERVAL + 5)
         say(f"baseline: {len(base)} samples in {time.monotonic() - t:.1f} s ({poller.polls} polls)")
         poller.stop_event.set()
         poller.join(10)
 
-        read_audit(audit_log, ours + ours_suspend + ours_burst + down + down_b + fl + fl_b + base)
+        read_audit(audit_log, ours + ours_suspend + ours_burst + down + down_b + fl + fl_b + fl_bp + base)
         so, sb, sf = stats(ours), stats(base), stats(fl)
         ssus = stats(ours_suspend) if ours_suspend else None
         sburst = stats(ours_burst) if ours_burst else None
         sfb = stats(fl_b) if fl_b else None
+        sfbp = stats(fl_bp) if fl_bp else None
         sdown = stats(down) if down else None
         sdown_b = stats(down_b) if down_b else None
 
@@ -975,6 +1030,8 @@ def run(args: argparse.Namespace, cluster: Any = None, audit_log: Path | None = 
         row(f"floor (watch -> DELETE), {args.group} every ~{args.gap:g} s", sf)
         if sfb:
             row(f"floor, burst of {len(fl_b)} at once", sfb)
+        if sfbp:
+            row(f"floor with {DELETE_WORKERS} parallel DELETEs, burst of {len(fl_bp)}", sfbp)
         row(f"ours, {args.group} every ~{args.gap:g} s", so)
         if ssus:
             row(f"ours, spec.suspend instead of DELETE (shuffled among them)", ssus)
@@ -1005,19 +1062,20 @@ def run(args: argparse.Namespace, cluster: Any = None, audit_log: Path | None = 
             target(f"ours p99{label}", st_["p99"], TARGET_P99_MS)
             cmp_.add_row(f"ours / floor at p50{label}", f"{st_['p50'] / fl_['p50']:.1f}x", "-", "-")
             cmp_.add_row(f"ours / floor at p99{label}", f"{st_['p99'] / fl_['p99']:.1f}x", "-", "-")
-        for label, st_, fl_ in (("", sburst, sfb), (", PostgreSQL stopped", sdown_b, sfb)):
+        for label, st_ in (("", sburst), (", PostgreSQL stopped", sdown_b)):
             if st_ is None:
                 continue
             target(f"ours p99, burst{label}", st_["p99"], TARGET_BURST_P99_MS)
-            if fl_:
-                cmp_.add_row(f"ours / floor at burst p99{label}", f"{st_['p99'] / fl_['p99']:.1f}x", "-", "-")
+            for name, fl_ in (("floor", sfb), ("parallel floor", sfbp)):
+                if fl_:
+                    cmp_.add_row(f"ours / {name} at burst p99{label}", f"{st_['p99'] / fl_['p99']:.1f}x", "-", "-")
         r50, r99 = sb["p50"] / so["p50"], sb["p99"] / so["p99"]
         cmp_.add_row("baseline / ours at p50", f"{r50:.0f}x", f">= {TARGET_RATIO:.0f}x", "yes" if r50 >= TARGET_RATIO else "NO")
         cmp_.add_row("baseline / ours at p99", f"{r99:.0f}x", f">= {TARGET_RATIO:.0f}x", "yes" if r99 >= TARGET_RATIO else "NO")
         cmp_.add_row("replay audit after PostgreSQL returned", audit_note, "no divergence", "-")
         console.print(cmp_)
 
-        order = [label for _, _, label in TIMED]
+        order = [label for _, _, label in TIMED] + list(GC_LABELS)
         where = Table(title=f"Where our controller's time went during the {len(ours)} paced samples (wall time per call)")
         for col in ("", "calls", "mean ms", "p99 ms", "total s"):
             where.add_column(col, justify="left" if not col else "right")
@@ -1035,13 +1093,16 @@ def run(args: argparse.Namespace, cluster: Any = None, audit_log: Path | None = 
             f"{2 * args.models} Models (create + status) {created['models']:.1f} s, {args.models} ModelBackfills "
             f"{created['backfills']:.1f} s, {args.models} baseline Jobs {created['baseline_jobs']:.1f} s; {args.workers} threads"
         ))
-        setup.add_row("controller start -> all Jobs exist", f"{admit_s:.1f}", f"{args.models} admissions (watchers synced in {synced_s:.1f} s)")
+        setup.add_row("controller start -> all Jobs exist", f"{admit_s:.1f}", (
+            f"{args.models} admissions (watchers synced in {synced_s:.1f} s; then {frozen:,} objects of the start-up heap "
+            "frozen, as backfill controller does)"
+        ))
         setup.add_row("Jobs marked running -> controller quiet", f"{settle_s:.1f}", "every attempt Running, log idle for 2 s")
         setup.add_row("baseline poll (list Models + Jobs)", f"{statistics.median(poller.poll_seconds) if poller.poll_seconds else float('nan'):.3f}", f"median of {len(poller.poll_seconds)} polls")
         setup.add_row("controller resync_seconds", f"{settings.resync_seconds:g}", "full re-check of every ModelBackfill (statuses re-read after actor.forget())")
         setup.add_row("whole run", f"{time.monotonic() - t_all:.1f}", f"event log position {controller_stats['position']}")
         console.print(setup)
-        return figures(args, so, sf, sburst, sfb, sdown, sdown_b, sb, audit_note, ssus)
+        return figures(args, so, sf, sburst, sfb, sdown, sdown_b, sb, audit_note, ssus, sfbp)
     finally:
         if poller is not None:
             poller.stop_event.set()

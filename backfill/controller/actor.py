@@ -84,6 +84,11 @@ COMPONENT = "modelbackfill-controller"
 CONFLICT_RETRIES = 5
 #: Largest pause between two re-issues of the same create or delete, seconds.
 RETRY_MAX_SECONDS = 30.0
+#: Threads of the "job-deletes" pool (cancel calls: a burst of cancels goes out this many at a
+#: time) and of the "job-creates" pool (admissions); the HTTP pool has room for both
+#: (``kube.CONNECTION_POOL_SIZE``).
+DELETE_WORKERS = 16
+CREATE_WORKERS = 16
 
 
 class NotLeader(Exception):
@@ -224,8 +229,8 @@ class Actor:
         self._decided_at: datetime | None = None
         self.statuses = StatusWriter(self.write_status, before=self.window.wait)
         self._side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="k8s-events")
-        self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="job-deletes")
-        self._creates = ThreadPoolExecutor(max_workers=16, thread_name_prefix="job-creates")
+        self._pool = ThreadPoolExecutor(max_workers=DELETE_WORKERS, thread_name_prefix="job-deletes")
+        self._creates = ThreadPoolExecutor(max_workers=CREATE_WORKERS, thread_name_prefix="job-creates")
         self._limiter = limiter
         self._status_limiter = status_limiter
 
