@@ -25,9 +25,12 @@ def paused_gc() -> Iterator[None]:
     On exit the objects the block left alive join the oldest generation (``gc.freeze`` then
     ``gc.unfreeze``), as they would have by surviving collections: no generation-0 pass over all
     of them right after the block (measured: 0.2-0.3 s after a whole-trace ``simulate``). A
-    garbage cycle made inside is collected by the next full collection.
+    garbage cycle made inside is collected by the next full collection. In a process whose heap
+    was frozen (:func:`freeze_heap`) they stay frozen with it: ``gc.unfreeze`` cannot thaw only
+    the block's objects, and thawing the start-up heap would undo the freeze.
     """
     was = gc.isenabled()
+    heap_frozen = gc.get_freeze_count() > 0
     gc.disable()
     try:
         yield
@@ -38,7 +41,8 @@ def paused_gc() -> Iterator[None]:
             # to the oldest generation first, where a surviving object would end up anyway.
             gc.freeze()
             gc.enable()
-            gc.unfreeze()
+            if not heap_frozen:
+                gc.unfreeze()
 
 
 def freeze_heap() -> int:

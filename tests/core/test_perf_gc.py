@@ -61,3 +61,17 @@ def test_freeze_heap_collects_garbage_then_leaves_live_objects_out_of_every_pass
     finally:
         gc.unfreeze()  # the rest of the test session as it was
     assert id(live[0]) in {id(o) for o in gc.get_objects()}
+
+
+def test_paused_gc_keeps_a_frozen_heap_frozen() -> None:
+    """``paused_gc`` thawed every frozen object on exit, the controller's start-up heap too."""
+    from backfill.core.perf import freeze_heap
+
+    try:
+        frozen = freeze_heap()
+        with paused_gc():
+            kept = [[i] for i in range(100)]
+        assert gc.get_freeze_count() >= frozen + len(kept)
+        assert gc.isenabled()
+    finally:
+        gc.unfreeze()
