@@ -281,6 +281,10 @@ def child_main() -> int:
     from backfill.settings import Settings
     from backfill.store import EventStore, RunStore, make_engine
 
+    try:
+        from backfill.core.perf import freeze_heap
+    except ImportError:  # an older checkout (this child runs against earlier commits too)
+        freeze_heap = None
     first_full = threading.Event()
     if hasattr(Controller, "step"):  # observe the first full pass (the controller's code is unchanged)
         original = Controller.step
@@ -310,6 +314,11 @@ def child_main() -> int:
     while not controller.synced and time.monotonic() < deadline:
         time.sleep(0.005)
     synced_s = time.monotonic() - t0
+    freeze_s = 0.0
+    if freeze_heap is not None:  # what ``backfill controller`` does once its watchers synced
+        t = time.monotonic()
+        freeze_heap()
+        freeze_s = time.monotonic() - t
     if hasattr(Controller, "step"):
         first_full.wait(max(0.0, deadline - time.monotonic()))
     else:  # no step(): two completed passes after synced
@@ -319,7 +328,7 @@ def child_main() -> int:
                 time.sleep(0.005)
             seen = controller.last_pass
     ready_s = time.monotonic() - t0
-    out(phase=phase, refold_s=refold_s, synced_s=synced_s, cold_start_s=ready_s, position=controller.position, loaded=loaded,
+    out(phase=phase, refold_s=refold_s, synced_s=synced_s, freeze_s=freeze_s, cold_start_s=ready_s, position=controller.position, loaded=loaded,
         backfills=len(controller.world.backfills), models=len(controller.world.models), rss_start=proc.memory_info().rss)
     # settle: the status writer idle (when the actor has one) and the log idle for `settle` seconds
     t = time.monotonic()
@@ -541,7 +550,8 @@ def run(
             target=COLD_START_TARGET,
             higher_is_better=False,
             note=f"{size}; a fresh process: start() ({how}) {c1['refold_s']:.1f} s, "
-            f"watchers synced {c1['synced_s']:.1f} s, first full pass done {c1['cold_start_s']:.1f} s after start(), position "
+            f"watchers synced {c1['synced_s']:.1f} s, start-up heap frozen in {c1.get('freeze_s', 0.0):.2f} s (as backfill "
+            f"controller does), first full pass done {c1['cold_start_s']:.1f} s after start(), position "
             f"{c1['position']:,}. Baseline: the first start on the same log, before any start-up had run on it "
             f"(whole log folded in start() {f1['refold_s']:.1f} s; snapshot it left: {first.info.get('snapshot')}). "
             f"Log: {mix_note}, written in {write_s:.0f} s",
