@@ -70,6 +70,27 @@ def _stop(proc: subprocess.Popen) -> tuple[int, str]:
     return proc.returncode, err
 
 
+def _stderr_until(proc: subprocess.Popen, marker: str, timeout: float = 90) -> list[str]:
+    """The controller's stderr lines up to and including the first that contains ``marker``.
+    Read on a thread: ``readline`` blocks while the controller is quiet, so a deadline checked
+    between reads never fires. Returns early (without the marker) when the process closes
+    stderr; raises AssertionError when the marker has not come within ``timeout`` seconds."""
+    import threading
+
+    lines: list[str] = []
+
+    def read() -> None:
+        for line in proc.stderr:
+            lines.append(line)
+            if marker in line:
+                return
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    wait_for(lambda: not reader.is_alive(), timeout=timeout, interval=0.05, what=f"a stderr line with {marker!r}")
+    return lines
+
+
 def test_readme_command_reconciles_without_any_namespace_or_lease(kube_cluster, kube_api, kube_namespace, pg_url, schema):
     kube = _declare(kube_api, kube_namespace)
     identity = f"readme-{secrets.token_hex(3)}"
@@ -145,7 +166,6 @@ def test_every_line_the_controller_writes_is_one_json_object(kube_cluster):
     first line to the last after SIGTERM."""
     import shutil
     import tempfile
-    import time
 
     # not under pytest's basetemp (see tests/conftest.py: pgserver needs a directory it can open up)
     data = Path(tempfile.mkdtemp(prefix="backfill-test-embedded-"))
@@ -156,13 +176,7 @@ def test_every_line_the_controller_writes_is_one_json_object(kube_cluster):
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=data,
     )
     try:
-        lines: list[str] = []
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and proc.poll() is None:
-            line = proc.stderr.readline()
-            lines.append(line)
-            if '"controller started' in line:
-                break
+        lines = _stderr_until(proc, '"controller started')
         assert proc.poll() is None, "".join(lines)[-3000:]
     finally:
         rc, rest = _stop(proc)
@@ -202,9 +216,8 @@ def test_without_leader_election_a_lease_held_by_another_controller_is_a_warning
         env=_env(pg_url, schema, BACKFILL_LEASE_NAMESPACE=kube_namespace), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
-        lines: list[str] = []
-        wait_for(lambda: proc.poll() is None and (lines.append(proc.stderr.readline()) or '"controller started' in lines[-1]),
-                 timeout=90, interval=0, what="the controller started")
+        lines = _stderr_until(proc, '"controller started')
+        assert proc.poll() is None, "".join(lines)[-3000:]
     finally:
         rc, rest = _stop(proc)
     assert rc == 0, rest[-3000:]
@@ -225,25 +238,13 @@ def test_the_start_up_heap_is_frozen_once_the_watchers_synced(kube_cluster, kube
     schemas) while holding the interpreter lock: 85-155 ms stalls of the cancel path, measured by
     ``bench/bench_latency.py``. ``backfill controller`` freezes it once its watchers synced, after
     "controller started", and says how many objects (the interpreter's count)."""
-    import threading
-
     _declare(kube_api, kube_namespace)
     proc = subprocess.Popen(
         [BACKFILL, "controller", "--kubeconfig", kube_cluster.kubeconfig_path],
         env=_env(pg_url, schema), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
-    lines: list[str] = []
-
-    def read() -> None:  # readline blocks while the controller is quiet: read beside the wait
-        for line in proc.stderr:
-            lines.append(line)
-            if "start-up heap frozen" in line:
-                return
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
     try:
-        wait_for(lambda: not reader.is_alive(), timeout=60, interval=0.2, what="the start-up heap frozen line")
+        lines = _stderr_until(proc, "start-up heap frozen", timeout=60)
     finally:
         rc, rest = _stop(proc)
     records = [json.loads(line) for line in lines if line.strip()]
