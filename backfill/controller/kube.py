@@ -16,8 +16,9 @@ class KubeConfigError(Exception):
 
 
 #: HTTP connections kept to the apiserver: the watches (6), the job-deletes and job-creates pools
-#: (16 each), the status writer, the Events thread, the reconcile loop and the Lease, with room. A smaller pool
-#: discards connections under a burst and pays a TLS handshake per cancel.
+#: (16 each: actor.DELETE_WORKERS, actor.CREATE_WORKERS), the status writer, the Events thread, the
+#: reconcile loop and the Lease, with room. A smaller pool discards connections under a burst and
+#: pays a TLS handshake per cancel.
 CONNECTION_POOL_SIZE = 48
 
 
