@@ -260,8 +260,11 @@ def test_spec_change_while_suspended_deletes_the_job(kube, start_controller):
     c, player, job, _ = _suspended(kube, start_controller, name, gaming=True)
     kube.patch("modelbackfills", name, {"spec": {"idleFor": "2h"}})
     wait_for(lambda: kube.job(player.name) is None, timeout=10, what="suspended Job deleted")
-    reasons = [(x.reason, x.suspend) for x in _decisions(c, ev.AttemptCancelled)]
-    assert reasons == [("GamingIntent", True), ("SpecChanged", False)]
+    # a cancel DELETEs first and is recorded after it (fail-safe): wait for the record, then
+    # check the whole sequence of cancels in the log
+    cancels = lambda: [(x.reason, x.suspend) for x in _decisions(c, ev.AttemptCancelled)]
+    wait_for(lambda: len(cancels()) >= 2, timeout=10, what="the SpecChanged cancel recorded")
+    assert cancels() == [("GamingIntent", True), ("SpecChanged", False)]
 
 
 def test_non_indexed_template_with_suspend_is_blocked_and_crd_rejects_bad_values(kube, start_controller):
