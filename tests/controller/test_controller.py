@@ -77,7 +77,8 @@ def test_seed_example_end_to_end(kube, start_controller):
     finally:
         recorder.stop()
     assert recorder.phases[:3] == ["Running", "Cancelling", "WaitingForIdle"]
-    cancels = _decisions(c, ev.AttemptCancelled)
+    # A cancel DELETEs first and is recorded after (fail-safe): the Job can be gone before the record.
+    cancels = wait_for(lambda: _decisions(c, ev.AttemptCancelled), timeout=5, what="the cancel recorded")
     assert [(x.attempt, x.reason) for x in cancels] == [(1, "ForegroundDemand")]
 
     rows = wait_for(lambda: [r for r in c.runs.query(namespace=kube.ns) if r.result], what="run row ended")
@@ -146,7 +147,9 @@ def test_gaming_intent_and_suspend_cancel(kube, start_controller):
     wait_for(lambda: kube.status("susp").get("phase") == "Suspended", what="susp Suspended")
     st = wait_for(lambda: kube.status("gaming").get("reason") == "GamingIntent" and kube.status("gaming"), what="gaming waits")
     assert st["phase"] == "WaitingForIdle"
-    reasons = {(x.backfill, x.reason) for x in _decisions(c, ev.AttemptCancelled)}
+    cancels = wait_for(lambda: len(_decisions(c, ev.AttemptCancelled)) >= 2 and _decisions(c, ev.AttemptCancelled),
+                       timeout=5, what="both cancels recorded (after their DELETEs)")  # fmt: skip
+    reasons = {(x.backfill, x.reason) for x in cancels}
     assert reasons == {("gaming", "GamingIntent"), ("susp", "Suspended")}
 
     # A session being deleted (its finalizer still held) is still gaming intent.
@@ -194,7 +197,8 @@ def test_deletion_cancels_then_releases_finalizer(kube, start_controller):
     kube.custom.delete_namespaced_custom_object("ai.flexinfer", "v1alpha2", kube.ns, "modelbackfills", "doomed")
     wait_for(lambda: kube.get("modelbackfills", "doomed") is None, what="ModelBackfill gone")
     assert kube.job(job.metadata.name) is None
-    assert [x.reason for x in _decisions(c, ev.AttemptCancelled)] == ["Deleted"]
+    cancels = wait_for(lambda: _decisions(c, ev.AttemptCancelled), timeout=5, what="the cancel recorded (after its DELETE)")
+    assert [x.reason for x in cancels] == ["Deleted"]
     # recorded right after the finalizer's removal (which lets the object go): wait for the log
     wait_for(lambda: len(_decisions(c, ev.FinalizerReleased)) == 1, timeout=5, what="FinalizerReleased in the log")
 

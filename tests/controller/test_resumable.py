@@ -161,7 +161,7 @@ def test_suspend_on_demand_resume_after_the_window_then_succeed(kube, start_cont
     player.suspended(t_suspended)
     wait_for(lambda: kube.status(name).get("phase") == "WaitingForIdle", what="phase WaitingForIdle while suspended")
     assert kube.status(name)["jobName"] == player.name
-    (cancel,) = _decisions(c, ev.AttemptCancelled)
+    (cancel,) = wait_for(lambda: _decisions(c, ev.AttemptCancelled), timeout=5, what="the suspending cancel recorded")
     assert (cancel.attempt, cancel.reason, cancel.suspend, cancel.segment) == (1, "ForegroundDemand", True, 1)
 
     # resume: the same Job, after a fresh full window (lastActiveTime + 1 s granularity + 2 s)

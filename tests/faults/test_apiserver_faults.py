@@ -40,6 +40,16 @@ def _no_duplicates(events: list) -> list[str]:
     return [f"{k} stored {n} times" for k, n in seen.items() if n > 1]
 
 
+def _deleted_and_cancelled(url: str, schema: str) -> list:
+    """The log once it holds both the Job's deletion (the watch) and the cancel decision: a
+    cancel DELETEs first and is recorded after (fail-safe), so either can come first."""
+    def both() -> list | None:
+        events = log_events(url, schema)
+        return events if of_type(events, "JobDeleted") and of_type(events, "AttemptCancelled") else None
+
+    return wait_for(both, timeout=10, what="JobDeleted and AttemptCancelled in the log")
+
+
 def test_apiserver_paused_past_the_watch_timeout(fault_cluster, kube: Kube, player: JobPlayer, controllers):
     pg, schema = controllers.pg, controllers.schema
     declare(kube, [("bf", "gemma")])
@@ -68,8 +78,7 @@ def test_apiserver_paused_past_the_watch_timeout(fault_cluster, kube: Kube, play
     seconds = timed(lambda: kube.job(job) is None, timeout=CANCEL_BOUND_SECONDS, what=f"Job {job} deleted after the pause")
     print(f"apiserver resumed: demand -> Job gone {seconds:.2f} s")
 
-    wait_for(lambda: of_type(log_events(pg.url, schema), "JobDeleted"), timeout=10, what="JobDeleted in the log")
-    events = log_events(pg.url, schema)
+    events = _deleted_and_cancelled(pg.url, schema)
     assert _no_duplicates(events) == []
     assert [e.reason for _, e in of_type(events, "AttemptCancelled")] == ["ForegroundDemand"]
     assert cluster_invariants(kube) == []
@@ -174,8 +183,7 @@ def test_expired_resource_version_then_demand_is_cancelled(fault_cluster, kube: 
     t0 = time.monotonic()
     seconds = timed(lambda: kube.job(job) is None, timeout=WATCH_TIMEOUT + CANCEL_BOUND_SECONDS, what=f"Job {job} deleted after the 410")
     print(f"410 Gone + relist: controller continued -> Job gone {seconds:.2f} s (from SIGCONT {time.monotonic() - t0:.2f} s)")
-    wait_for(lambda: of_type(log_events(pg.url, schema), "JobDeleted"), timeout=10, what="JobDeleted in the log")
-    events = log_events(pg.url, schema)
+    events = _deleted_and_cancelled(pg.url, schema)
     assert _no_duplicates(events) == []
     assert [e.reason for _, e in of_type(events, "AttemptCancelled")] == ["ForegroundDemand"]
     assert settled_log_invariants(pg.url, schema, all_ended=False) == []
@@ -281,9 +289,7 @@ def test_watches_that_end_early_or_are_cut_lose_nothing(fault_cluster, kube: Kub
     # A watcher between two watches at the cut reconnects without noticing; one cut mid-stream relists.
     assert cut >= 1 and sum(after.values()) > sum(before.values()), f"no cut watch was relisted: {after}"
 
-    wait_for(lambda: [e for _, e in of_type(log_events(pg.url, schema), "JobDeleted") if e.name == job_b],
-             timeout=10, what=f"JobDeleted {job_b} in the log")  # fmt: skip
-    events = log_events(pg.url, schema)
+    events = _deleted_and_cancelled(pg.url, schema)  # job_a completed: the one JobDeleted is job_b's
     assert _no_duplicates(events) == []
     assert [e for _, e in of_type(events, "JobDeleted") if e.name == job_a] == [], f"{job_a} completed, not deleted"
     assert [(e.backfill, e.reason) for _, e in of_type(events, "AttemptCancelled")] == [("bf-b", "ForegroundDemand")]
