@@ -147,7 +147,7 @@ def test_gaming_intent_and_suspend_cancel(kube, start_controller):
     wait_for(lambda: kube.status("susp").get("phase") == "Suspended", what="susp Suspended")
     st = wait_for(lambda: kube.status("gaming").get("reason") == "GamingIntent" and kube.status("gaming"), what="gaming waits")
     assert st["phase"] == "WaitingForIdle"
-    cancels = wait_for(lambda: len(_decisions(c, ev.AttemptCancelled)) >= 2 and _decisions(c, ev.AttemptCancelled),
+    cancels = wait_for(lambda: len(found := _decisions(c, ev.AttemptCancelled)) >= 2 and found,
                        timeout=5, what="both cancels recorded (after their DELETEs)")  # fmt: skip
     reasons = {(x.backfill, x.reason) for x in cancels}
     assert reasons == {("gaming", "GamingIntent"), ("susp", "Suspended")}

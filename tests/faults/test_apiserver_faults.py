@@ -40,14 +40,17 @@ def _no_duplicates(events: list) -> list[str]:
     return [f"{k} stored {n} times" for k, n in seen.items() if n > 1]
 
 
-def _deleted_and_cancelled(url: str, schema: str) -> list:
-    """The log once it holds both the Job's deletion (the watch) and the cancel decision: a
-    cancel DELETEs first and is recorded after (fail-safe), so either can come first."""
+def _deleted_and_cancelled(url: str, schema: str, job: str | None = None) -> list:
+    """The log once it holds both the deletion of ``job`` (any Job when None; from the watch)
+    and a cancel decision: a cancel DELETEs first and is recorded after (fail-safe), so either
+    can come first."""
+
     def both() -> list | None:
         events = log_events(url, schema)
-        return events if of_type(events, "JobDeleted") and of_type(events, "AttemptCancelled") else None
+        deleted = [e for _, e in of_type(events, "JobDeleted") if job is None or e.name == job]
+        return events if deleted and of_type(events, "AttemptCancelled") else None
 
-    return wait_for(both, timeout=10, what="JobDeleted and AttemptCancelled in the log")
+    return wait_for(both, timeout=10, what=f"JobDeleted {job or ''} and AttemptCancelled in the log")
 
 
 def test_apiserver_paused_past_the_watch_timeout(fault_cluster, kube: Kube, player: JobPlayer, controllers):
@@ -289,7 +292,7 @@ def test_watches_that_end_early_or_are_cut_lose_nothing(fault_cluster, kube: Kub
     # A watcher between two watches at the cut reconnects without noticing; one cut mid-stream relists.
     assert cut >= 1 and sum(after.values()) > sum(before.values()), f"no cut watch was relisted: {after}"
 
-    events = _deleted_and_cancelled(pg.url, schema)  # job_a completed: the one JobDeleted is job_b's
+    events = _deleted_and_cancelled(pg.url, schema, job_b)
     assert _no_duplicates(events) == []
     assert [e for _, e in of_type(events, "JobDeleted") if e.name == job_a] == [], f"{job_a} completed, not deleted"
     assert [(e.backfill, e.reason) for _, e in of_type(events, "AttemptCancelled")] == [("bf-b", "ForegroundDemand")]
