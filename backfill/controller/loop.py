@@ -324,14 +324,8 @@ class Controller:
     def _count(self, before: World, row: Any, event: Any) -> None:
         """The metrics follow the rows: a start per row begun by an admission or a resume, an
         end (completion, preemption, running seconds) when a row's ``result`` is first set."""
-        if isinstance(event, (ev.AttemptAdmitted, ev.AttemptResumed)) and row.result is None:
-            self.metrics.started(row)
-            return
-        if row.result is None:
-            return
-        prev = previous_row(before, row)
-        if prev is None or prev.result is None:
-            self.metrics.ended(row)
+        admitted = isinstance(event, (ev.AttemptAdmitted, ev.AttemptResumed))
+        self.metrics.follow(row, None if row.result is None else previous_row(before, row), admitted=admitted)
 
     # -- threads ------------------------------------------------------------------------------
 

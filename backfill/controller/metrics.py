@@ -41,6 +41,20 @@ class Metrics:
             registry=self.registry,
         )
 
+    def follow(self, row: RunRow, previous: RunRow | None, *, admitted: bool = False) -> None:
+        """Count a ``runs`` row the log just created or changed (``previous``: the same row
+        before, None if it is new): a start when an admission or resume (``admitted``) begins it,
+        an end when its ``result`` is first set, and a preemption when an ended row becomes
+        ``preempted`` afterwards (:meth:`preempted_late`)."""
+        if row.result is None:
+            if admitted:
+                self.started(row)
+            return
+        if previous is None or previous.result is None:
+            self.ended(row)
+        elif row.result == "preempted" and previous.result != "preempted":
+            self.preempted_late(row)
+
     def started(self, row: RunRow) -> None:
         """An attempt was admitted, or a suspended one resumed (a new run segment, issue 11)."""
         self.starts.labels(row.backfill, row.namespace, row.model).inc()
@@ -54,3 +68,10 @@ class Metrics:
             self.preemptions.labels(*base, row.reason).inc()
         if row.running_seconds > 0:
             self.useful_seconds.labels(*base).inc(row.running_seconds)
+
+    def preempted_late(self, row: RunRow) -> None:
+        """An ended row became ``preempted`` afterwards: the cancel decision that deleted its Job
+        reached the log after the deletion (two replicas, or a store that was away), so the row
+        first read ``cancelled``/``JobDeleted``. The preemption is counted now; the completion
+        stays counted under its first result (a counter never goes back)."""
+        self.preemptions.labels(row.backfill, row.namespace, row.model, row.reason).inc()

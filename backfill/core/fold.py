@@ -17,6 +17,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Callable, Iterable, Mapping
 
+from . import conditions
 from . import events as ev
 from . import indexes
 from .jobtemplate import gpu_requests, template_problem
@@ -40,7 +41,7 @@ from .state import (
     World,
 )
 from .timefmt import plus_seconds
-from .verdict import FOREGROUND_DEMAND, GPU_REQUEST_FORBIDDEN, INVALID_TEMPLATE, JOB_REJECTED, PREEMPTION_REASONS
+from .verdict import FOREGROUND_DEMAND, GPU_REQUEST_FORBIDDEN, INVALID_TEMPLATE, JOB_DELETED, JOB_REJECTED, PREEMPTION_REASONS
 
 #: Back-off of a Job create the API server refused transiently (``JobCreateRejected``), seconds:
 #: 10, 20, 40, ... at most 300, and never sooner than the server's ``Retry-After``.
@@ -164,11 +165,14 @@ def _fold_foreground(w: World, e: ev.ForegroundRequest, pos: int) -> World:
     last_active = m.last_active
     if e.source == "lastActiveTime" and (last_active is None or at > last_active):
         last_active = at
-    if m.busy_until is None or end >= m.busy_until:
-        busy_until, busy_pos = end, pos
+    if m.busy_until is None or end > m.busy_until:
+        busy_until, busy_pos, request_pos = end, pos, pos
     else:
-        busy_until, busy_pos = m.busy_until, m.busy_pos
-    m = _tuple_new(ModelState, (m.exists, m.ready, m.node, m.shared, m.ready_since, m.ready_pos, busy_until, busy_pos, pos, last_active))
+        # Busy until ``end`` is known already (a re-sent report, a late one inside a known busy
+        # span): not new demand. An attempt admitted after that span began its idle window after
+        # it, so nothing it says was unseen by the admission.
+        busy_until, busy_pos, request_pos = m.busy_until, m.busy_pos, m.request_pos
+    m = _tuple_new(ModelState, (m.exists, m.ready, m.node, m.shared, m.ready_since, m.ready_pos, busy_until, busy_pos, request_pos, last_active))
     return _tuple_new(World, (pos, w.models.set(key, m)) + w[2:])
 
 
@@ -453,16 +457,46 @@ def _fold_job_deleted(w: World, e: ev.JobDeleted, pos: int) -> World:
     if a.lifecycle == SUSPENDED:
         # Deleted by someone else while suspended: no segment ran (the last row stays preempted);
         # the attempt is over and the next admission creates a new Job.
-        return _put_backfill(w, _end(b, a, e.at, "cancelled", "JobDeleted", pos), pos)
+        return _put_backfill(w, _end(b, a, e.at, "cancelled", JOB_DELETED, pos), pos)
     if a.lifecycle == CANCELLING or a.lifecycle == SUSPENDING:
         result = "preempted" if a.cancel_reason in PREEMPTION_REASONS else "cancelled"
         return _put_backfill(w, _end(b, a, e.at, result, a.cancel_reason, pos), pos)
-    if w.models.get((b.namespace, a.model), _NO_MODEL).request_pos > a.basis:
-        # Gone while foreground demand it did not see was pending: preempted by that demand,
-        # whoever deleted it (a leader that was paused before its cancel decision reached the
-        # log, while the standby already recorded the deletion).
-        return _put_backfill(w, _end(b, a, e.at, "preempted", FOREGROUND_DEMAND, pos), pos)
-    return _put_backfill(w, _end(b, a, e.at, "cancelled", "JobDeleted", pos), pos)
+    hit = _cancel_condition(w, b, a, e.at)
+    if hit is not None:
+        # Gone while a cancel condition held (foreground demand the attempt did not see, gaming
+        # intent, a spec change ...): ended for it, whoever deleted the Job. The leader's cancel
+        # DELETEs first and is recorded after (fail-safe), so a standby's (or a paused leader's
+        # successor's) record of the deletion can reach the log before the cancel decision.
+        result = "preempted" if hit.reason in PREEMPTION_REASONS else "cancelled"
+        a = a._replace(cancel_reason=hit.reason, cancel_message=hit.message, cancel_pos=hit.cause)
+        return _put_backfill(w, _end(b, a, e.at, result, hit.reason, pos), pos)
+    return _put_backfill(w, _end(b, a, e.at, "cancelled", JOB_DELETED, pos), pos)
+
+
+def _cancel_condition(w: World, b: BackfillState, a: Attempt, at: datetime) -> Any:
+    """The first cancel condition of :data:`backfill.core.conditions.CANCEL_CHECKS` that holds
+    for live attempt ``a`` of ``b`` in ``w`` at ``at`` (a :class:`~backfill.core.conditions.Hit`),
+    or None: what ``decide`` would cancel it for (the same table, written once)."""
+    s = conditions.subject(w, b, a)
+    for holds in conditions.CANCEL_CHECKS:
+        hit = holds(w, s, at)
+        if hit is not None:
+            return hit
+    return None
+
+
+def _late_cancel(a: Attempt, e: ev.AttemptCancelled, pos: int) -> Attempt | None:
+    """``a`` re-attributed to deleting cancel ``e`` when ``e`` is the decision that deleted its Job
+    but reached the log after the deletion: ``a`` ended ``cancelled``/``JobDeleted`` with no cancel
+    known, and ``e`` was decided on a state folded before that end (``e.basis < a.end_pos``: it
+    saw the attempt live). None otherwise (``e`` then changes nothing, as any stale decision)."""
+    if (
+        e.suspend or a.number != e.attempt or a.lifecycle != IDLE or a.result != "cancelled" or a.end_reason != JOB_DELETED
+        or a.cancel_pos or e.basis is None or e.basis >= a.end_pos or a.segment_ended_at is not None
+    ):  # fmt: skip
+        return None
+    result = "preempted" if e.reason in PREEMPTION_REASONS else "cancelled"
+    return _cancel_decided(a, e, pos)._replace(lifecycle=IDLE, result=result, end_reason=e.reason)
 
 
 def create_backoff(count: int, retry_after: float | None = None) -> float:
@@ -531,11 +565,25 @@ def _fold_admitted(w: World, e: ev.AttemptAdmitted, pos: int) -> World:
 def _fold_cancelled(w: World, e: ev.AttemptCancelled, pos: int) -> World:
     b = w.backfills.get((e.namespace, e.backfill))
     a = b.attempt if b is not None else None
+    if e.reason == FOREGROUND_DEMAND and a is not None and a.number == e.attempt:
+        w = _busy_at_least(w, (e.namespace, a.model), e.at, e.cause or pos)
     if e.suspend:
         return _fold_suspend_decided(w, b, a, e, pos)
     if a is None or a.number != e.attempt or a.lifecycle not in (STARTING, RUNNING, SUSPENDING, SUSPENDED):
-        return _at(w, pos)
+        late = _late_cancel(a, e, pos) if a is not None else None
+        return _at(w, pos) if late is None else _put_backfill(w, b._replace(attempt=late), pos)
     return _put_backfill(w, b._replace(attempt=_cancel_decided(a, e, pos)), pos)
+
+
+def _busy_at_least(w: World, key: Key, at: datetime, pos: int) -> World:
+    """``w`` with Model ``key`` known busy until at least ``at`` (the idle window's start moves
+    there, its cause ``pos``), ``request_pos`` unchanged. A foreground preemption restarts the
+    window at the decision: a retry needs a fresh full window even when the report that caused
+    it carried an older time (a router whose clock is behind, a late report)."""
+    m = w.models.get(key)
+    if m is None or (m.busy_until is not None and m.busy_until >= at):
+        return w
+    return w._replace(models=w.models.set(key, m._replace(busy_until=at, busy_pos=pos)))
 
 
 def _cancel_decided(a: Attempt, e: ev.AttemptCancelled, pos: int) -> Attempt:

@@ -32,8 +32,12 @@ Key = tuple[str, str]
 #: differently): snapshots of another version are never read, start-up refolds from the log.
 #: Shape changes (fields, event types, event versions) change the fingerprint by themselves
 #: (:func:`backfill.store.projection.code_version`).
-STATE_VERSION = 3  # 2: run segments of resumable (Indexed) attempts, issue 11; 3: unchanged re-deliveries
-#: (CronJob, gaming, lease) keep their first position
+STATE_VERSION = 4  # 2: run segments of resumable (Indexed) attempts, issue 11; 3: unchanged re-deliveries
+#: (CronJob, gaming, lease) keep their first position; 4: a Job deleted before its cancel was
+#: recorded ends for the cancel condition that held (any, not only foreground demand), and a
+#: cancel recorded after the deletion it caused re-attributes the end; a request that does not
+#: extend the known busy time is not new demand, and a ForegroundDemand cancel restarts the idle
+#: window at its decision
 
 _EMPTY: Mapping[Any, Any] = immutables.Map()  # shared, immutable default of every World map
 _NO_SPEC: Mapping[str, Any] = MappingProxyType({})
@@ -63,7 +67,8 @@ class ModelState(NamedTuple):
         ready_since / ready_pos: when (and at which position) it last became Ready.
         busy_until / busy_pos: end of the latest foreground busy span, and the position of the
             request that set it (the idle window starts here).
-        request_pos: position of the latest foreground request of any time (demand detection).
+        request_pos: position of the latest foreground request that extended ``busy_until``
+            (demand detection: one that does not, a re-sent or late report, is not new demand).
         last_active: the latest ``status.lastActiveTime`` folded (source ``lastActiveTime``): a
             re-observation of it (a relist after a restart) is not new demand.
     """

@@ -29,6 +29,8 @@ TEMPLATE_NOT_FOUND = "TemplateNotFound"
 GPU_REQUEST_FORBIDDEN = "GPURequestForbidden"
 MODEL_NOT_FOUND = "ModelNotFound"
 INVALID_TEMPLATE = "InvalidTemplate"
+#: A run's end reason when its Job was deleted and no cancel condition explains it (someone else).
+JOB_DELETED = "JobDeleted"
 JOB_REJECTED = "JobRejected"  # Blocked: the API server refused the Job permanently (e.g. 422)
 CREATE_RETRYING = "CreateRetrying"  # Starting: the create was refused transiently; retried with back-off
 #: Blocked: ``spec.preemption: Suspend`` on a template that is not ``completionMode: Indexed``

@@ -13,10 +13,13 @@ from __future__ import annotations
 import http.client
 import json
 import threading
-from datetime import datetime, timezone
+import time
+from datetime import datetime, timedelta, timezone
 
 from backfill.controller.http import make_server
 from backfill.controller.ingest import IngestEndpoint
+from backfill.core import events as ev
+from backfill.core.events import decode_many
 from backfill.settings import Settings
 
 from .conftest import wait_for
@@ -114,3 +117,49 @@ def test_a_standby_answers_503_retry_after_while_the_log_refuses_and_the_leader_
         for server, _ in servers:
             server.shutdown()
             server.server_close()
+
+
+def test_a_re_sent_report_cancels_nothing_and_the_retry_waits_a_window_from_the_cancel(kube, start_controller):
+    """A router re-sends a report it already delivered (a retry after a lost answer): the
+    preemptor folds it in memory before the log drops the duplicate, and it cancelled the next
+    attempt (its cancel naming a JobCreated as the cause, ``backfill replay`` then diverging).
+    Now the re-sent report cancels nothing; a report later than anything known still does."""
+    kube.cronjob("model-eval-gauntlet")
+    kube.model("gemma")
+    ctl = start_controller(leader=_Switch(True))
+    kube.backfill("busy", idleFor="3s")
+    first = wait_for(kube.jobs, what="the first Job")[0].metadata.name
+    kube.run_job(first)
+    server, _ = _serve(ctl)
+    try:
+        # a report 60 s behind (its router's clock): before the Model became Ready, yet demand
+        stale = (datetime.now(timezone.utc) - timedelta(seconds=60)).isoformat()
+        report = {"namespace": kube.ns, "model": "gemma", "time": stale, "id": "router-a/7"}
+        body = json.dumps({"reports": [report]}).encode()
+        assert _post(server, body)[0] == 202
+        wait_for(lambda: kube.job(first) is None, timeout=5, what="the first Job deleted for the report")
+        second = wait_for(lambda: [j.metadata.name for j in kube.jobs() if j.metadata.name != first], timeout=30, what="the retry's Job")[0]
+        (cancel,) = wait_for(lambda: _logged(ctl, ev.AttemptCancelled), what="the cancel recorded")
+        admits = wait_for(lambda: _logged(ctl, ev.AttemptAdmitted)[1:], what="the retry recorded")
+        # a full idleFor from the cancel decision (the window from the report's time had long passed)
+        assert (admits[0].at - cancel.at).total_seconds() >= 3.0, (cancel.at, admits[0].at)
+        kube.run_job(second)
+        wait_for(lambda: kube.status("busy").get("phase") == "Running", what="the retry Running")
+
+        status, _, payload = _post(server, body)  # the same report again
+        assert (status, payload["duplicates"]) == (202, 1), payload
+        time.sleep(1.0)  # the cancel path acts in milliseconds; a second is ample to see one
+        assert kube.job(second) is not None and kube.status("busy").get("phase") == "Running"
+
+        later = {**report, "time": datetime.now(timezone.utc).isoformat(), "id": "router-a/8"}
+        assert _post(server, json.dumps({"reports": [later]}).encode())[0] == 202
+        wait_for(lambda: kube.job(second) is None, timeout=5, what="the second Job deleted for the new report")
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _logged(controller, cls) -> list:
+    """The events of type ``cls`` in the controller's log, in order."""
+    rows = list(controller.events.read(0))
+    return [e for e in decode_many([(r.type, r.version, r.data) for r in rows]) if isinstance(e, cls)]

@@ -121,3 +121,39 @@ def test_json_log_lines():
     assert line["msg"] == "admitted x" and line["level"] == "info"
     assert (line["backfill"], line["position"], line["decision"]) == ("ns/mbf", 7, "AttemptAdmitted")
     assert line["time"].endswith("Z")
+
+
+def test_metrics_follow_a_run_re_attributed_by_a_cancel_recorded_after_its_deletion():
+    """The rows of a log where another replica recorded the Job's deletion before the leader's
+    cancel (demand the leader acted on from memory): one start, one completion (its first
+    result, ``cancelled``) and, once the late decision makes the row ``preempted``, one
+    ForegroundDemand preemption, the same total the rows give."""
+    from backfill.core import events as ev
+    from backfill.core.commands import Admit
+    from backfill.core.projector import fold
+    from backfill.core.runs import previous_row, run_rows
+    from backfill.core.state import World
+
+    from ..core.builders import NS, Log, t
+
+    log = Log().ready(0).cronjob(0).apply(0, idleFor="10m")
+    (admit,) = [c for c in log.decide(600.4) if isinstance(c, Admit)]
+    log.admit(admit, 600.4).job("JobCreated", admit.job_name, 600.5).job("JobDeleted", admit.job_name, 700.2).request(700)
+    log.add(ev.AttemptCancelled(
+        at=t(700.1), namespace=NS, backfill="b", uid="u1", attempt=admit.attempt, job_name=admit.job_name,
+        reason="ForegroundDemand", cause=7, basis=5,
+    ))  # fmt: skip
+    m, world, rows = Metrics(), World(), []
+    for pos, e in log.events:
+        before, world = world, fold(world, e, pos)
+        for row in run_rows(before, world, e):
+            rows.append(row)
+            admitted = isinstance(e, (ev.AttemptAdmitted, ev.AttemptResumed))
+            m.follow(row, None if row.result is None else previous_row(before, row), admitted=admitted)
+    assert [(r.result, r.reason) for r in rows] == [(None, ""), (None, ""), ("cancelled", "JobDeleted"), ("preempted", "ForegroundDemand")]
+    get = m.registry.get_sample_value
+    base = {"backfill": "b", "namespace": NS, "model": "m"}
+    assert get("flexinfer_model_backfill_starts_total", base) == 1
+    assert get("flexinfer_model_backfill_completions_total", {**base, "result": "cancelled"}) == 1
+    assert get("flexinfer_model_backfill_completions_total", {**base, "result": "preempted"}) is None
+    assert get("flexinfer_model_backfill_preemptions_total", {**base, "reason": "ForegroundDemand"}) == 1

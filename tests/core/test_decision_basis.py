@@ -8,11 +8,13 @@ appended at position 4; ``AttemptAdmitted`` at position 5. The attempt must be c
 
 from __future__ import annotations
 
+from backfill.core import events as ev
 from backfill.core.audit import Auditor
 from backfill.core.commands import Admit, Cancel
 from backfill.core.projector import FOREGROUND_DEMAND
+from backfill.core.verdict import DELETED, GAMING_INTENT
 
-from .builders import Log, NS
+from .builders import Log, NS, t
 
 
 def _admitted_with_racing_request() -> tuple[Log, Admit]:
@@ -70,3 +72,118 @@ def test_a_job_gone_without_demand_is_cancelled_job_deleted():
     log.job("JobDeleted", admit.job_name, 601)
     a = log.world.backfills[(NS, "b")].attempt
     assert (a.result, a.end_reason) == ("cancelled", "JobDeleted")
+
+
+# --------------------------------------------------------------------------- deletion before the cancel
+# A cancel DELETEs first and is recorded after (fail-safe), so another replica's record of the
+# deletion can reach the log before the decision that caused it (seen with two replicas).
+
+
+def _running() -> tuple[Log, Admit]:
+    log = Log().ready(0).cronjob(0).apply(0, idleFor="10m")  # positions 1, 2, 3
+    (admit,) = [c for c in log.decide(600.4) if isinstance(c, Admit)]
+    log.admit(admit, 600.4)  # 4
+    log.job("JobCreated", admit.job_name, 600.5)  # 5
+    return log, admit
+
+
+def _row(log: Log):
+    from backfill.core.runs import row_of
+
+    b = log.world.backfills[(NS, "b")]
+    return row_of(b, b.attempt)
+
+
+def test_a_job_gone_during_gaming_intent_on_its_node_was_preempted_by_it():
+    log, admit = _running()
+    log.add(ev.GamingIntentStarted(at=t(700), namespace=NS, session="s", node="n1"))  # 6: the cause
+    (cancel,) = [c for c in log.decide(700.1) if isinstance(c, Cancel)]
+    assert (cancel.reason, cancel.cause) == (GAMING_INTENT, 6)  # what the leader decides
+    log.job("JobDeleted", admit.job_name, 700.2)  # 7: recorded before the leader's decision
+    log.cancel(cancel, 700.1, basis=6)  # 8: the decision, late
+    row = _row(log)
+    assert (row.result, row.reason, row.deciding_position, row.ended_at) == ("preempted", GAMING_INTENT, 6, t(700.2))
+
+
+def test_a_job_gone_while_its_modelbackfill_is_being_deleted_is_cancelled_for_it():
+    log, admit = _running()
+    log.add(ev.BackfillDeleting(at=t(700), namespace=NS, name="b", uid="u1"))  # 6
+    log.job("JobDeleted", admit.job_name, 700.2)  # 7 (the leader's cancel Deleted not recorded yet)
+    row = _row(log)
+    assert (row.result, row.reason, row.deciding_position) == ("cancelled", DELETED, 6)
+
+
+def test_a_cancel_recorded_after_the_deletion_it_caused_reattributes_the_run():
+    """The cause itself is not in the log before the deletion (demand the leader's preemptor
+    acted on from memory): the row first reads cancelled/JobDeleted, the late decision (decided
+    on a state before the deletion) makes it preempted by that demand."""
+    log, admit = _running()
+    log.job("JobDeleted", admit.job_name, 700.2)  # 6
+    assert (_row(log).result, _row(log).reason) == ("cancelled", "JobDeleted")
+    log.request(700)  # 7: the demand, spooled by the leader after the other replica's deletion
+    late = ev.AttemptCancelled(
+        at=t(700.1), namespace=NS, backfill="b", uid="u1", attempt=admit.attempt, job_name=admit.job_name,
+        reason=FOREGROUND_DEMAND, message="foreground request for Model m", cause=7, basis=5,
+    )
+    log.add(late)  # 8
+    row = _row(log)
+    assert (row.result, row.reason, row.deciding_position, row.ended_at) == ("preempted", FOREGROUND_DEMAND, 7, t(700.2))
+    assert log.world.backfills[(NS, "b")].live_attempt is None  # still over: nothing to delete again
+
+
+def test_a_cancel_decided_after_seeing_the_deletion_changes_nothing():
+    log, admit = _running()
+    log.job("JobDeleted", admit.job_name, 700.2)  # 6
+    before = log.world.backfills[(NS, "b")]
+    stale = ev.AttemptCancelled(
+        at=t(700.3), namespace=NS, backfill="b", uid="u1", attempt=admit.attempt, job_name=admit.job_name,
+        reason=FOREGROUND_DEMAND, cause=6, basis=6,  # its state already had the deletion
+    )
+    log.add(stale)
+    assert log.world.backfills[(NS, "b")] is before
+
+
+def test_the_auditor_accepts_a_cancel_recorded_after_its_deletion():
+    log, admit = _running()
+    log.add(ev.GamingIntentStarted(at=t(700), namespace=NS, session="s", node="n1"))
+    (cancel,) = [c for c in log.decide(700.1) if isinstance(c, Cancel)]
+    log.job("JobDeleted", admit.job_name, 700.2)
+    log.cancel(cancel, 700.1, basis=6)
+    auditor = Auditor()
+    for pos, e in log.events:
+        auditor.feed(pos, e)
+    assert auditor.divergences == []
+
+
+# --------------------------------------------------------------------------- re-sent and late reports
+
+
+def test_a_re_sent_report_is_not_new_demand():
+    """A router re-sends a report (same time): the preemptor folds it in memory before the log
+    drops the duplicate, so the fold itself must not see demand in it."""
+    log = Log().ready(0).cronjob(0).apply(0, idleFor="10m").request(10)  # 1-4
+    (admit,) = [c for c in log.decide(610) if isinstance(c, Admit)]
+    log.admit(admit, 610).job("JobCreated", admit.job_name, 610.5)
+    log.request(10)  # the same report again
+    assert [c for c in log.decide(611) if isinstance(c, Cancel)] == []
+    log.request(5, busy=9)  # a late report inside the known busy time: nothing unseen either
+    assert [c for c in log.decide(612) if isinstance(c, Cancel)] == []
+    log.request(10.5)  # one later than anything known: demand
+    (cancel,) = [c for c in log.decide(613) if isinstance(c, Cancel)]
+    assert (cancel.reason, cancel.cause) == (FOREGROUND_DEMAND, log.world.position)
+
+
+def test_a_preemption_by_a_late_report_needs_a_fresh_window_from_the_decision():
+    """A report 300 s old (its router's clock behind) cancels (fail-safe), and the retry waits a
+    full idle window from the cancel decision, not from the report's time."""
+    log = Log().ready(0).cronjob(0).apply(0, idleFor="10m")  # 1-3
+    (admit,) = [c for c in log.decide(600) if isinstance(c, Admit)]
+    log.admit(admit, 600).job("JobCreated", admit.job_name, 600.5)  # 4, 5
+    log.request(700)  # 6: arrives at 1000 with its time 700
+    (cancel,) = [c for c in log.decide(1000) if isinstance(c, Cancel)]
+    assert (cancel.reason, cancel.cause) == (FOREGROUND_DEMAND, 6)
+    log.cancel(cancel, 1000).job("JobDeleted", admit.job_name, 1000.2)
+    assert log.world.models[(NS, "m")].busy_until == t(1000) and log.world.models[(NS, "m")].busy_pos == 6
+    assert [c for c in log.decide(1599.9) if isinstance(c, Admit)] == []  # 700 + 10m has passed; 1000 + 10m not
+    (again,) = [c for c in log.decide(1600) if isinstance(c, Admit)]
+    assert again.attempt == 2 and again.cause == 6

@@ -107,11 +107,12 @@ def test_resume_needs_a_fresh_full_window_and_resumes_the_same_job():
     log, admit, cancel = suspended_log()
     log.cancel(cancel, 800.5).job("JobSuspended", admit.job_name, 803, completed_indexes="0-1", episode="rv1")
     demand_pos = log.world.models[(NS, "m")].busy_pos
-    assert not [c for c in log.decide(800 + IDLE - 1) if isinstance(c, (Admit, Resume))]
-    resume = _one(log.decide(800 + IDLE), Resume)
+    # the window restarts at the preemption's decision (800.5), not the request (800)
+    assert not [c for c in log.decide(800.5 + IDLE - 0.1) if isinstance(c, (Admit, Resume))]
+    resume = _one(log.decide(800.5 + IDLE), Resume)
     assert (resume.attempt, resume.segment, resume.job_name, resume.cause) == (1, 2, admit.job_name, demand_pos)
-    assert not [c for c in log.decide(800 + IDLE) if isinstance(c, Admit)]  # never a second Job
-    log.admit(resume, 800 + IDLE)
+    assert not [c for c in log.decide(800.5 + IDLE) if isinstance(c, Admit)]  # never a second Job
+    log.admit(resume, 800.5 + IDLE)
     assert _attempt(log).lifecycle == STARTING
     assert _one(log.decide(1401), ResumeJob).job_name == admit.job_name
     log.job("JobResumed", admit.job_name, 1402, episode="t1")
@@ -121,7 +122,7 @@ def test_resume_needs_a_fresh_full_window_and_resumes_the_same_job():
     assert status_of(log.world, KEY, t(1601))["phase"] == "Succeeded"
     r1, r2 = _rows(log)
     assert (r2.segment, r2.attempt, r2.job_name, r2.result, r2.completed_indexes) == (2, 1, admit.job_name, "succeeded", "2-4")
-    assert r2.started_at == t(1402) and r2.ended_at == t(1600) and r2.admitted_at == t(800 + IDLE)
+    assert r2.started_at == t(1402) and r2.ended_at == t(1600) and r2.admitted_at == t(800.5 + IDLE)
     assert r2.useful_seconds == pytest.approx(198.0) and r2.wasted_seconds == 0
     assert indexes.count_text(r1.completed_indexes) + indexes.count_text(r2.completed_indexes) == 5
     auditor = Auditor()
@@ -210,7 +211,7 @@ def test_suspended_job_deleted_by_someone_else_gives_a_new_attempt():
     log.job("JobDeleted", admit.job_name, 900)
     a = _attempt(log)
     assert (a.result, a.end_reason) == ("cancelled", "JobDeleted")
-    new = _one(log.decide(800 + IDLE), Admit)
+    new = _one(log.decide(800.5 + IDLE), Admit)  # a fresh window from the preemption's decision
     assert new.attempt == 2 and new.job_name != admit.job_name
     (row,) = _rows(log)
     assert row.result == "preempted" and row.segment == 1
@@ -245,8 +246,8 @@ def test_metrics_rule_counts_each_segment_once():
 
     log, admit, cancel = suspended_log()
     log.cancel(cancel, 800.5).job("JobSuspended", admit.job_name, 803, completed_indexes="0-1", episode="rv1")
-    resume = _one(log.decide(800 + IDLE), Resume)
-    log.admit(resume, 800 + IDLE).job("JobResumed", admit.job_name, 1402, episode="t1")
+    resume = _one(log.decide(800.5 + IDLE), Resume)
+    log.admit(resume, 800.5 + IDLE).job("JobResumed", admit.job_name, 1402, episode="t1")
     log.job("JobSucceeded", admit.job_name, 1600, completed_indexes="0-4")
     world, starts, ends = World(), 0, []
     for pos, e in log.events:

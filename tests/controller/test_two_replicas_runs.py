@@ -1,0 +1,87 @@
+"""Two replicas: the standby records the Job's deletion before the leader's cancel decision.
+
+A cancel DELETEs first and is recorded after it (fail-safe), and a standby's watchers append what
+they see too, so the log can hold ``JobDeleted`` before the ``AttemptCancelled`` that caused it
+(found by trying two replicas by hand: the run row read ``cancelled``/``JobDeleted``, "deleted by
+someone else", and ``preemptions_total`` missed the preemption). The leader's decision is made
+late here on purpose (its store holds every append with a cancel decision for 1.5 s); the run
+row and the leader's metrics must still say the gaming intent preempted it.
+Two controllers on the real API server and one PostgreSQL schema; leadership is a switch.
+"""
+
+from __future__ import annotations
+
+import time
+
+from backfill.core import events as ev
+from backfill.core.events import decode_many
+
+from .conftest import wait_for
+
+HOLD_SECONDS = 1.5
+
+
+class _Switch:
+    def __init__(self, leading: bool) -> None:
+        self.leading = leading
+
+    def is_leader(self) -> bool:
+        return self.leading
+
+
+class _LateDecisions:
+    """The controller's EventStore, except that an append holding a cancel decision waits
+    :data:`HOLD_SECONDS` first (a leader whose spool commits slowly)."""
+
+    def __init__(self, store) -> None:
+        self._store = store
+
+    def append(self, records):
+        if any(r.type == "AttemptCancelled" for r in records):
+            time.sleep(HOLD_SECONDS)
+        return self._store.append(records)
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+
+def _log(controller) -> list[tuple[int, object]]:
+    rows = list(controller.events.read(0))
+    return list(zip((r.position for r in rows), decode_many([(r.type, r.version, r.data) for r in rows])))
+
+
+def test_a_deletion_recorded_before_the_leaders_cancel_keeps_the_cancels_reason(kube, start_controller):
+    kube.cronjob("model-eval-gauntlet")
+    kube.model("gemma", node="node-a")
+    leader = start_controller(leader=_Switch(True), wrap_events=_LateDecisions)
+    standby = start_controller(leader=_Switch(False))
+    kube.backfill("busy")
+    job = wait_for(kube.jobs, what="Job created by the leader")[0].metadata.name
+    kube.run_job(job)
+    wait_for(lambda: kube.status("busy").get("phase") == "Running", what="phase Running")
+    wait_for(lambda: standby.world.backfills.get((kube.ns, "busy")) is not None
+             and standby.world.backfills[(kube.ns, "busy")].live_attempt is not None, what="the standby folded the attempt")
+
+    kube.create("gamingsessions", "GamingSession", "play", {"nodeName": "node-a", "mode": "gaming"})
+    wait_for(lambda: kube.job(job) is None, timeout=5, what="Job deleted by the leader")
+    cancels = wait_for(lambda: [(p, e) for p, e in _log(leader) if isinstance(e, ev.AttemptCancelled)], timeout=15,
+                       what="the leader's cancel recorded")
+    log = _log(leader)
+    (gaming_pos,) = [p for p, e in log if isinstance(e, ev.GamingIntentStarted)]
+    (deleted_pos,) = [p for p, e in log if isinstance(e, ev.JobDeleted)]
+    (cancel_pos, cancel), = cancels
+    assert gaming_pos < deleted_pos < cancel_pos, log[-6:]  # the race this test is about
+    assert (cancel.reason, cancel.cause) == ("GamingIntent", gaming_pos)
+
+    def row():
+        rows = [r for r in leader.runs.query(namespace=kube.ns, backfill="busy") if r.job_name == job]
+        return rows[0] if rows and rows[0].result is not None else None
+
+    r = wait_for(row, timeout=10, what="the run row ended")
+    assert (r.result, r.reason, r.deciding_position) == ("preempted", "GamingIntent", gaming_pos)
+    labels = {"backfill": "busy", "namespace": kube.ns, "model": "gemma"}
+    get = leader.metrics.registry.get_sample_value
+    wait_for(lambda: get("flexinfer_model_backfill_preemptions_total", {**labels, "reason": "GamingIntent"}) == 1,
+             timeout=10, what="the leader counted the preemption")
+    assert get("flexinfer_model_backfill_completions_total", {**labels, "result": "preempted"}) == 1
+    assert get("flexinfer_model_backfill_completions_total", {**labels, "result": "cancelled"}) is None
