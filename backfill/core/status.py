@@ -17,6 +17,20 @@ from .verdict import Verdict
 from .timefmt import rfc3339
 
 
+#: Longest ``status.message`` written (characters). The CRD caps a condition's message at 32768
+#: (metav1.Condition); a message built from a hostile template (dozens of long resource names)
+#: can exceed it, and the apiserver would refuse the whole status write (422) at every resync.
+MAX_MESSAGE = 4096
+
+
+def bounded_message(message: str, limit: int = MAX_MESSAGE) -> str:
+    """``message`` cut to at most ``limit`` characters, saying how much was cut."""
+    if len(message) <= limit:
+        return message
+    keep = max(0, limit - 48)  # room for the note below
+    return f"{message[:keep]} ... ({len(message) - keep} more characters)"[:limit]
+
+
 def status_from_verdict(world: World, b: BackfillState, verdict: Verdict) -> dict[str, Any]:
     """Build the status dict for ``b`` from a :class:`~backfill.core.verdict.Verdict`.
 
@@ -36,6 +50,7 @@ def status_from_verdict(world: World, b: BackfillState, verdict: Verdict) -> dic
     message = verdict.message
     if verdict.phase == "WaitingForIdle" and verdict.reason in ("IdleWindow", "RepeatDue") and verdict.wake_at is not None:
         message = f"{message}; admission at {rfc3339(verdict.wake_at)} if the model stays idle"
+    message = bounded_message(message)
     return {
         "phase": verdict.phase,
         "observedGeneration": b.generation,

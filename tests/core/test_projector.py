@@ -277,6 +277,24 @@ def test_gpu_template_and_missing_model_block():
     assert log2.decide(10)[0].reason == "ModelNotFound"
 
 
+def test_a_huge_block_message_is_cut_to_fit_the_status():
+    """60 containers each requesting a GPU resource with a 317-character name: the Blocked
+    message lists them all (about 23,000 characters), the status carries a bounded prefix (the
+    CRD refuses a condition message over 32768, and the whole status write with it)."""
+    from backfill.core.status import MAX_MESSAGE
+
+    names = [f"{'g' * 240}.gpu.example.com/{'r%02d' % i}{'x' * 60}" for i in range(60)]
+    containers = [{"name": f"c{i}", "image": "x", "resources": {"limits": {n: "1"}}} for i, n in enumerate(names)]
+    log = Log().cronjob(0, template={"spec": {"template": {"spec": {"containers": containers}}}}).ready(0).apply(0)
+    (block,) = log.decide(10)
+    assert block.reason == "GPURequestForbidden" and len(block.message) > 32768 // 2
+    st = status_of(log.world, KEY, t(10))
+    cut = len(block.message) - (MAX_MESSAGE - 48)
+    assert st["phase"] == "Blocked" and len(st["message"]) <= MAX_MESSAGE
+    assert st["message"] == f"{block.message[:MAX_MESSAGE - 48]} ... ({cut} more characters)"
+    assert st["conditions"][0]["message"] == st["message"]
+
+
 def test_deletion_without_a_job_releases_the_finalizer_and_deleted_object_disappears():
     log = base().add(ev.BackfillDeleting(at=t(5), namespace=NS, name="b", uid="u1"))
     assert log.decide(5) == [ReleaseFinalizer(KEY, "u1")]
