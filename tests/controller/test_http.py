@@ -7,6 +7,7 @@ import http.client
 import json
 import ssl
 import threading
+import time
 from pathlib import Path
 
 from cryptography import x509
@@ -322,4 +323,66 @@ def test_a_renewed_certificate_is_served_without_a_restart(tmp_path, caplog):
         assert len(warnings) == 1, warnings  # once per change, not once per connection
     finally:
         server.shutdown()
+        server.server_close()
+
+
+def test_a_burst_of_connections_waits_in_the_backlog_not_for_a_syn_retransmit():
+    """60 clients connect while the accept loop is busy (not serving yet): every connect
+    completes at once and each is answered once serving starts (the standard library's backlog
+    of 5 dropped the SYNs beyond it: a 1 s retransmit, or a reset)."""
+    import socket
+
+    server = make_server("127.0.0.1:0", CollectorRegistry(), ready=lambda: True)
+    port = server.server_address[1]
+    socks, serving = [], False
+    try:
+        for _ in range(60):
+            s = socket.create_connection(("127.0.0.1", port), timeout=0.5)  # raises on a dropped SYN
+            s.sendall(b"GET /healthz HTTP/1.0\r\nHost: x\r\n\r\n")
+            socks.append(s)
+        _serve(server)
+        serving = True
+        answers = []
+        deadline = time.monotonic() + 5.0  # for all 60 together; a dropped handshake waits 1 s or more
+        for s in socks:
+            data = b""
+            try:
+                while True:
+                    s.settimeout(max(0.01, deadline - time.monotonic()))
+                    chunk = s.recv(4096)
+                    if not chunk:
+                        break
+                    data += chunk
+            except OSError as exc:  # a timeout or a reset
+                data = f"{type(exc).__name__}".encode()
+            answers.append(data.split(b"\r\n", 1)[0])
+        assert answers == [b"HTTP/1.0 200 OK"] * 60
+    finally:
+        for s in socks:
+            s.close()
+        if serving:
+            server.shutdown()  # waits for serve_forever: only once it runs
+        server.server_close()
+
+
+def test_a_client_that_goes_away_is_one_log_line_not_a_traceback(capfd, caplog):
+    import logging
+
+    server = make_server("127.0.0.1:0", CollectorRegistry(), ready=lambda: True)
+    try:
+        with caplog.at_level(logging.DEBUG, logger="backfill.controller.http"):
+            try:
+                raise BrokenPipeError(32, "Broken pipe")
+            except BrokenPipeError:
+                server.handle_error(None, ("10.0.0.7", 40000))
+            try:
+                raise ValueError("unexpected")
+            except ValueError:
+                server.handle_error(None, ("10.0.0.8", 40001))
+        assert capfd.readouterr().err == ""  # socketserver's default printed a traceback here
+        assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+            ("DEBUG", "connection from 10.0.0.7 ended: BrokenPipeError: [Errno 32] Broken pipe"),
+            ("WARNING", "request from 10.0.0.8 failed: ValueError: unexpected"),
+        ]
+    finally:
         server.server_close()
