@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import yaml
 from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
 
@@ -43,10 +44,7 @@ def api_client(settings: Settings) -> client.ApiClient:
         path = Path(settings.kubeconfig).expanduser()
         if not path.is_file():
             raise KubeConfigError(f"kubeconfig {path} does not exist")
-        try:
-            return _client(lambda cfg: config.load_kube_config(config_file=str(path), client_configuration=cfg))
-        except (ConfigException, ValueError, OSError) as exc:
-            raise KubeConfigError(f"kubeconfig {path}: {str(exc).splitlines()[0]}") from None
+        return _from_file(path)
     try:
         return _client(lambda cfg: config.load_incluster_config(client_configuration=cfg))
     except ConfigException:
@@ -54,7 +52,18 @@ def api_client(settings: Settings) -> client.ApiClient:
     default = Path("~/.kube/config").expanduser()
     if not default.is_file():
         raise KubeConfigError("no Kubernetes configuration: not in a cluster, no --kubeconfig and no ~/.kube/config")
+    return _from_file(default)
+
+
+def _from_file(path: Path) -> client.ApiClient:
+    """An ApiClient for kubeconfig file ``path``.
+
+    Raises:
+        KubeConfigError: the file does not load (not YAML, not a kubeconfig, unreadable), with
+            the file's name and the first line of the reason."""
     try:
-        return _client(lambda cfg: config.load_kube_config(config_file=str(default), client_configuration=cfg))
-    except (ConfigException, ValueError, OSError) as exc:
-        raise KubeConfigError(f"kubeconfig {default}: {str(exc).splitlines()[0]}") from None
+        return _client(lambda cfg: config.load_kube_config(config_file=str(path), client_configuration=cfg))
+    except yaml.YAMLError as exc:
+        raise KubeConfigError(f"kubeconfig {path}: not valid YAML: {str(exc).splitlines()[0]}") from None
+    except (ConfigException, ValueError, TypeError, AttributeError, OSError) as exc:
+        raise KubeConfigError(f"kubeconfig {path}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None

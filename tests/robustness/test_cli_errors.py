@@ -180,3 +180,12 @@ def test_the_controllers_errors_are_json_log_lines(tmp_path, args, fragment):
     """`backfill controller` logs JSON; its own start-up lines and errors were plain text."""
     line = _assert_one_line_error(_run(args, tmp_path), controller=True)
     assert fragment in line, line
+
+
+def test_a_kubeconfig_that_is_not_yaml_is_named_with_its_reason(tmp_path):
+    """It stopped the controller with ``ScannerError: mapping values are not allowed here``,
+    naming neither the file nor what was wrong, and exit status 1."""
+    bad = tmp_path / "notes.md"
+    bad.write_text("# Notes\nsee: this: file\n")
+    line = _assert_one_line_error(_run(["controller", "--kubeconfig", str(bad)], tmp_path), controller=True)
+    assert f"kubeconfig {bad}: not valid YAML: mapping values are not allowed here" in line, line
