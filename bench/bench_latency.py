@@ -662,12 +662,23 @@ def read_audit(path: Path, samples: list[Sample]) -> None:
 
 
 def embedded_server(settings: Any) -> Any:
-    """The embedded PostgreSQL server object in use (None with an external database)."""
+    """The embedded PostgreSQL server object of ``settings.data_dir`` (None with an external
+    database)."""
     if settings.database_url:
         return None
     from backfill.store import engine as engine_module
 
-    return next(iter(engine_module._embedded.values()), None)
+    return engine_module._embedded.get((Path(settings.data_dir) / "pg").expanduser().resolve())
+
+
+def private_data_dir() -> Path:
+    """The embedded server's data directory for this benchmark: ``bench-latency`` inside the
+    configured one (``BACKFILL_DATA_DIR``, default ``.backfill``). The run stops that server
+    (``pg_ctl stop``) to measure cancels with the store down; a controller, a ``db shell`` or
+    another bench sharing the default server must not lose it."""
+    from backfill.settings import Settings
+
+    return Path(Settings().data_dir) / "bench-latency"
 
 
 def audit(events: Any) -> str:
@@ -836,7 +847,7 @@ def run(args: argparse.Namespace, cluster: Any = None, audit_log: Path | None = 
     from backfill.store import EventStore, RunStore, make_engine, resolve_database_url, upgrade
 
     t_all = time.monotonic()
-    settings_kw = {"database_url": args.database_url} if args.database_url else {}
+    settings_kw: dict[str, Any] = {"database_url": args.database_url} if args.database_url else {"data_dir": private_data_dir()}
     url, note = resolve_database_url(Settings(**settings_kw))
     schema = f"bench_{secrets.token_hex(4)}"
     upgrade(url, schema)
