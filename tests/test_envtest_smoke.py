@@ -227,3 +227,42 @@ def test_job_deletion_without_controller_manager(kube_api, kube_namespace):
 
     remaining = sorted(j.metadata.name for j in batch.list_namespaced_job(kube_namespace).items)
     assert remaining == ["fg", "nopolicy"]
+
+
+def test_the_envtest_command_serves_a_cluster_until_sigterm(tmp_path):
+    """``python -m tests.envtest.cluster --kubeconfig F`` (README, a try-out without kind): the
+    kubeconfig it writes answers, and SIGTERM stops kube-apiserver and etcd."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from kubernetes import config
+
+    root = Path(__file__).resolve().parents[1]
+    kubeconfig = tmp_path / "kc"
+    proc = subprocess.Popen([sys.executable, "-m", "tests.envtest.cluster", "--kubeconfig", str(kubeconfig)], cwd=root,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()  # printed once the apiserver is ready
+        assert line.startswith("envtest: kube-apiserver at https://127.0.0.1:") and str(kubeconfig) in line, (line, proc.stderr)
+        api = config.new_client_from_config(config_file=str(kubeconfig))
+        names = {n.metadata.name for n in client.CoreV1Api(api).list_namespace(_request_timeout=10).items}
+        assert {"default", "kube-system"} <= names
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        deadline = time.monotonic() + 10
+        server = line.split(" at ", 1)[1].split(";", 1)[0]
+        while time.monotonic() < deadline:
+            try:
+                client.CoreV1Api(api).list_namespace(_request_timeout=1)
+            except Exception:  # noqa: BLE001 - refused: the apiserver is gone
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail(f"{server} still answers after SIGTERM")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -706,3 +706,42 @@ class LocalCluster:
         path.chmod(0o600)
         if default:
             self.kubeconfig_path = str(path)
+
+
+def main(argv: Iterable[str] | None = None) -> int:
+    """``python -m tests.envtest.cluster --kubeconfig PATH``: start the kube-apiserver + etcd the
+    tests use (built by ``tests/envtest/build.sh``), write an admin kubeconfig to ``PATH`` and
+    serve until interrupted (Ctrl-C or SIGTERM), then stop both. For trying the controller
+    without kind or minikube; nothing is applied (the README's try-out does that)."""
+    import argparse
+    import threading
+
+    ap = argparse.ArgumentParser(prog="python -m tests.envtest.cluster", description=main.__doc__.split("\n\n")[0])
+    ap.add_argument("--kubeconfig", type=Path, required=True, help="where to write the admin kubeconfig")
+    args = ap.parse_args(list(argv) if argv is not None else None)
+    if not args.kubeconfig.parent.is_dir():
+        ap.error(f"--kubeconfig: directory {args.kubeconfig.parent} does not exist")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        cluster = LocalCluster().start()
+    except EnvtestError as exc:
+        print(f"envtest: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        cluster._write_kubeconfig(args.kubeconfig.resolve())
+        print(f"envtest: kube-apiserver at {cluster.host}; kubeconfig {args.kubeconfig} (Ctrl-C stops it)", flush=True)
+        while not stop.wait(1.0) and cluster.running:
+            pass
+        if not cluster.running:
+            print(f"envtest: error: kube-apiserver or etcd exited; see {cluster.apiserver_log}", file=sys.stderr)
+            return 1
+        return 0
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        cluster.stop()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
