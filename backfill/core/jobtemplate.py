@@ -13,7 +13,7 @@ CronJob", which is what ``kubectl create job --from=cronjob/NAME`` does, plus th
 - ``FLEXINFER_WORKLOAD_CLASS=background`` is forced into every init and regular container;
 - a GPU request or limit (a resource name containing ``gpu`` or starting with
   ``nvidia.com/mig-``, nonzero quantity as Kubernetes parses it, :mod:`.quantity`) anywhere in
-  the pod template is refused.
+  the pod template is refused, and so is any dynamic resource claim (it may be a GPU).
 """
 
 from __future__ import annotations
@@ -116,19 +116,30 @@ def _containers(pod: Mapping[str, Any], kind: str) -> list[Mapping[str, Any]]:
 def gpu_requests(job_template: Mapping[str, Any]) -> list[str]:
     """Every GPU request or limit in the template, as ``"<container>: <requests|limits> <name>=<qty>"``.
 
-    Looks at init, regular and ephemeral containers. An empty list means the template is CPU-only.
+    Looks at init, regular and ephemeral containers and the pod-level ``resources``. A dynamic
+    resource claim (``spec.resourceClaims`` of the pod, ``resources.claims`` of a container) is
+    listed too, whatever it claims: its device class lives in another object, and it may be a
+    GPU (seed: "or another GPU resource"; fail-closed, beyond cluster-contract's resource-name
+    rule). An empty list means the template is CPU-only.
     Never raises: malformed parts of the template are skipped (:func:`template_problem` names them).
     """
     found: list[str] = []
     pod = _pod_spec(job_template)
-    for kind in ("initContainers", "containers", "ephemeralContainers"):
-        for c in _containers(pod, kind):
-            res = _mapping(c.get("resources"))
-            for section in ("requests", "limits"):
-                for rname, qty in _mapping(res.get(section)).items():
-                    if _is_gpu_resource(str(rname)) and not is_zero(qty):
-                        found.append(f"{c.get('name', '?')}: {section} {rname}={qty}")
+    owners = [("pod", pod)] + [(str(c.get("name", "?")), c) for kind in _CONTAINER_KINDS for c in _containers(pod, kind)]
+    for who, owner in owners:
+        res = _mapping(owner.get("resources"))  # the pod's own: pod-level resources (Kubernetes 1.32+)
+        for section in ("requests", "limits"):
+            for rname, qty in _mapping(res.get(section)).items():
+                if _is_gpu_resource(str(rname)) and not is_zero(qty):
+                    found.append(f"{who}: {section} {rname}={qty}")
+        claims = res.get("claims") if who != "pod" else owner.get("resourceClaims")
+        for claim in claims if isinstance(claims, list) else []:
+            name = claim.get("name", "?") if isinstance(claim, Mapping) else "?"
+            found.append(f"{who}: {'resource claim' if who != 'pod' else 'resourceClaims'} {name} (dynamic resource allocation: may be a GPU)")
     return found
+
+
+_CONTAINER_KINDS = ("initContainers", "containers", "ephemeralContainers")
 
 
 def template_problem(job_template: Mapping[str, Any] | None) -> str | None:

@@ -144,3 +144,23 @@ def test_gpu_guard(resources, found):
 def test_gpu_in_an_init_container_counts():
     tpl = {"spec": {"template": {"spec": {"initContainers": [{"name": "i", "resources": {"limits": {"nvidia.com/gpu": 1}}}], "containers": [{"name": "c"}]}}}}
     assert gpu_requests(tpl) == ["i: limits nvidia.com/gpu=1"]
+
+
+def test_dynamic_resource_claims_and_pod_level_gpus_are_refused():
+    """A DRA claim names a ResourceClaimTemplate whose device class this controller cannot read
+    from the template (a tester ran a GPU-claiming Job through the guard): refused, fail-closed;
+    pod-level ``resources`` (Kubernetes 1.32+) are checked like a container's."""
+    claimed = {"spec": {"template": {"spec": {
+        "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "single-gpu"}],
+        "containers": [{"name": "c", "resources": {"claims": [{"name": "gpu"}]}}],
+    }}}}  # fmt: skip
+    assert gpu_requests(claimed) == [
+        "pod: resourceClaims gpu (dynamic resource allocation: may be a GPU)",
+        "c: resource claim gpu (dynamic resource allocation: may be a GPU)",
+    ]
+    pod_level = {"spec": {"template": {"spec": {"resources": {"limits": {"nvidia.com/gpu": "1"}}, "containers": [{"name": "c"}]}}}}
+    assert gpu_requests(pod_level) == ["pod: limits nvidia.com/gpu=1"]
+    cpu_only = {"spec": {"template": {"spec": {"resources": {"requests": {"cpu": "1"}}, "containers": [{"name": "c"}]}}}}
+    assert gpu_requests(cpu_only) == []
+    with pytest.raises(ValueError, match="GPU resources are forbidden"):
+        build_job(claimed, namespace="n", backfill="b", backfill_uid="u", attempt=1, spec=Spec("m", "t"))
