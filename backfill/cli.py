@@ -615,6 +615,8 @@ def replay(
     finally:
         es.close()
     elapsed = time.perf_counter() - t0
+    if key is not None and key not in auditor.world.backfills and not window.inside:
+        raise CLIError(f"--backfill: ModelBackfill {key[0]}/{key[1]} is not in the log of schema {schema} (no decision of it, and it is not in the projection)")
     trail = [t for t in auditor.trail if t.position in window.inside]
     divergences = [d for d in auditor.divergences if d.position in window.inside]
     unverifiable = [p for p in auditor.unverifiable if p in window.inside]

@@ -98,3 +98,23 @@ def test_replay_since_later_than_until_is_one_line(pg_url, capsys):
     assert main(args) == 2
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert lines == ["backfill: error: --since 2026-02-01T00:00:00Z is later than --until 2026-01-01T00:00:00Z"]
+
+
+def test_replay_of_a_backfill_not_in_the_log_is_one_line(pg_url, capsys):
+    """It printed an empty trail and 'no divergence' (exit 0), where ``recommend`` says the name
+    is not in the log (exit 2)."""
+    result, _, _ = _tampered()
+    reset(pg_url, "replay_names")
+    store = EventStore(make_engine(pg_url, "replay_names"))
+    store.append([encode(e, k) for _, e, k in result.events])
+    store.close()
+    (name,) = {e.name for _, e, _ in result.events if isinstance(e, ev.BackfillApplied)}
+    base = ["replay", "--database-url", pg_url, "--schema", "replay_names", "--limit", "0"]
+    assert main(base + ["--backfill", f"sim/{name}"]) == 0
+    assert "no divergence" in capsys.readouterr().out
+    assert main(base + ["--backfill", "sim/nope"]) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert lines[-1] == (
+        "backfill: error: --backfill: ModelBackfill sim/nope is not in the log of schema replay_names "
+        "(no decision of it, and it is not in the projection)"
+    )
