@@ -14,6 +14,17 @@ from kubernetes.client.exceptions import ApiException
 GROUP, VERSION = "ai.flexinfer", "v1alpha2"
 
 
+class LeaderSwitch:
+    """A leader elector stand-in for two controllers in one test: ``leading`` is the switch."""
+
+    def __init__(self, leading: bool) -> None:
+        self.leading = leading
+
+    def is_leader(self) -> bool:
+        """Whether this replica leads now."""
+        return self.leading
+
+
 def wait_for(predicate: Callable[[], Any], *, timeout: float = 10.0, interval: float = 0.05, what: str) -> Any:
     """Poll ``predicate`` until it returns something truthy; fail naming ``what`` on timeout."""
     deadline = time.monotonic() + timeout

@@ -22,17 +22,9 @@ from backfill.core import events as ev
 from backfill.core.events import decode_many
 from backfill.settings import Settings
 
-from .conftest import wait_for
+from .conftest import LeaderSwitch, wait_for
 
 TOKEN = "secret"
-
-
-class _Switch:
-    def __init__(self, leading: bool) -> None:
-        self.leading = leading
-
-    def is_leader(self) -> bool:
-        return self.leading
 
 
 class _RefusingStore:
@@ -81,8 +73,8 @@ def test_a_standby_answers_503_retry_after_while_the_log_refuses_and_the_leader_
     kube.cronjob("model-eval-gauntlet")
     kube.model("gemma")
     down = threading.Event()
-    leader = start_controller(leader=_Switch(True), wrap_events=lambda s: _RefusingStore(s, down))
-    standby = start_controller(leader=_Switch(False), wrap_events=lambda s: _RefusingStore(s, down))
+    leader = start_controller(leader=LeaderSwitch(True), wrap_events=lambda s: _RefusingStore(s, down))
+    standby = start_controller(leader=LeaderSwitch(False), wrap_events=lambda s: _RefusingStore(s, down))
     kube.backfill("busy")
     job = wait_for(kube.jobs, what="Job created by the leader")[0]
     kube.run_job(job.metadata.name)
@@ -126,7 +118,7 @@ def test_a_re_sent_report_cancels_nothing_and_the_retry_waits_a_window_from_the_
     Now the re-sent report cancels nothing; a report later than anything known still does."""
     kube.cronjob("model-eval-gauntlet")
     kube.model("gemma")
-    ctl = start_controller(leader=_Switch(True))
+    ctl = start_controller(leader=LeaderSwitch(True))
     kube.backfill("busy", idleFor="3s")
     first = wait_for(kube.jobs, what="the first Job")[0].metadata.name
     kube.run_job(first)

@@ -16,17 +16,9 @@ import time
 from backfill.core import events as ev
 from backfill.core.events import decode_many
 
-from .conftest import wait_for
+from .conftest import LeaderSwitch, wait_for
 
 HOLD_SECONDS = 1.5
-
-
-class _Switch:
-    def __init__(self, leading: bool) -> None:
-        self.leading = leading
-
-    def is_leader(self) -> bool:
-        return self.leading
 
 
 class _LateDecisions:
@@ -53,8 +45,8 @@ def _log(controller) -> list[tuple[int, object]]:
 def test_a_deletion_recorded_before_the_leaders_cancel_keeps_the_cancels_reason(kube, start_controller):
     kube.cronjob("model-eval-gauntlet")
     kube.model("gemma", node="node-a")
-    leader = start_controller(leader=_Switch(True), wrap_events=_LateDecisions)
-    standby = start_controller(leader=_Switch(False))
+    leader = start_controller(leader=LeaderSwitch(True), wrap_events=_LateDecisions)
+    standby = start_controller(leader=LeaderSwitch(False))
     kube.backfill("busy")
     job = wait_for(kube.jobs, what="Job created by the leader")[0].metadata.name
     kube.run_job(job)
