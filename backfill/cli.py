@@ -281,8 +281,9 @@ def _granularity_cost(tr: Any, params: Any, padded: Any) -> str:
     )
 def _check_params(params: Any) -> None:
     """Contract checks shared by simulate and recommend (one-line CLIError)."""
-    if params.idle_for <= 0 or params.max_run <= 0 or params.job <= 0:
-        raise CLIError("--idle-for, --max-run and --job must be greater than zero")
+    zero = [flag for flag, value in (("--idle-for", params.idle_for), ("--max-run", params.max_run), ("--job", params.job)) if value <= 0]
+    if zero:
+        raise CLIError(f"{', '.join(zero)}: must be greater than zero")
     if 0 < params.repeat_after < 60:
         raise CLIError("--repeat-after must be 0 (one-shot) or at least 1m (seed contract)")
     if params.job * 1e6 / params.shards < 1:
@@ -762,7 +763,7 @@ def db_upgrade(
     try:
         upgrade(url, schema, revision)
     except Exception as exc:
-        raise CLIError(f"db upgrade: {str(exc).splitlines()[0]}") from None
+        raise CLIError(f"db upgrade: {_db_error(exc)}") from None
     out.print(f"schema {schema} at revision {current(url, schema)}")
 
 
@@ -963,7 +964,7 @@ def _run_controller(log: Any, schema: str, given: dict[str, Any]) -> None:
         upgrade(url, schema)  # every start: a no-op when the schema is at the newest revision
         log.info(f"database schema {schema} at revision {current(url, schema)} (migrated at start)")
     except Exception as exc:
-        raise CLIError(f"db upgrade: {str(exc).splitlines()[0]}") from None
+        raise CLIError(f"db upgrade: {_db_error(exc)}") from None
     from .controller import ControllerConfigError
 
     try:

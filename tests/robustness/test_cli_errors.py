@@ -189,3 +189,10 @@ def test_a_kubeconfig_that_is_not_yaml_is_named_with_its_reason(tmp_path):
     bad.write_text("# Notes\nsee: this: file\n")
     line = _assert_one_line_error(_run(["controller", "--kubeconfig", str(bad)], tmp_path), controller=True)
     assert f"kubeconfig {bad}: not valid YAML: mapping values are not allowed here" in line, line
+
+
+def test_db_upgrade_says_the_drivers_first_line_without_the_exception_class(tmp_path):
+    """It printed ``db upgrade: (psycopg.OperationalError) connection failed: ...`` where ``runs``
+    and ``db shell`` print the same failure without SQLAlchemy's class prefix."""
+    line = _assert_one_line_error(_run(["db", "upgrade", "--database-url", CLOSED], tmp_path))
+    assert line.startswith("backfill: error: db upgrade: connection") and "OperationalError" not in line, line

@@ -141,7 +141,7 @@ def test_from_the_event_log_equals_the_trace(pg_url, capsys, m0002_rows):
         (["--max-preemptions-per-day", "-1"], "--max-preemptions-per-day -1: must be >= 0"),
         (["--max-overlap", "soon"], "--max-overlap: invalid duration"),
         (["--repeat-after", "30s"], "--repeat-after must be 0 (one-shot) or at least 1m"),
-        (["--job", "0s"], "must be greater than zero"),
+        (["--job", "0s"], "backfill: error: --job: must be greater than zero"),
         (["--model", "nope"], "no requests for model(s) nope"),
         (["--backfill", "ns/x"], "do not combine it with --trace"),
         (["--plot", "/nonexistent-dir/x.png"], "--plot: directory /nonexistent-dir does not exist"),
