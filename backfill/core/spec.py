@@ -5,7 +5,8 @@ A spec that breaks a rule is never an exception at run time: :func:`parse_spec` 
 ``Blocked``) and whose ``message`` is for humans.
 
 Rules (seed 000 "Contract", cluster-contract.md "ModelBackfill"):
-- ``modelRef`` and ``templateRef`` are required, non-empty strings.
+- ``modelRef`` and ``templateRef`` are required, non-empty strings of at most 253 and 52
+  characters (the CRD's maxLength).
 - ``idleFor``: Go duration; 0 or absent means 10 minutes.
 - ``maxRunDuration``: Go duration; 0 or absent means 30 minutes. Becomes the Job's
   ``activeDeadlineSeconds``.
@@ -42,6 +43,10 @@ PREEMPTION_DELETE = "Delete"
 PREEMPTION_SUSPEND = "Suspend"
 PREEMPTION_MODES = (PREEMPTION_DELETE, PREEMPTION_SUSPEND)
 _ENV_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*")
+#: The longest ``modelRef``/``templateRef`` (the CRD's maxLength: an object name, a CronJob's at
+#: most 52 characters); the same bound for objects stored before the CRD had it. The CRD's name
+#: pattern is not repeated here: ``simulate`` names its Models after a trace's model ids.
+_REF_MAX = {"modelRef": 253, "templateRef": 52}
 
 
 def is_env_var_name(name: str) -> bool:
@@ -136,6 +141,11 @@ def parse_spec(raw: Mapping[str, Any] | None) -> Spec | SpecProblem:
         value = raw.get(field)
         if not isinstance(value, str) or not value.strip():
             return SpecProblem(INVALID_SPEC, f"spec.{field} is required and must be a non-empty string")
+        if len(value) > _REF_MAX[field]:
+            return SpecProblem(
+                INVALID_SPEC,
+                f"spec.{field} {value[:80]!r}... has {len(value)} characters; an object name has at most {_REF_MAX[field]}",
+            )
         refs[field] = value
     idle_for = _duration(raw, "idleFor", DEFAULT_IDLE_FOR)
     if isinstance(idle_for, SpecProblem):

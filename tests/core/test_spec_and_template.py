@@ -164,3 +164,14 @@ def test_dynamic_resource_claims_and_pod_level_gpus_are_refused():
     assert gpu_requests(cpu_only) == []
     with pytest.raises(ValueError, match="GPU resources are forbidden"):
         build_job(claimed, namespace="n", backfill="b", backfill_uid="u", attempt=1, spec=Spec("m", "t"))
+
+
+def test_a_ref_longer_than_an_object_name_is_invalid_spec():
+    """An object stored before the CRD's maxLength (a 200,000-character modelRef) was Blocked
+    ModelNotFound with the whole name in its message; it is InvalidSpec, the name cut."""
+    long_model = parse_spec({"modelRef": "m" * 200_000, "templateRef": "t"})
+    assert isinstance(long_model, SpecProblem) and long_model.reason == "InvalidSpec"
+    assert long_model.message == f"spec.modelRef {'m' * 80!r}... has 200000 characters; an object name has at most 253"
+    assert isinstance(parse_spec({"modelRef": "m" * 253, "templateRef": "t" * 52}), Spec)
+    long_template = parse_spec({"modelRef": "m", "templateRef": "t" * 53})
+    assert isinstance(long_template, SpecProblem) and "at most 52" in long_template.message
