@@ -37,7 +37,7 @@ STATE_VERSION = 4  # 2: run segments of resumable (Indexed) attempts, issue 11; 
 #: recorded ends for the cancel condition that held (any, not only foreground demand), and a
 #: cancel recorded after the deletion it caused re-attributes the end; a request that does not
 #: extend the known busy time is not new demand, and a ForegroundDemand cancel restarts the idle
-#: window at its decision; the GPU guard refuses dynamic resource claims
+#: window at its decision; the GPU guard refuses dynamic resource claims; a ref over the CRD maxLength is InvalidSpec
 
 _EMPTY: Mapping[Any, Any] = immutables.Map()  # shared, immutable default of every World map
 _NO_SPEC: Mapping[str, Any] = MappingProxyType({})
