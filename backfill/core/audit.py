@@ -16,6 +16,7 @@ from typing import Any, Iterable, NamedTuple
 
 from . import events as ev
 from .commands import Admit, Block, Cancel, ReleaseFinalizer, Resume, Unblock
+from .fold import revived
 from .projector import decide, fold
 from .state import World
 
@@ -165,6 +166,12 @@ class Auditor:
             return
         self.checked += 1
         derived = [c for c in decide(state, d.at, (key,)) if type(c) in _DECISION_COMMANDS]
+        if not derived and t is ev.AttemptCancelled:
+            # the deletion it caused reached the log first (another replica recorded it): check
+            # it on the state with that attempt live, as its decider saw it
+            live = revived(state, key)
+            if live is not None:
+                derived = [c for c in decide(live, d.at, (key,)) if type(c) in _DECISION_COMMANDS]
         if not any(_matches(d, c) for c in derived):
             self.divergences.append(Divergence(position, _describe_event(d), "; ".join(_describe_command(c) for c in derived) or "nothing"))
 

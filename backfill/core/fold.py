@@ -485,18 +485,38 @@ def _cancel_condition(w: World, b: BackfillState, a: Attempt, at: datetime) -> A
     return None
 
 
+def _unexplained_end(a: Attempt | None) -> bool:
+    """True when attempt ``a`` ended by a deletion of its Job that nothing in the log explained
+    (``cancelled``/``JobDeleted``, no cancel known, not after a suspension)."""
+    return (
+        a is not None and a.lifecycle == IDLE and a.result == "cancelled" and a.end_reason == JOB_DELETED
+        and not a.cancel_pos and a.segment_ended_at is None
+    )  # fmt: skip
+
+
 def _late_cancel(a: Attempt, e: ev.AttemptCancelled, pos: int) -> Attempt | None:
     """``a`` re-attributed to deleting cancel ``e`` when ``e`` is the decision that deleted its Job
-    but reached the log after the deletion: ``a`` ended ``cancelled``/``JobDeleted`` with no cancel
-    known, and ``e`` was decided on a state folded before that end (``e.basis < a.end_pos``: it
-    saw the attempt live). None otherwise (``e`` then changes nothing, as any stale decision)."""
-    if (
-        e.suspend or a.number != e.attempt or a.lifecycle != IDLE or a.result != "cancelled" or a.end_reason != JOB_DELETED
-        or a.cancel_pos or e.basis is None or e.basis >= a.end_pos or a.segment_ended_at is not None
-    ):  # fmt: skip
+    but reached the log after the deletion (:func:`_unexplained_end`). A cancel is decided only
+    while its decider sees the attempt live, so one recorded after an unexplained deletion is that
+    deletion's cause, whatever its ``basis`` (the report that caused it may itself reach the log
+    after the deletion: another replica recorded the deletion first). None otherwise (``e`` then
+    changes nothing, as any stale decision)."""
+    if e.suspend or a.number != e.attempt or not _unexplained_end(a):
         return None
     result = "preempted" if e.reason in PREEMPTION_REASONS else "cancelled"
     return _cancel_decided(a, e, pos)._replace(lifecycle=IDLE, result=result, end_reason=e.reason)
+
+
+def revived(w: World, key: Key) -> World | None:
+    """``w`` with ``key``'s attempt live again (Running) if a deletion nothing explained ended
+    it, else None: the state a cancel decided before that deletion reached the log saw (the
+    replay auditor checks such a late cancel on it)."""
+    b = w.backfills.get(key)
+    a = b.attempt if b is not None else None
+    if a is None or not _unexplained_end(a):
+        return None
+    live = a._replace(lifecycle=RUNNING, ended_at=None, end_pos=0, result=None, end_reason="")
+    return _put_backfill(w, b._replace(attempt=live), w.position)
 
 
 def create_backoff(count: int, retry_after: float | None = None) -> float:

@@ -22,14 +22,14 @@ HOLD_SECONDS = 1.5
 
 
 class _LateDecisions:
-    """The controller's EventStore, except that an append holding a cancel decision waits
-    :data:`HOLD_SECONDS` first (a leader whose spool commits slowly)."""
+    """The controller's EventStore, except that an append holding a cancel decision (or one of
+    ``also``) waits :data:`HOLD_SECONDS` first (a leader whose spool commits slowly)."""
 
-    def __init__(self, store) -> None:
-        self._store = store
+    def __init__(self, store, also: tuple[str, ...] = ()) -> None:
+        self._store, self._held = store, ("AttemptCancelled", *also)
 
     def append(self, records):
-        if any(r.type == "AttemptCancelled" for r in records):
+        if any(r.type in self._held for r in records):
             time.sleep(HOLD_SECONDS)
         return self._store.append(records)
 
@@ -77,3 +77,56 @@ def test_a_deletion_recorded_before_the_leaders_cancel_keeps_the_cancels_reason(
              timeout=10, what="the leader counted the preemption")
     assert get("flexinfer_model_backfill_completions_total", {**labels, "result": "preempted"}) == 1
     assert get("flexinfer_model_backfill_completions_total", {**labels, "result": "cancelled"}) is None
+
+
+def test_an_ingest_report_whose_deletion_is_recorded_first_is_still_its_preemption(kube, start_controller):
+    """The report goes to the leader only (ingest), so the log gets it from the leader's spool,
+    after the standby's JobDeleted (a new user's trial: 8 of 10 such cancels read
+    ``cancelled``/``JobDeleted`` and ``backfill replay`` diverged). The run is preempted by the
+    report and the replay auditor finds no divergence."""
+    import json
+    from datetime import datetime, timezone
+
+    from backfill.core.audit import Auditor
+
+    from .test_ingest_standby import _post, _serve
+
+    kube.cronjob("model-eval-gauntlet")
+    kube.model("gemma", node="node-a")
+    leader = start_controller(leader=LeaderSwitch(True), wrap_events=lambda s: _LateDecisions(s, also=("ForegroundRequest",)))
+    standby = start_controller(leader=LeaderSwitch(False))
+    kube.backfill("busy")
+    job = wait_for(kube.jobs, what="Job created by the leader")[0].metadata.name
+    kube.run_job(job)
+    wait_for(lambda: kube.status("busy").get("phase") == "Running", what="phase Running")
+    wait_for(lambda: standby.world.backfills.get((kube.ns, "busy")) is not None
+             and standby.world.backfills[(kube.ns, "busy")].live_attempt is not None, what="the standby folded the attempt")
+    server, _ = _serve(leader)
+    try:
+        report = {"namespace": kube.ns, "model": "gemma", "time": datetime.now(timezone.utc).isoformat(), "id": "r/1"}
+        status, _, payload = _post(server, json.dumps({"reports": [report]}).encode())
+        assert status in (200, 202), payload
+        wait_for(lambda: kube.job(job) is None, timeout=5, what="Job deleted by the leader")
+        wait_for(lambda: [e for _, e in _log(leader) if isinstance(e, ev.AttemptCancelled)], timeout=15, what="the cancel recorded")
+    finally:
+        server.shutdown()
+        server.server_close()
+    log = _log(leader)
+    (request_pos,) = [p for p, e in log if isinstance(e, ev.ForegroundRequest)]
+    (deleted_pos,) = [p for p, e in log if isinstance(e, ev.JobDeleted)]
+    assert deleted_pos < request_pos, log[-6:]  # the order this test is about
+
+    def row():
+        rows = [r for r in leader.runs.query(namespace=kube.ns, backfill="busy") if r.job_name == job]
+        return rows[0] if rows and rows[0].reason not in ("", "JobDeleted") else None
+
+    r = wait_for(row, timeout=10, what="the run row re-attributed")
+    assert (r.result, r.reason, r.deciding_position) == ("preempted", "ForegroundDemand", request_pos)
+    labels = {"backfill": "busy", "namespace": kube.ns, "model": "gemma"}
+    get = leader.metrics.registry.get_sample_value
+    wait_for(lambda: get("flexinfer_model_backfill_preemptions_total", {**labels, "reason": "ForegroundDemand"}) == 1,
+             timeout=10, what="the leader counted the preemption")
+    auditor = Auditor()
+    for position, e in log:
+        auditor.feed(position, e)
+    assert auditor.divergences == [] and auditor.unverifiable == []

@@ -131,16 +131,41 @@ def test_a_cancel_recorded_after_the_deletion_it_caused_reattributes_the_run():
     assert log.world.backfills[(NS, "b")].live_attempt is None  # still over: nothing to delete again
 
 
-def test_a_cancel_decided_after_seeing_the_deletion_changes_nothing():
+def test_a_late_cancel_whose_cause_also_came_after_the_deletion_reattributes_and_audits_clean():
+    """Two replicas, an ingest report to the leader (a new user's trial, 8 of 10 cancels): the
+    standby's JobDeleted (6) lands before the leader's spooled report (7) and cancel (8, basis 7:
+    the report's position). The cancel still explains the deletion, and replay accepts it."""
     log, admit = _running()
     log.job("JobDeleted", admit.job_name, 700.2)  # 6
-    before = log.world.backfills[(NS, "b")]
-    stale = ev.AttemptCancelled(
-        at=t(700.3), namespace=NS, backfill="b", uid="u1", attempt=admit.attempt, job_name=admit.job_name,
-        reason=FOREGROUND_DEMAND, cause=6, basis=6,  # its state already had the deletion
+    log.request(700)  # 7
+    late = ev.AttemptCancelled(
+        at=t(700.1), namespace=NS, backfill="b", uid="u1", attempt=admit.attempt, job_name=admit.job_name,
+        reason=FOREGROUND_DEMAND, message="foreground request for Model m", cause=7, basis=7,
     )
-    log.add(stale)
-    assert log.world.backfills[(NS, "b")] is before
+    log.add(late)  # 8
+    row = _row(log)
+    assert (row.result, row.reason, row.deciding_position) == ("preempted", FOREGROUND_DEMAND, 7)
+    auditor = Auditor()
+    for pos, e in log.events:
+        auditor.feed(pos, e)
+    assert auditor.divergences == [] and [x.decision for x in auditor.trail] == ["admit", "cancel"]
+
+
+def test_a_cancel_of_another_attempt_or_after_an_explained_end_changes_nothing():
+    log, admit = _running()
+    log.add(ev.GamingIntentStarted(at=t(700), namespace=NS, session="s", node="n1"))  # 6
+    log.job("JobDeleted", admit.job_name, 700.2)  # 7: explained (GamingIntent)
+    before = log.world.backfills[(NS, "b")]
+    for attempt, reason in ((admit.attempt, FOREGROUND_DEMAND), (admit.attempt + 1, GAMING_INTENT)):
+        log.add(ev.AttemptCancelled(
+            at=t(700.3), namespace=NS, backfill="b", uid="u1", attempt=attempt, job_name=admit.job_name,
+            reason=reason, cause=6, basis=6,
+        ))  # fmt: skip
+        assert log.world.backfills[(NS, "b")] is before
+    forged = Auditor()
+    for pos, e in log.events:
+        forged.feed(pos, e)
+    assert [d.position for d in forged.divergences] == [8, 9]  # neither is what the projector derives
 
 
 def test_the_auditor_accepts_a_cancel_recorded_after_its_deletion():
