@@ -586,7 +586,7 @@ def _fold_cancelled(w: World, e: ev.AttemptCancelled, pos: int) -> World:
     b = w.backfills.get((e.namespace, e.backfill))
     a = b.attempt if b is not None else None
     if e.reason == FOREGROUND_DEMAND and a is not None and a.number == e.attempt:
-        w = _busy_at_least(w, (e.namespace, a.model), e.at, e.cause or pos)
+        w = _busy_at_least(w, (e.namespace, a.model), e.at, pos)
     if e.suspend:
         return _fold_suspend_decided(w, b, a, e, pos)
     if a is None or a.number != e.attempt or a.lifecycle not in (STARTING, RUNNING, SUSPENDING, SUSPENDED):
@@ -597,7 +597,7 @@ def _fold_cancelled(w: World, e: ev.AttemptCancelled, pos: int) -> World:
 
 def _busy_at_least(w: World, key: Key, at: datetime, pos: int) -> World:
     """``w`` with Model ``key`` known busy until at least ``at`` (the idle window's start moves
-    there, its cause ``pos``), ``request_pos`` unchanged. A foreground preemption restarts the
+    there, its cause ``pos``: the cancel decision's own position), ``request_pos`` unchanged. A foreground preemption restarts the
     window at the decision: a retry needs a fresh full window even when the report that caused
     it carried an older time (a router whose clock is behind, a late report)."""
     m = w.models.get(key)

@@ -207,8 +207,9 @@ def test_a_preemption_by_a_late_report_needs_a_fresh_window_from_the_decision():
     log.request(700)  # 6: arrives at 1000 with its time 700
     (cancel,) = [c for c in log.decide(1000) if isinstance(c, Cancel)]
     assert (cancel.reason, cancel.cause) == (FOREGROUND_DEMAND, 6)
-    log.cancel(cancel, 1000).job("JobDeleted", admit.job_name, 1000.2)
-    assert log.world.models[(NS, "m")].busy_until == t(1000) and log.world.models[(NS, "m")].busy_pos == 6
+    log.cancel(cancel, 1000).job("JobDeleted", admit.job_name, 1000.2)  # 7, 8
+    # the window starts at the cancel decision (7): replay shows the retry 600 s after it
+    assert log.world.models[(NS, "m")].busy_until == t(1000) and log.world.models[(NS, "m")].busy_pos == 7
     assert [c for c in log.decide(1599.9) if isinstance(c, Admit)] == []  # 700 + 10m has passed; 1000 + 10m not
     (again,) = [c for c in log.decide(1600) if isinstance(c, Admit)]
-    assert again.attempt == 2 and again.cause == 6
+    assert again.attempt == 2 and again.cause == 7
