@@ -42,10 +42,12 @@ def _log(controller) -> list[tuple[int, object]]:
     return list(zip((r.position for r in rows), decode_many([(r.type, r.version, r.data) for r in rows])))
 
 
-def test_a_deletion_recorded_before_the_leaders_cancel_keeps_the_cancels_reason(kube, start_controller):
+def _running_on_two_replicas(kube, start_controller, wrap_leader) -> tuple:
+    """A leader (its store wrapped by ``wrap_leader``) and a standby on one log, ModelBackfill
+    ``busy`` Running on Model ``gemma`` (node-a) and folded by both: (leader, Job name)."""
     kube.cronjob("model-eval-gauntlet")
     kube.model("gemma", node="node-a")
-    leader = start_controller(leader=LeaderSwitch(True), wrap_events=_LateDecisions)
+    leader = start_controller(leader=LeaderSwitch(True), wrap_events=wrap_leader)
     standby = start_controller(leader=LeaderSwitch(False))
     kube.backfill("busy")
     job = wait_for(kube.jobs, what="Job created by the leader")[0].metadata.name
@@ -53,6 +55,30 @@ def test_a_deletion_recorded_before_the_leaders_cancel_keeps_the_cancels_reason(
     wait_for(lambda: kube.status("busy").get("phase") == "Running", what="phase Running")
     wait_for(lambda: standby.world.backfills.get((kube.ns, "busy")) is not None
              and standby.world.backfills[(kube.ns, "busy")].live_attempt is not None, what="the standby folded the attempt")
+    return leader, job
+
+
+def _preempted_once(kube, leader, job: str, reason: str, cause: int) -> tuple:
+    """Wait until Job ``job``'s run row reads ``preempted`` for ``reason`` (a row first ended
+    ``cancelled``/``JobDeleted`` is re-attributed by the late cancel) with ``cause`` as its
+    deciding position, and until the leader counted one preemption for ``reason``:
+    (the registry's ``get_sample_value``, the labels of ``busy``)."""
+
+    def row():
+        rows = [r for r in leader.runs.query(namespace=kube.ns, backfill="busy") if r.job_name == job]
+        return rows[0] if rows and rows[0].reason not in ("", "JobDeleted") else None
+
+    r = wait_for(row, timeout=10, what="the run row ended for its cancel")
+    assert (r.result, r.reason, r.deciding_position) == ("preempted", reason, cause)
+    labels = {"backfill": "busy", "namespace": kube.ns, "model": "gemma"}
+    get = leader.metrics.registry.get_sample_value
+    wait_for(lambda: get("flexinfer_model_backfill_preemptions_total", {**labels, "reason": reason}) == 1,
+             timeout=10, what="the leader counted the preemption")
+    return get, labels
+
+
+def test_a_deletion_recorded_before_the_leaders_cancel_keeps_the_cancels_reason(kube, start_controller):
+    leader, job = _running_on_two_replicas(kube, start_controller, _LateDecisions)
 
     kube.create("gamingsessions", "GamingSession", "play", {"nodeName": "node-a", "mode": "gaming"})
     wait_for(lambda: kube.job(job) is None, timeout=5, what="Job deleted by the leader")
@@ -64,17 +90,7 @@ def test_a_deletion_recorded_before_the_leaders_cancel_keeps_the_cancels_reason(
     (cancel_pos, cancel), = cancels
     assert gaming_pos < deleted_pos < cancel_pos, log[-6:]  # the race this test is about
     assert (cancel.reason, cancel.cause) == ("GamingIntent", gaming_pos)
-
-    def row():
-        rows = [r for r in leader.runs.query(namespace=kube.ns, backfill="busy") if r.job_name == job]
-        return rows[0] if rows and rows[0].result is not None else None
-
-    r = wait_for(row, timeout=10, what="the run row ended")
-    assert (r.result, r.reason, r.deciding_position) == ("preempted", "GamingIntent", gaming_pos)
-    labels = {"backfill": "busy", "namespace": kube.ns, "model": "gemma"}
-    get = leader.metrics.registry.get_sample_value
-    wait_for(lambda: get("flexinfer_model_backfill_preemptions_total", {**labels, "reason": "GamingIntent"}) == 1,
-             timeout=10, what="the leader counted the preemption")
+    get, labels = _preempted_once(kube, leader, job, "GamingIntent", gaming_pos)
     assert get("flexinfer_model_backfill_completions_total", {**labels, "result": "preempted"}) == 1
     assert get("flexinfer_model_backfill_completions_total", {**labels, "result": "cancelled"}) is None
 
@@ -91,16 +107,7 @@ def test_an_ingest_report_whose_deletion_is_recorded_first_is_still_its_preempti
 
     from .test_ingest_standby import _post, _serve
 
-    kube.cronjob("model-eval-gauntlet")
-    kube.model("gemma", node="node-a")
-    leader = start_controller(leader=LeaderSwitch(True), wrap_events=lambda s: _LateDecisions(s, also=("ForegroundRequest",)))
-    standby = start_controller(leader=LeaderSwitch(False))
-    kube.backfill("busy")
-    job = wait_for(kube.jobs, what="Job created by the leader")[0].metadata.name
-    kube.run_job(job)
-    wait_for(lambda: kube.status("busy").get("phase") == "Running", what="phase Running")
-    wait_for(lambda: standby.world.backfills.get((kube.ns, "busy")) is not None
-             and standby.world.backfills[(kube.ns, "busy")].live_attempt is not None, what="the standby folded the attempt")
+    leader, job = _running_on_two_replicas(kube, start_controller, lambda s: _LateDecisions(s, also=("ForegroundRequest",)))
     server, _ = _serve(leader)
     try:
         report = {"namespace": kube.ns, "model": "gemma", "time": datetime.now(timezone.utc).isoformat(), "id": "r/1"}
@@ -115,17 +122,7 @@ def test_an_ingest_report_whose_deletion_is_recorded_first_is_still_its_preempti
     (request_pos,) = [p for p, e in log if isinstance(e, ev.ForegroundRequest)]
     (deleted_pos,) = [p for p, e in log if isinstance(e, ev.JobDeleted)]
     assert deleted_pos < request_pos, log[-6:]  # the order this test is about
-
-    def row():
-        rows = [r for r in leader.runs.query(namespace=kube.ns, backfill="busy") if r.job_name == job]
-        return rows[0] if rows and rows[0].reason not in ("", "JobDeleted") else None
-
-    r = wait_for(row, timeout=10, what="the run row re-attributed")
-    assert (r.result, r.reason, r.deciding_position) == ("preempted", "ForegroundDemand", request_pos)
-    labels = {"backfill": "busy", "namespace": kube.ns, "model": "gemma"}
-    get = leader.metrics.registry.get_sample_value
-    wait_for(lambda: get("flexinfer_model_backfill_preemptions_total", {**labels, "reason": "ForegroundDemand"}) == 1,
-             timeout=10, what="the leader counted the preemption")
+    _preempted_once(kube, leader, job, "ForegroundDemand", request_pos)
     auditor = Auditor()
     for position, e in log:
         auditor.feed(position, e)
