@@ -166,9 +166,10 @@ class Auditor:
             return
         self.checked += 1
         derived = [c for c in decide(state, d.at, (key,)) if type(c) in _DECISION_COMMANDS]
-        if not derived and t is ev.AttemptCancelled:
+        if t is ev.AttemptCancelled and not any(_matches(d, c) for c in derived):
             # the deletion it caused reached the log first (another replica recorded it): check
-            # it on the state with that attempt live, as its decider saw it
+            # it on the state with that attempt live, as its decider saw it (on the state with
+            # it ended, an admission may even be due)
             live = revived(state, key)
             if live is not None:
                 derived = [c for c in decide(live, d.at, (key,)) if type(c) in _DECISION_COMMANDS]

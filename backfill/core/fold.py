@@ -597,9 +597,9 @@ def _fold_cancelled(w: World, e: ev.AttemptCancelled, pos: int) -> World:
 
 def _busy_at_least(w: World, key: Key, at: datetime, pos: int) -> World:
     """``w`` with Model ``key`` known busy until at least ``at`` (the idle window's start moves
-    there, its cause ``pos``: the cancel decision's own position), ``request_pos`` unchanged. A foreground preemption restarts the
-    window at the decision: a retry needs a fresh full window even when the report that caused
-    it carried an older time (a router whose clock is behind, a late report)."""
+    there, its cause ``pos``: the cancel decision's own position), ``request_pos`` unchanged. A
+    foreground preemption restarts the window at the decision: a retry needs a fresh full window
+    even when the report that caused it carried an older time (a router whose clock is behind)."""
     m = w.models.get(key)
     if m is None or (m.busy_until is not None and m.busy_until >= at):
         return w

@@ -151,6 +151,25 @@ def test_a_late_cancel_whose_cause_also_came_after_the_deletion_reattributes_and
     assert auditor.divergences == [] and [x.decision for x in auditor.trail] == ["admit", "cancel"]
 
 
+def test_a_late_cancel_audits_clean_even_when_the_ended_state_would_admit():
+    """The report that caused it is old (its time before the admission): on the state with the
+    attempt ended, the next admission is already due, so that state derives an Admit, not
+    nothing; the auditor still checks the cancel on the state with the attempt live."""
+    log, admit = _running()
+    log.job("JobDeleted", admit.job_name, 700.2)  # 6
+    log.request(5)  # 7: a late report, its time long before
+    assert [type(c).__name__ for c in log.decide(700.1) if isinstance(c, Admit)] == ["Admit"]
+    log.add(ev.AttemptCancelled(
+        at=t(700.1), namespace=NS, backfill="b", uid="u1", attempt=admit.attempt, job_name=admit.job_name,
+        reason=FOREGROUND_DEMAND, cause=7, basis=7,
+    ))  # fmt: skip
+    auditor = Auditor()
+    for pos, e in log.events:
+        auditor.feed(pos, e)
+    assert auditor.divergences == []
+    assert (_row(log).result, _row(log).reason) == ("preempted", FOREGROUND_DEMAND)
+
+
 def test_a_cancel_of_another_attempt_or_after_an_explained_end_changes_nothing():
     log, admit = _running()
     log.add(ev.GamingIntentStarted(at=t(700), namespace=NS, session="s", node="n1"))  # 6
