@@ -125,17 +125,22 @@ def gpu_requests(job_template: Mapping[str, Any]) -> list[str]:
     """
     found: list[str] = []
     pod = _pod_spec(job_template)
-    owners = [("pod", pod)] + [(str(c.get("name", "?")), c) for kind in _CONTAINER_KINDS for c in _containers(pod, kind)]
-    for who, owner in owners:
-        res = _mapping(owner.get("resources"))  # the pod's own: pod-level resources (Kubernetes 1.32+)
+    # (label, object, its claims, what they are called): the pod's own resources (pod-level
+    # resources, Kubernetes 1.32+) and spec.resourceClaims, then every container's
+    owners = [("pod", pod, pod.get("resourceClaims"), "resourceClaims")] + [
+        (str(c.get("name", "?")), c, _mapping(c.get("resources")).get("claims"), "resource claim")
+        for kind in _CONTAINER_KINDS
+        for c in _containers(pod, kind)
+    ]
+    for who, owner, claims, called in owners:
+        res = _mapping(owner.get("resources"))
         for section in ("requests", "limits"):
             for rname, qty in _mapping(res.get(section)).items():
                 if _is_gpu_resource(str(rname)) and not is_zero(qty):
                     found.append(f"{who}: {section} {rname}={qty}")
-        claims = res.get("claims") if who != "pod" else owner.get("resourceClaims")
         for claim in claims if isinstance(claims, list) else []:
             name = claim.get("name", "?") if isinstance(claim, Mapping) else "?"
-            found.append(f"{who}: {'resource claim' if who != 'pod' else 'resourceClaims'} {name} (dynamic resource allocation: may be a GPU)")
+            found.append(f"{who}: {called} {name} (dynamic resource allocation: may be a GPU)")
     return found
 
 

@@ -164,6 +164,9 @@ def test_dynamic_resource_claims_and_pod_level_gpus_are_refused():
     assert gpu_requests(cpu_only) == []
     with pytest.raises(ValueError, match="GPU resources are forbidden"):
         build_job(claimed, namespace="n", backfill="b", backfill_uid="u", attempt=1, spec=Spec("m", "t"))
+    # a container named "pod" is a container (its claims are read where a container keeps them)
+    named_pod = {"spec": {"template": {"spec": {"containers": [{"name": "pod", "resources": {"claims": [{"name": "g"}]}}]}}}}
+    assert gpu_requests(named_pod) == ["pod: resource claim g (dynamic resource allocation: may be a GPU)"]
 
 
 def test_a_ref_longer_than_an_object_name_is_invalid_spec():
