@@ -292,6 +292,16 @@ SUSPENDED_CHECKS: tuple[Callable[[World, Subject, datetime], Hit | None], ...] =
     c.holds for c in CONDITIONS if c.ends_suspended
 )
 
+def first_hit(checks: Iterable[Callable[[World, Subject, datetime], Hit | None]], world: World, s: Subject, now: datetime) -> Hit | None:
+    """The :class:`Hit` of the first of ``checks`` (one of the tables above, in order) that
+    holds for ``s`` in ``world`` at ``now`` (aware UTC), or None."""
+    for holds in checks:
+        hit = holds(world, s, now)
+        if hit is not None:
+            return hit
+    return None
+
+
 #: What wakes the rest of a verdict (not a gate or cancel condition): the backfill an event is
 #: about (its Job, attempt, declaration, block or finalizer facts), the idle window (a foreground
 #: request or a gate's end moves ``idleSince``: covered by the conditions' scopes above), and

@@ -27,7 +27,7 @@ from .commands import (
     WakeAt,
     WriteStatus,
 )
-from .conditions import CANCEL_CHECKS, GATE_CHECKS, SUSPENDED_CHECKS, Hit, block_cause, block_reason, subject
+from .conditions import CANCEL_CHECKS, GATE_CHECKS, SUSPENDED_CHECKS, Hit, block_cause, block_reason, first_hit, subject
 from .jobtemplate import job_name
 from .state import CANCELLING, RUNNING, STARTING, SUSPENDING, Attempt, BackfillState, CreateRejection, Key, ModelState, World
 from .status import status_from_verdict
@@ -148,16 +148,14 @@ def _evaluate(world: World, key: Key, now: datetime, reserved: dict | None = Non
             )
         if a.lifecycle == SUSPENDING:
             return _suspending(world, key, b, a, now)
-        s = subject(world, b, a)
-        for holds in CANCEL_CHECKS:
-            hit = holds(world, s, now)
-            if hit is not None:
-                if _suspends(b, a, hit.reason):  # issue 11: keep the completed indexes
-                    message = f"{hit.message}; suspending Job {a.job_name} (completed indexes are kept)"
-                    cancel = Cancel(key, b.uid, a.number, a.job_name, hit.reason, message, hit.cause, True, a.segment)
-                    return Verdict(CANCELLING, hit.reason, message, (cancel,))
-                cancel = Cancel(key, b.uid, a.number, a.job_name, hit.reason, hit.message, hit.cause, False, a.segment)
-                return Verdict(CANCELLING, hit.reason, hit.message, (cancel,))
+        hit = first_hit(CANCEL_CHECKS, world, subject(world, b, a), now)
+        if hit is not None:
+            if _suspends(b, a, hit.reason):  # issue 11: keep the completed indexes
+                message = f"{hit.message}; suspending Job {a.job_name} (completed indexes are kept)"
+                cancel = Cancel(key, b.uid, a.number, a.job_name, hit.reason, message, hit.cause, True, a.segment)
+                return Verdict(CANCELLING, hit.reason, message, (cancel,))
+            cancel = Cancel(key, b.uid, a.number, a.job_name, hit.reason, hit.message, hit.cause, False, a.segment)
+            return Verdict(CANCELLING, hit.reason, hit.message, (cancel,))
         if a.lifecycle == STARTING and a.segment > 1:
             return Verdict(
                 STARTING, RESUMING, f"resuming Job {a.job_name} (segment {a.segment})", (ResumeJob(key, a.job_name),),
@@ -257,12 +255,7 @@ def _suspends(b: BackfillState, a: Attempt, reason: str) -> bool:
 
 def _ends_suspended(world: World, b: BackfillState, a: Attempt, now: datetime) -> Hit | None:
     """The first condition that deletes a suspended (or suspending) attempt's Job, if any."""
-    s = subject(world, b, a)
-    for holds in SUSPENDED_CHECKS:
-        hit = holds(world, s, now)
-        if hit is not None:
-            return hit
-    return None
+    return first_hit(SUSPENDED_CHECKS, world, subject(world, b, a), now)
 
 
 def _delete_suspended(key: Key, b: BackfillState, a: Attempt, hit: Hit) -> Verdict:

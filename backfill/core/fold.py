@@ -461,28 +461,17 @@ def _fold_job_deleted(w: World, e: ev.JobDeleted, pos: int) -> World:
     if a.lifecycle == CANCELLING or a.lifecycle == SUSPENDING:
         result = "preempted" if a.cancel_reason in PREEMPTION_REASONS else "cancelled"
         return _put_backfill(w, _end(b, a, e.at, result, a.cancel_reason, pos), pos)
-    hit = _cancel_condition(w, b, a, e.at)
+    hit = conditions.first_hit(conditions.CANCEL_CHECKS, w, conditions.subject(w, b, a), e.at)
     if hit is not None:
-        # Gone while a cancel condition held (foreground demand the attempt did not see, gaming
-        # intent, a spec change ...): ended for it, whoever deleted the Job. The leader's cancel
-        # DELETEs first and is recorded after (fail-safe), so a standby's (or a paused leader's
-        # successor's) record of the deletion can reach the log before the cancel decision.
+        # Gone while a cancel condition held (what ``decide`` cancels for, the same table): ended
+        # for it, whoever deleted the Job (foreground demand the attempt did not see, gaming
+        # intent, a spec change ...). The leader's cancel DELETEs first and is recorded after
+        # (fail-safe), so a standby's (or a paused leader's successor's) record of the deletion
+        # can reach the log before the cancel decision.
         result = "preempted" if hit.reason in PREEMPTION_REASONS else "cancelled"
         a = a._replace(cancel_reason=hit.reason, cancel_message=hit.message, cancel_pos=hit.cause)
         return _put_backfill(w, _end(b, a, e.at, result, hit.reason, pos), pos)
     return _put_backfill(w, _end(b, a, e.at, "cancelled", JOB_DELETED, pos), pos)
-
-
-def _cancel_condition(w: World, b: BackfillState, a: Attempt, at: datetime) -> Any:
-    """The first cancel condition of :data:`backfill.core.conditions.CANCEL_CHECKS` that holds
-    for live attempt ``a`` of ``b`` in ``w`` at ``at`` (a :class:`~backfill.core.conditions.Hit`),
-    or None: what ``decide`` would cancel it for (the same table, written once)."""
-    s = conditions.subject(w, b, a)
-    for holds in conditions.CANCEL_CHECKS:
-        hit = holds(w, s, at)
-        if hit is not None:
-            return hit
-    return None
 
 
 def _unexplained_end(a: Attempt | None) -> bool:
