@@ -14,6 +14,14 @@ from kubernetes.client.exceptions import ApiException
 GROUP, VERSION = "ai.flexinfer", "v1alpha2"
 
 
+def log_of(controller: Any) -> list[tuple[int, Any]]:
+    """``(position, event)`` of every event in ``controller``'s log, decoded, in order."""
+    from backfill.core.events import decode_many
+
+    rows = list(controller.events.read(0))
+    return list(zip((r.position for r in rows), decode_many([(r.type, r.version, r.data) for r in rows])))
+
+
 class LeaderSwitch:
     """A leader elector stand-in for two controllers in one test: ``leading`` is the switch."""
 

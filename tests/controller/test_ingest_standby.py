@@ -19,10 +19,9 @@ from datetime import datetime, timedelta, timezone
 from backfill.controller.http import make_server
 from backfill.controller.ingest import IngestEndpoint
 from backfill.core import events as ev
-from backfill.core.events import decode_many
 from backfill.settings import Settings
 
-from .conftest import LeaderSwitch, wait_for
+from .conftest import LeaderSwitch, log_of, wait_for
 
 TOKEN = "secret"
 
@@ -153,5 +152,4 @@ def test_a_re_sent_report_cancels_nothing_and_the_retry_waits_a_window_from_the_
 
 def _logged(controller, cls) -> list:
     """The events of type ``cls`` in the controller's log, in order."""
-    rows = list(controller.events.read(0))
-    return [e for e in decode_many([(r.type, r.version, r.data) for r in rows]) if isinstance(e, cls)]
+    return [e for _, e in log_of(controller) if isinstance(e, cls)]

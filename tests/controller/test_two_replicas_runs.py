@@ -14,9 +14,8 @@ from __future__ import annotations
 import time
 
 from backfill.core import events as ev
-from backfill.core.events import decode_many
 
-from .conftest import LeaderSwitch, wait_for
+from .conftest import LeaderSwitch, log_of, wait_for
 
 HOLD_SECONDS = 1.5
 
@@ -35,11 +34,6 @@ class _LateDecisions:
 
     def __getattr__(self, name):
         return getattr(self._store, name)
-
-
-def _log(controller) -> list[tuple[int, object]]:
-    rows = list(controller.events.read(0))
-    return list(zip((r.position for r in rows), decode_many([(r.type, r.version, r.data) for r in rows])))
 
 
 def _running_on_two_replicas(kube, start_controller, wrap_leader) -> tuple:
@@ -82,9 +76,9 @@ def test_a_deletion_recorded_before_the_leaders_cancel_keeps_the_cancels_reason(
 
     kube.create("gamingsessions", "GamingSession", "play", {"nodeName": "node-a", "mode": "gaming"})
     wait_for(lambda: kube.job(job) is None, timeout=5, what="Job deleted by the leader")
-    cancels = wait_for(lambda: [(p, e) for p, e in _log(leader) if isinstance(e, ev.AttemptCancelled)], timeout=15,
+    cancels = wait_for(lambda: [(p, e) for p, e in log_of(leader) if isinstance(e, ev.AttemptCancelled)], timeout=15,
                        what="the leader's cancel recorded")
-    log = _log(leader)
+    log = log_of(leader)
     (gaming_pos,) = [p for p, e in log if isinstance(e, ev.GamingIntentStarted)]
     (deleted_pos,) = [p for p, e in log if isinstance(e, ev.JobDeleted)]
     (cancel_pos, cancel), = cancels
@@ -114,11 +108,11 @@ def test_an_ingest_report_whose_deletion_is_recorded_first_is_still_its_preempti
         status, _, payload = _post(server, json.dumps({"reports": [report]}).encode())
         assert status in (200, 202), payload
         wait_for(lambda: kube.job(job) is None, timeout=5, what="Job deleted by the leader")
-        wait_for(lambda: [e for _, e in _log(leader) if isinstance(e, ev.AttemptCancelled)], timeout=15, what="the cancel recorded")
+        wait_for(lambda: [e for _, e in log_of(leader) if isinstance(e, ev.AttemptCancelled)], timeout=15, what="the cancel recorded")
     finally:
         server.shutdown()
         server.server_close()
-    log = _log(leader)
+    log = log_of(leader)
     (request_pos,) = [p for p, e in log if isinstance(e, ev.ForegroundRequest)]
     (deleted_pos,) = [p for p, e in log if isinstance(e, ev.JobDeleted)]
     assert deleted_pos < request_pos, log[-6:]  # the order this test is about
