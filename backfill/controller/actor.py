@@ -225,6 +225,10 @@ class Actor:
         self.on_recorded: Callable[[list[tuple[int, Any]]], None] | None = None
         #: ``(key, attempt) -> bool``: a cancel of that attempt is in flight (no create then).
         self.cancelled_in_memory: Callable[[tuple[str, str], int], bool] | None = None
+        #: ``key -> bool``: the preemptor writes that backfill's status from memory (a cancel it
+        #: made that the durable projection does not show yet): a ``WriteStatus`` of the loop's
+        #: for it is older and is not written.
+        self.status_in_memory: Callable[[tuple[str, str]], bool] | None = None
         self.appended = 0
         self._decided_at: datetime | None = None
         self.statuses = StatusWriter(self.write_status, before=self.window.wait)
@@ -390,7 +394,8 @@ class Actor:
     def _dispatch(self, cmd: Any, world: World) -> None:
         t = type(cmd)
         if t is WriteStatus:
-            self.statuses.submit(cmd.key, cmd.status)
+            if self.status_in_memory is None or not self.status_in_memory(cmd.key):
+                self.statuses.submit(cmd.key, cmd.status)
         elif t is CreateJob:
             if self.due("create", cmd.key[0], cmd.job_name):
                 b = world.backfills[cmd.key]
@@ -563,6 +568,12 @@ class Actor:
             self.due("suspend" if c.suspend else "delete", c.key[0], c.job_name)  # this is the first one
             self.window.begin()
             self._pool.submit(self._cancel_one, c, job_uid(world, c.key, c.job_name))
+
+    def submit_statuses(self, cmds: list[WriteStatus]) -> None:
+        """Queue the statuses of ``cmds`` on the status writer (the preemptor's, derived from
+        memory); returns at once, never raises, never touches the store."""
+        for c in cmds:
+            self.statuses.submit(c.key, c.status)
 
     def preempt_again(self, cmds: list[Any], world: World) -> None:
         """Re-send, on the "job-deletes" pool, the calls of cancels whose call failed

@@ -144,8 +144,9 @@ class Controller:
         )
         self.preemptor = Preemptor(
             lambda: self.world, self.spool, self.actor.preempt, self.is_leader, clock, scope=settings.namespace,
-            execute_again=self.actor.preempt_again,
+            execute_again=self.actor.preempt_again, statuses=self.actor.submit_statuses,
         )
+        self.actor.status_in_memory = self.preemptor.writes_status
         self.actor.on_preempt_failed = self.preemptor.retry
         self.actor.on_recorded = self.preemptor.recorded
         self.actor.cancelled_in_memory = self.preemptor.cancelling

@@ -37,10 +37,10 @@ import time
 from datetime import datetime
 from typing import Any, Callable, Iterable
 
-from backfill.core.commands import Cancel, DeleteJob, SuspendJob
+from backfill.core.commands import Cancel, DeleteJob, SuspendJob, WriteStatus
 from backfill.core.decisions import decision_record
 from backfill.core.projector import affected, decide, fold, only_position_moved
-from backfill.core.state import Key, World
+from backfill.core.state import IDLE, SUSPENDED, Key, World
 
 from .crash import crash_point
 from .spool import Entry, Spool
@@ -75,6 +75,12 @@ class Preemptor:
         can_act: the leader check (in memory; never a round trip).
         clock: aware UTC now.
         scope: decide only for backfills in this namespace (a namespaced controller); None: all.
+        statuses: ``(commands: [WriteStatus]) -> None`` queues statuses (the actor's status
+            writer: returns at once, never raises); None: statuses are the loop's only. With
+            it, a backfill whose cancel was made here has its status written from the
+            optimistic projection until the durable one shows that cancel (:attr:`from_memory`):
+            while PostgreSQL is away the status says ``Cancelling``, then the wait for a fresh
+            idle window, instead of ``Running`` over a Job that is gone.
     """
 
     def __init__(
@@ -86,8 +92,10 @@ class Preemptor:
         clock: Callable[[], datetime],
         scope: str | None = None,
         execute_again: Callable[[list[Any], World], None] | None = None,
+        statuses: Callable[[list[WriteStatus]], None] | None = None,
     ) -> None:
         self._scope = scope
+        self._statuses = statuses
         self._execute_again = execute_again
         self._retry: dict[Key, float] = {}  # key -> monotonic time its failed cancel call is re-sent
         self._acting = False  # could act at the last pass (leadership)
@@ -114,6 +122,11 @@ class Preemptor:
         # (key, attempt, segment, suspend) -> monotonic time decided (a suspend ends a segment; a
         # delete may follow it for the same attempt, issue 11)
         self.inflight: dict[tuple[Key, int, int, bool], float] = {}
+        #: (key, attempt, segment, suspend) of cancels executed here that the durable projection
+        #: does not show done yet (:func:`_over`; no time limit, unlike :attr:`inflight`: a decision is never dropped,
+        #: it reaches the log when the store answers): their backfills' statuses are this
+        #: projection's, and the loop does not write its older ones (:meth:`writes_status`).
+        self.from_memory: set[tuple[Key, int, int, bool]] = set()
         self.cancels = 0
         self.last_pass = time.monotonic()
         self.error: str | None = None
@@ -170,17 +183,15 @@ class Preemptor:
         now = time.monotonic()
         with self._lock:
             for entry, t0 in list(self.inflight.items()):
-                key, attempt, segment, suspend = entry
-                b = durable.backfills.get(key)
-                a = b.attempt if b is not None else None
-                if a is None or a.number != attempt or a.segment > segment:
-                    shown = True
-                elif suspend:
-                    shown = a.lifecycle not in ("Starting", "Running")
-                else:
-                    shown = a.lifecycle not in ("Starting", "Running", "Suspending", "Suspended")
-                if shown or now - t0 > INFLIGHT_SECONDS:
+                if _shown(durable, *entry) or now - t0 > INFLIGHT_SECONDS:
                     del self.inflight[entry]
+            self.from_memory = {entry for entry in self.from_memory if not _over(durable, *entry)}
+
+    def writes_status(self, key: Key) -> bool:
+        """True while ``key``'s status is written from memory (a cancel made here that the
+        durable projection does not show done yet): the loop's status of it would be older."""
+        with self._lock:
+            return any(entry[0] == key for entry in self.from_memory)
 
     # -- the pass -----------------------------------------------------------------------------
 
@@ -265,6 +276,7 @@ class Preemptor:
             if redo:
                 self._execute_again(redo, opt)
         if not cancels:
+            self._write_statuses(opt, now, wanted)
             return []
         t0 = time.monotonic()
         with self._lock:
@@ -276,7 +288,22 @@ class Preemptor:
             self._record(c, opt, durable, now)
         self._execute(cancels, opt)
         self.cancels += len(cancels)
+        if self._statuses is not None:
+            with self._lock:
+                self.from_memory.update((c.key, c.attempt, c.segment, c.suspend) for c in cancels)
+        self._write_statuses(opt, now, wanted)
         return cancels
+
+    def _write_statuses(self, opt: World, now: datetime, keys: Iterable[Key]) -> None:
+        """Queue the statuses of those of ``keys`` whose status is written from memory, derived
+        from ``opt`` (after the cancels' calls went out: nothing here delays one)."""
+        if self._statuses is None:
+            return
+        with self._lock:
+            mine = {entry[0] for entry in self.from_memory}
+        wanted = [k for k in keys if k in mine]
+        if wanted:
+            self._statuses([c for c in decide(opt, now, wanted, status=True) if isinstance(c, WriteStatus)])
 
     def _resend(self, c: Any, again: set[Key], opt: World) -> DeleteJob | SuspendJob | None:
         """The call to send again for decided command ``c``, or None:
@@ -322,6 +349,32 @@ class Preemptor:
 
         self._spool.put_decision(make, deps)
         crash_point("cancel/decision-appended")
+
+
+def _shown(durable: World, key: Key, attempt: int, segment: int, suspend: bool) -> bool:
+    """True when the durable projection shows the cancel ``(key, attempt, segment, suspend)``:
+    the attempt is no longer Starting/Running (a suspending cancel), or no longer live nor
+    suspended (a deleting one), or another attempt or a later segment is current."""
+    b = durable.backfills.get(key)
+    a = b.attempt if b is not None else None
+    if a is None or a.number != attempt or a.segment > segment:
+        return True
+    if suspend:
+        return a.lifecycle not in ("Starting", "Running")
+    return a.lifecycle not in ("Starting", "Running", "Suspending", "Suspended")
+
+
+def _over(durable: World, key: Key, attempt: int, segment: int, suspend: bool) -> bool:
+    """True when the durable projection shows the cancel ``(key, attempt, segment, suspend)``
+    done: the Job observed suspended (a suspending cancel) or the attempt ended, or another
+    attempt or a later segment current. Until then its status is written from memory: a status
+    of the durable projection's (``Cancelling`` while the optimistic one already saw the Job
+    gone) would be older."""
+    b = durable.backfills.get(key)
+    a = b.attempt if b is not None else None
+    if a is None or a.number != attempt or a.segment > segment:
+        return True
+    return a.lifecycle in (SUSPENDED, IDLE) if suspend else a.lifecycle == IDLE
 
 
 def _ended_attempts_name(world: World, c: DeleteJob) -> bool:

@@ -285,3 +285,45 @@ def test_a_refused_cancel_call_is_sent_again_from_memory():
     pre.run_once()
     assert [(type(c).__name__, c.job_name) for c in sent_again] == [("DeleteJob", JOB)]
     spool.stop()
+
+
+def test_the_status_follows_a_cancel_made_from_memory_until_the_durable_projection_shows_it_done():
+    """While the store refuses, the preemptor writes the status from its own projection
+    (Cancelling, then waiting for a fresh window once the Job is seen gone), and the loop's
+    older status of that backfill is not written, until the durable projection shows the end."""
+    store, durable, _ = _store_with_running_attempt()
+    down = threading.Event()
+    down.set()
+
+    def append(records):
+        if down.is_set():
+            raise ConnectionError("the store is down")
+        return store.append(records)
+
+    spool = Spool(append, store.positions_of, lambda: None, backoff_initial=0.01, backoff_max=0.05)
+    written: list = []
+    pre = Preemptor(
+        lambda: durable, spool, lambda cmds, world: None, lambda: True, lambda: T0 + timedelta(minutes=12), statuses=written.extend
+    )
+    key = (NS, "b")
+    spool.put([(ev.ForegroundRequest(at=T0 + timedelta(minutes=12), namespace=NS, model="m", source="ingest"), "fg-1")])
+    assert [c.reason for c in pre.run_once()] == ["ForegroundDemand"]
+    assert [(c.key, c.status["phase"], c.status["jobName"]) for c in written] == [(key, "Cancelling", JOB)]
+    assert pre.writes_status(key)
+    written.clear()
+    gone = ev.JobDeleted(at=T0 + timedelta(minutes=12, seconds=1), namespace=NS, backfill="b", name=JOB, uid="job")
+    spool.put([(gone, gone.natural_key())])
+    assert pre.run_once() == []
+    (status,) = [c.status for c in written]
+    assert (status["phase"], status["jobName"], status["reason"]) == ("WaitingForIdle", None, "IdleWindow")
+    pre.settle(durable)  # the durable projection still shows the attempt Running: nothing changes
+    assert pre.writes_status(key)
+    down.clear()
+    assert _wait(lambda: spool.backlog == 0)
+    spool.stop()
+    caught_up = World()
+    for position, e in _events(store):
+        caught_up = fold(caught_up, e, position)
+    assert caught_up.backfills[key].attempt.result == "preempted"
+    pre.settle(caught_up)
+    assert not pre.writes_status(key)

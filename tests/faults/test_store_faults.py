@@ -71,6 +71,10 @@ def test_demand_while_the_store_is_away_cancels_at_once(kube: Kube, player: JobP
             time.sleep(0.2)
         status, body = proc.http("/readyz")
         assert status == 503 and STORE_WORDS.search(body), f"/readyz with the store {fault}: {status} {body!r}"
+        # The status follows the cancel made from memory (not Running over a Job that is gone):
+        # the preempted attempt waits for a fresh idle window, with no Job named.
+        seen = wait_for(lambda: _left_running(kube.status("bf")), timeout=5, what=f"status no longer Running with the store {fault}")
+        assert (seen.get("phase"), seen.get("jobName")) == ("WaitingForIdle", None), seen
         assert proc.alive, proc.tail()
 
     # The store is back: the log catches up with what happened while it was away.
@@ -95,6 +99,11 @@ def test_demand_while_the_store_is_away_cancels_at_once(kube: Kube, player: JobP
     assert cluster_invariants(kube) == []
     assert settled_log_invariants(pg.url, schema, all_ended=False) == []
     assert_replay_clean(pg.url, schema)
+
+
+def _left_running(status: dict) -> dict | None:
+    """``status`` once its phase is neither Running nor Cancelling, else None."""
+    return status if status.get("phase") not in (None, "Running", "Cancelling") else None
 
 
 def test_store_restarted_under_a_running_controller(kube: Kube, player: JobPlayer, controllers):
