@@ -39,6 +39,7 @@ from .verdict import (
     FAILED,
     IDLE_WINDOW,
     IDLE_WINDOW_MESSAGE,
+    REPEAT_DUE_MESSAGE,
     REPEAT_DUE,
     REPEAT_SCHEDULED,
     RESUMING,
@@ -212,11 +213,11 @@ def _evaluate(world: World, key: Key, now: datetime, reserved: dict | None = Non
     if next_run is not None and next_run > due:
         due = next_run
     if now < due:
-        reason = REPEAT_DUE if next_run is not None else IDLE_WINDOW
+        repeat = next_run is not None
         return Verdict(
             WAITING,
-            reason,
-            IDLE_WINDOW_MESSAGE,  # status adds the admission time (wake_at): no formatting on the hot path
+            REPEAT_DUE if repeat else IDLE_WINDOW,
+            REPEAT_DUE_MESSAGE if repeat else IDLE_WINDOW_MESSAGE,  # status adds the admission time (wake_at): no formatting on the hot path
             unblock,
             due,
             since,

@@ -44,6 +44,8 @@ RESUMING = "Resuming"
 UNEXPLAINED_JOB = "UnexplainedJob"
 
 IDLE_WINDOW_MESSAGE = "waiting for a continuous idle window"
+#: The cooldown (``repeatAfter``) has passed; the idle window has not (reason ``RepeatDue``).
+REPEAT_DUE_MESSAGE = "the repeat is due after the cooldown; waiting for a continuous idle window"
 
 #: Cancel reasons that count as a preemption (seed: "cancelled for foreground or gaming
 #: priority"); other cancels end the attempt as ``cancelled``.

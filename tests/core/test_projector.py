@@ -211,6 +211,8 @@ def test_repeat_due_but_window_incomplete_waits_with_repeat_due():
     log.job("JobSucceeded", admit.job_name, 900)
     log.request(4400)
     assert phase(log, 4500) == ("WaitingForIdle", "RepeatDue")
+    st = status_of(log.world, KEY, t(4500))
+    assert st["message"] == f"the repeat is due after the cooldown; waiting for a continuous idle window; admission at {rfc3339(t(5000))} if the model stays idle"
     assert log.decide(4500) == [WakeAt(KEY, t(5000))]
 
 
