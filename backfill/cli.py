@@ -738,7 +738,7 @@ def runs(
             shown += ["completed_indexes", "useful_seconds", "wasted_seconds"]
         seconds = {"running_seconds", "useful_seconds", "wasted_seconds"}
         for c in shown:
-            table.add_column(c)
+            table.add_column(c, overflow="fold")  # a narrow terminal wraps a value, never cuts it ("…")
         for r in rows:
             table.add_row(*[
                 (f"{r.namespace}/{r.backfill}" if f == "backfill" else f"{val(r, f):,.0f}" if f in seconds else str(val(r, f) or ""))

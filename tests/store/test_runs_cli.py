@@ -76,3 +76,23 @@ def test_a_schema_never_migrated_says_to_run_db_upgrade(pg_url, capsys, command)
         f'backfill: error: schema {schema} is not migrated (relation "{table}" does not exist): '
         f"run `backfill db upgrade --schema {schema}` on the same database first"
     )
+
+
+def test_a_narrow_terminal_wraps_the_runs_table_and_cuts_no_value(pg_schema, pg_engine, monkeypatch) -> None:
+    """A new user's 80-column terminal showed job names and times cut short ("…")."""
+    import io
+
+    from rich.console import Console
+
+    import backfill.cli as cli
+
+    url, schema = pg_schema
+    row = run_row("u", 1, started_at=T0, ended_at=T0 + timedelta(seconds=24), result="preempted", reason="ForegroundDemand")
+    RunStore(pg_engine).apply([row], "runs", 1)
+    buf = io.StringIO()
+    monkeypatch.setattr(cli, "out", Console(file=buf, width=80))
+    assert main(["runs", "--database-url", url, "--schema", schema]) == 0
+    text = buf.getvalue()
+    assert "…" not in text
+    cells = "".join(line.split("│")[5].strip() for line in text.splitlines() if line.count("│") > 5)
+    assert row.job_name in cells  # the job_name column, its pieces joined back
