@@ -66,4 +66,13 @@ def _from_file(path: Path) -> client.ApiClient:
     except yaml.YAMLError as exc:
         raise KubeConfigError(f"kubeconfig {path}: not valid YAML: {str(exc).splitlines()[0]}") from None
     except (ConfigException, ValueError, TypeError, AttributeError, OSError) as exc:
-        raise KubeConfigError(f"kubeconfig {path}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+        raise KubeConfigError(f"kubeconfig {path}: {_reason(exc, path)}") from None
+
+
+def _reason(exc: BaseException, path: Path) -> str:
+    """The first line of ``exc``'s message without the client's own prefix and its repeat of
+    the file's name (``Invalid kube-config file. Expected key current-context in PATH`` ->
+    ``expected key current-context``); the exception's class when it says nothing."""
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    text = text.removeprefix("Invalid kube-config file. ").removesuffix(f" in {path}")
+    return text[:1].lower() + text[1:]

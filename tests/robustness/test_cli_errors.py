@@ -191,6 +191,14 @@ def test_a_kubeconfig_that_is_not_yaml_is_named_with_its_reason(tmp_path):
     assert f"kubeconfig {bad}: not valid YAML: mapping values are not allowed here" in line, line
 
 
+def test_a_kubeconfig_without_a_current_context_says_so_naming_the_file_once(tmp_path):
+    """It said ``kubeconfig F: Invalid kube-config file. Expected key current-context in F``."""
+    bare = tmp_path / "kubeconfig"
+    bare.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")
+    line = _assert_one_line_error(_run(["controller", "--kubeconfig", str(bare)], tmp_path), controller=True)
+    assert f"kubeconfig {bare}: expected key current-context" in line and line.count(str(bare)) == 1, line
+
+
 def test_db_upgrade_says_the_drivers_first_line_without_the_exception_class(tmp_path):
     """It printed ``db upgrade: (psycopg.OperationalError) connection failed: ...`` where ``runs``
     and ``db shell`` print the same failure without SQLAlchemy's class prefix."""
