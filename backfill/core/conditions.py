@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable, Iterable, Mapping, NamedTuple
+from collections.abc import Mapping
+from typing import Any, Callable, Iterable, NamedTuple
 
 from . import events as ev
 from .state import Attempt, BackfillState, CreateRejection, Gate, Key, ModelState, World

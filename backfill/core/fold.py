@@ -15,7 +15,8 @@ issue 10). The hottest handler (``ForegroundRequest``) builds its tuples positio
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Mapping
+from typing import Any, Callable, Iterable
 
 from . import conditions
 from . import events as ev
@@ -157,23 +158,27 @@ def _put_backfill(world: World, b: BackfillState, position: int, **extra: Any) -
 
 
 def _fold_foreground(w: World, e: ev.ForegroundRequest, pos: int) -> World:
-    # The hottest handler: ModelState and World built positionally (field order of state.py).
+    # The hottest handler: ModelState and World built positionally (field order of state.py:
+    # [6:9] busy_until, busy_pos, request_pos; [9] last_active).
     key = (e.namespace, e.model)
-    m = w.models.get(key, _NO_MODEL)
+    models = w[1]
+    m = models.get(key, _NO_MODEL)
     at = e.at
-    end = e.busy_until if e.busy_until is not None and e.busy_until > at else at
-    last_active = m.last_active
+    end = e.busy_until
+    if end is None or end <= at:
+        end = at
+    last_active = m[9]
     if e.source == "lastActiveTime" and (last_active is None or at > last_active):
         last_active = at
-    if m.busy_until is None or end > m.busy_until:
-        busy_until, busy_pos, request_pos = end, pos, pos
+    busy_until = m[6]
+    if busy_until is None or end > busy_until:
+        m = _tuple_new(ModelState, m[:6] + (end, pos, pos, last_active))
     else:
         # Busy until ``end`` is known already (a re-sent report, a late one inside a known busy
         # span): not new demand. An attempt admitted after that span began its idle window after
         # it, so nothing it says was unseen by the admission.
-        busy_until, busy_pos, request_pos = m.busy_until, m.busy_pos, m.request_pos
-    m = _tuple_new(ModelState, (m.exists, m.ready, m.node, m.shared, m.ready_since, m.ready_pos, busy_until, busy_pos, request_pos, last_active))
-    return _tuple_new(World, (pos, w.models.set(key, m)) + w[2:])
+        m = _tuple_new(ModelState, m[:9] + (last_active,))
+    return _tuple_new(World, (pos, models.set(key, m)) + w[2:])
 
 
 def _fold_model_ready(w: World, e: ev.ModelReady, pos: int) -> World:

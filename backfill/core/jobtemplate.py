@@ -21,7 +21,8 @@ from __future__ import annotations
 import copy
 import functools
 import hashlib
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .quantity import is_zero
 from .spec import BACKGROUND_CLASS, RESERVED_ENV, Spec
