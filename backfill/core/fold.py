@@ -157,6 +157,12 @@ def _put_backfill(world: World, b: BackfillState, position: int, **extra: Any) -
     return w._replace(**extra) if extra else w
 
 
+def _put_attempt(world: World, b: BackfillState, a: Attempt | None, position: int) -> World:
+    """:func:`_put_backfill` of ``b`` with its current attempt ``a`` (the commonest change of a
+    backfill: built positionally, about 2x cheaper than ``b._replace(attempt=a)``)."""
+    return _put_backfill(world, _tuple_new(BackfillState, b[:10] + (a,) + b[11:]), position)
+
+
 def _fold_foreground(w: World, e: ev.ForegroundRequest, pos: int) -> World:
     # The hottest handler: ModelState and World built positionally (field order of state.py:
     # [6:9] busy_until, busy_pos, request_pos; [9] last_active).
@@ -416,7 +422,7 @@ def _fold_job_created(w: World, e: ev.JobCreated, pos: int) -> World:
     if a.created_at is not None or not a.live:
         return _at(w, pos)
     a = a._replace(created_at=e.at, job_uid=e.uid or a.job_uid, lifecycle=RUNNING if a.lifecycle == STARTING else a.lifecycle)
-    return _put_backfill(w, b._replace(attempt=a), pos)
+    return _put_attempt(w, b, a, pos)
 
 
 def _fold_job_running(w: World, e: ev.JobRunning, pos: int) -> World:
@@ -432,7 +438,7 @@ def _fold_job_running(w: World, e: ev.JobRunning, pos: int) -> World:
         job_uid=e.uid or a.job_uid,
         lifecycle=RUNNING if a.lifecycle == STARTING else a.lifecycle,
     )
-    return _put_backfill(w, b._replace(attempt=a), pos)
+    return _put_attempt(w, b, a, pos)
 
 
 def _fold_job_succeeded(w: World, e: ev.JobSucceeded, pos: int) -> World:
@@ -510,7 +516,7 @@ def revived(w: World, key: Key) -> World | None:
     if a is None or not _unexplained_end(a):
         return None
     live = a._replace(lifecycle=RUNNING, ended_at=None, end_pos=0, result=None, end_reason="")
-    return _put_backfill(w, b._replace(attempt=live), w.position)
+    return _put_attempt(w, b, live, w.position)
 
 
 def create_backoff(count: int, retry_after: float | None = None) -> float:
@@ -554,7 +560,7 @@ def _fold_job_terminating(w: World, e: ev.JobTerminating, pos: int) -> World:
     if not found[1].live or found[1].terminating_since is not None:
         return _at(w, pos)
     b, a = found
-    return _put_backfill(w, b._replace(attempt=a._replace(terminating_since=e.at)), pos)
+    return _put_attempt(w, b, a._replace(terminating_since=e.at), pos)
 
 
 def _fold_admitted(w: World, e: ev.AttemptAdmitted, pos: int) -> World:
@@ -585,8 +591,8 @@ def _fold_cancelled(w: World, e: ev.AttemptCancelled, pos: int) -> World:
         return _fold_suspend_decided(w, b, a, e, pos)
     if a is None or a.number != e.attempt or a.lifecycle not in (STARTING, RUNNING, SUSPENDING, SUSPENDED):
         late = _late_cancel(a, e, pos) if a is not None else None
-        return _at(w, pos) if late is None else _put_backfill(w, b._replace(attempt=late), pos)
-    return _put_backfill(w, b._replace(attempt=_cancel_decided(a, e, pos)), pos)
+        return _at(w, pos) if late is None else _put_attempt(w, b, late, pos)
+    return _put_attempt(w, b, _cancel_decided(a, e, pos), pos)
 
 
 def _busy_at_least(w: World, key: Key, at: datetime, pos: int) -> World:
@@ -674,7 +680,7 @@ def _fold_suspend_decided(w: World, b: BackfillState | None, a: Attempt | None, 
     """A suspending cancel: the segment's preemption; the Job is being suspended (Suspending)."""
     if b is None or a is None or a.number != e.attempt or a.segment != e.segment or a.lifecycle not in (STARTING, RUNNING):
         return _at(w, pos)
-    return _put_backfill(w, b._replace(attempt=_cancel_decided(a, e, pos)), pos)
+    return _put_attempt(w, b, _cancel_decided(a, e, pos), pos)
 
 
 def _fold_job_suspended(w: World, e: ev.JobSuspended, pos: int) -> World:
@@ -691,7 +697,7 @@ def _fold_job_suspended(w: World, e: ev.JobSuspended, pos: int) -> World:
         start = (a.started_at or a.created_at) if a.segment == 1 else (a.segment_started_at or a.admitted_at)
         end = e.at if start is None or e.at >= start else start
         a = a._replace(segment_ended_at=end, segment_reason=a.cancel_reason, segment_pos=a.cancel_pos)
-    return _put_backfill(w, b._replace(attempt=a._replace(lifecycle=SUSPENDED)), pos)
+    return _put_attempt(w, b, a._replace(lifecycle=SUSPENDED), pos)
 
 
 def _fold_job_resumed(w: World, e: ev.JobResumed, pos: int) -> World:
@@ -704,9 +710,9 @@ def _fold_job_resumed(w: World, e: ev.JobResumed, pos: int) -> World:
     if a.lifecycle == STARTING and a.segment > 1 and a.segment_started_at is None:
         at = e.at if e.at >= a.admitted_at else a.admitted_at  # whole-second stamps: not before the decision
         a = _progress(a._replace(lifecycle=RUNNING, segment_started_at=at), e.completed_indexes, e.at)
-        return _put_backfill(w, b._replace(attempt=a), pos)
+        return _put_attempt(w, b, a, pos)
     if a.lifecycle == SUSPENDED:
-        return _put_backfill(w, b._replace(attempt=a._replace(lifecycle=SUSPENDING)), pos)
+        return _put_attempt(w, b, a._replace(lifecycle=SUSPENDING), pos)
     return _at(w, pos)
 
 
@@ -721,7 +727,7 @@ def _fold_job_progress(w: World, e: ev.JobProgress, pos: int) -> World:
     a2 = _progress(a, e.completed_indexes, e.at)
     if a2 is a:
         return _at(w, pos)
-    return _put_backfill(w, b._replace(attempt=a2), pos)
+    return _put_attempt(w, b, a2, pos)
 
 
 def _fold_resumed(w: World, e: ev.AttemptResumed, pos: int) -> World:
@@ -752,7 +758,7 @@ def _fold_resumed(w: World, e: ev.AttemptResumed, pos: int) -> World:
         cancel_pos=0,
         terminating_since=None,
     )
-    return _put_backfill(w, b._replace(attempt=a), pos)
+    return _put_attempt(w, b, a, pos)
 
 
 _FOLD: dict[type, Callable[[World, Any, int], World]] = {

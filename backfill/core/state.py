@@ -314,12 +314,8 @@ def _fast_replace(cls: type) -> Any:
     new = tuple.__new__
 
     def _replace(self: Any, /, **changes: Any) -> Any:
+        values = list(self)  # one list, one tuple (slicing and concatenating made three tuples)
         try:
-            if len(changes) == 1:
-                for name, value in changes.items():
-                    i = index[name]
-                    return new(cls, self[:i] + (value,) + self[i + 1 :])
-            values = list(self)
             for name, value in changes.items():
                 values[index[name]] = value
         except KeyError:
