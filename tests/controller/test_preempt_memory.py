@@ -81,15 +81,7 @@ def test_a_cancel_named_after_its_state_resolves_to_the_basis_even_after_a_dupli
 
 def test_demand_cancels_from_memory_while_the_store_refuses_and_replays_clean_after():
     store, durable, _ = _store_with_running_attempt()
-    down = threading.Event()
-    down.set()
-
-    def append(records):
-        if down.is_set():
-            raise ConnectionError("the store is down")
-        return store.append(records)
-
-    spool = Spool(append, store.positions_of, lambda: None, backoff_initial=0.01, backoff_max=0.05)
+    down, spool = _spool_of_a_store_that_is_down(store)
     executed: list = []
     pre = Preemptor(lambda: durable, spool, lambda cmds, world: executed.extend(cmds), lambda: True, lambda: T0 + timedelta(minutes=12))
     request = ev.ForegroundRequest(at=T0 + timedelta(minutes=12), namespace=NS, model="m", source="ingest")
@@ -106,6 +98,20 @@ def test_demand_cancels_from_memory_while_the_store_refuses_and_replays_clean_af
     (cancel,) = [e for _, e in _events(store) if isinstance(e, ev.AttemptCancelled)]
     assert cancel.cause == 6 and cancel.basis == 6
     assert _audit(store).divergences == []
+
+
+def _spool_of_a_store_that_is_down(store: MemoryEventStore) -> tuple[threading.Event, Spool]:
+    """A spool whose appends to ``store`` fail while the returned event is set (it is: clear it
+    to bring the store back), retried every 10-50 ms."""
+    down = threading.Event()
+    down.set()
+
+    def append(records):
+        if down.is_set():
+            raise ConnectionError("the store is down")
+        return store.append(records)
+
+    return down, Spool(append, store.positions_of, lambda: None, backoff_initial=0.01, backoff_max=0.05)
 
 
 def _events(store: MemoryEventStore) -> list:
@@ -292,15 +298,7 @@ def test_the_status_follows_a_cancel_made_from_memory_until_the_durable_projecti
     (Cancelling, then waiting for a fresh window once the Job is seen gone), and the loop's
     older status of that backfill is not written, until the durable projection shows the end."""
     store, durable, _ = _store_with_running_attempt()
-    down = threading.Event()
-    down.set()
-
-    def append(records):
-        if down.is_set():
-            raise ConnectionError("the store is down")
-        return store.append(records)
-
-    spool = Spool(append, store.positions_of, lambda: None, backoff_initial=0.01, backoff_max=0.05)
+    down, spool = _spool_of_a_store_that_is_down(store)
     written: list = []
     pre = Preemptor(
         lambda: durable, spool, lambda cmds, world: None, lambda: True, lambda: T0 + timedelta(minutes=12), statuses=written.extend
