@@ -36,7 +36,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from backfill.core import events as ev
-from backfill.core.commands import Admit, Resume
+from backfill.core.commands import Admit, Resume, WriteStatus
 from backfill.core.events import decode_many
 from backfill.core.perf import paused_gc
 from backfill.core.projector import affected, decide, fold, only_position_moved
@@ -521,7 +521,8 @@ class Controller:
         Admissions go out only while the spool has settled (nothing observed is missing from
         the durable projection) and every watched kind can be read (listed once, not stale, its
         last call not failed: a signal that cannot be read holds starts, fail-closed); otherwise
-        their keys are decided again on a later pass."""
+        their keys are decided again on a later pass. Statuses go out only while the spool's
+        appends succeed (the log then holds what this process observed), else the same."""
         keys = self.scope(keys)
         try:
             commands = decide(self.world, now, keys, status=True)
@@ -546,6 +547,13 @@ class Controller:
             held = {c.key for c in commands if isinstance(c, (Admit, Resume))}
             self._carry |= held
             todo = [c for c in commands if c.key not in held]
+        if not self.spool.healthy:
+            # Appends fail: the log lacks what this process observed (a Job gone, a demand), so
+            # a status of this projection is older than the cluster (a replica that just gained
+            # leadership wrote Running over a Job its predecessor had deleted). Statuses wait for
+            # the log; a cancel made here meanwhile has its status written from memory.
+            self._carry |= {c.key for c in todo if type(c) is WriteStatus}
+            todo = [c for c in todo if type(c) is not WriteStatus]
         self._carry.update(self.actor.execute(todo, self.world, now, interrupted=self.signal.is_set))
         return commands
 

@@ -33,6 +33,24 @@ class LeaderSwitch:
         return self.leading
 
 
+class RefusingStore:
+    """A controller's EventStore, except that ``append`` raises while ``down`` is set (reads
+    still answer): PostgreSQL refusing writes. Pass ``wrap_events=lambda s: RefusingStore(s,
+    down)`` to ``start_controller``."""
+
+    def __init__(self, store: Any, down: threading.Event) -> None:
+        self._store, self._down = store, down
+
+    def append(self, records: Any) -> Any:
+        """The store's append, or ConnectionError while ``down`` is set."""
+        if self._down.is_set():
+            raise ConnectionError("the store refuses appends (test outage)")
+        return self._store.append(records)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
 def wait_for(predicate: Callable[[], Any], *, timeout: float = 10.0, interval: float = 0.05, what: str) -> Any:
     """Poll ``predicate`` until it returns something truthy; fail naming ``what`` on timeout."""
     deadline = time.monotonic() + timeout
@@ -149,10 +167,12 @@ class Kube:
 
 
 class PhaseRecorder:
-    """Watches one ModelBackfill and records every status.phase it goes through."""
+    """Watches one ModelBackfill and records every status.phase it goes through (``phases``),
+    and every ``(phase, jobName)`` (``statuses``)."""
 
     def __init__(self, api: client.ApiClient, ns: str, name: str) -> None:
         self.phases: list[str] = []
+        self.statuses: list[tuple[str, str | None]] = []
         self._stop = threading.Event()
         self._api, self._ns, self._name = api, ns, name
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -167,9 +187,12 @@ class PhaseRecorder:
                     co.list_namespaced_custom_object, GROUP, VERSION, self._ns, "modelbackfills",
                     field_selector=f"metadata.name={self._name}", timeout_seconds=2, deserialize=False,
                 ):
-                    phase = ((e["object"].get("status") or {}).get("phase"))
+                    status = e["object"].get("status") or {}
+                    phase = status.get("phase")
                     if phase and (not self.phases or self.phases[-1] != phase):
                         self.phases.append(phase)
+                    if phase and (not self.statuses or self.statuses[-1] != (phase, status.get("jobName"))):
+                        self.statuses.append((phase, status.get("jobName")))
                     if self._stop.is_set():
                         break
             except Exception:  # noqa: BLE001

@@ -21,25 +21,9 @@ from backfill.controller.ingest import IngestEndpoint
 from backfill.core import events as ev
 from backfill.settings import Settings
 
-from .conftest import LeaderSwitch, log_of, wait_for
+from .conftest import LeaderSwitch, RefusingStore, log_of, wait_for
 
 TOKEN = "secret"
-
-
-class _RefusingStore:
-    """The controller's EventStore, except that ``append`` raises while ``down`` is set (reads
-    still answer): PostgreSQL refusing writes."""
-
-    def __init__(self, store, down: threading.Event) -> None:
-        self._store, self._down = store, down
-
-    def append(self, records):
-        if self._down.is_set():
-            raise ConnectionError("the store refuses appends (test outage)")
-        return self._store.append(records)
-
-    def __getattr__(self, name):
-        return getattr(self._store, name)
 
 
 def _serve(controller):
@@ -72,8 +56,8 @@ def test_a_standby_answers_503_retry_after_while_the_log_refuses_and_the_leader_
     kube.cronjob("model-eval-gauntlet")
     kube.model("gemma")
     down = threading.Event()
-    leader = start_controller(leader=LeaderSwitch(True), wrap_events=lambda s: _RefusingStore(s, down))
-    standby = start_controller(leader=LeaderSwitch(False), wrap_events=lambda s: _RefusingStore(s, down))
+    leader = start_controller(leader=LeaderSwitch(True), wrap_events=lambda s: RefusingStore(s, down))
+    standby = start_controller(leader=LeaderSwitch(False), wrap_events=lambda s: RefusingStore(s, down))
     kube.backfill("busy")
     job = wait_for(kube.jobs, what="Job created by the leader")[0]
     kube.run_job(job.metadata.name)
