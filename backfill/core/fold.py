@@ -479,7 +479,12 @@ def _fold_job_deleted(w: World, e: ev.JobDeleted, pos: int) -> World:
         # intent, a spec change ...). The leader's cancel DELETEs first and is recorded after
         # (fail-safe), so a standby's (or a paused leader's successor's) record of the deletion
         # can reach the log before the cancel decision.
+        # A foreground preemption restarts the idle window at the cancel (:func:`_busy_at_least`);
+        # its decision may never reach the log (its leader died with it spooled), so at the
+        # latest at the deletion.
         result = "preempted" if hit.reason in PREEMPTION_REASONS else "cancelled"
+        if hit.reason == FOREGROUND_DEMAND:
+            w = _busy_at_least(w, (b.namespace, a.model), e.at, pos)
         a = a._replace(cancel_reason=hit.reason, cancel_message=hit.message, cancel_pos=hit.cause)
         return _put_backfill(w, _end(b, a, e.at, result, hit.reason, pos), pos)
     return _put_backfill(w, _end(b, a, e.at, "cancelled", JOB_DELETED, pos), pos)

@@ -232,3 +232,23 @@ def test_a_preemption_by_a_late_report_needs_a_fresh_window_from_the_decision():
     assert [c for c in log.decide(1599.9) if isinstance(c, Admit)] == []  # 700 + 10m has passed; 1000 + 10m not
     (again,) = [c for c in log.decide(1600) if isinstance(c, Admit)]
     assert again.attempt == 2 and again.cause == 7
+
+
+def test_a_job_deleted_for_demand_no_cancel_explains_restarts_the_window_at_the_deletion():
+    """A failover while PostgreSQL was away (a new user's trial): the leader that cancelled from
+    memory died with its decision unwritten, so the log holds the report (its time 100 s before
+    the deletion: a router whose clock is behind) and the deletion, no cancel. The retry still
+    needs a fresh full ``idleFor`` from the deletion (README), not from the report's time: it
+    was admitted 5.5 s after the cancel with ``idleFor: 15s``."""
+    log, admit = _running()  # idleFor 10m
+    log.request(800)  # 6: the report, its time long before the deletion
+    log.job("JobDeleted", admit.job_name, 900)  # 7: no cancel decision is ever recorded
+    assert (_row(log).result, _row(log).reason, _row(log).deciding_position) == ("preempted", FOREGROUND_DEMAND, 6)
+    assert [type(c).__name__ for c in log.decide(900 + 599.9)] == ["WakeAt"]
+    assert [c.at for c in log.decide(900 + 599.9)] == [t(1500)]
+    (admit2,) = [c for c in log.decide(1500) if isinstance(c, Admit)]
+    assert (admit2.attempt, admit2.cause) == (2, 7)  # the window began at the deletion
+    auditor = Auditor()
+    for pos, e in log.events:
+        auditor.feed(pos, e)
+    assert auditor.divergences == []
