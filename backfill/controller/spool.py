@@ -219,12 +219,18 @@ class Spool:
         return time.monotonic() - since if since is not None else 0.0
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Commit what is queued (best effort within ``timeout`` seconds), then stop the writer."""
+        """Commit what is queued (best effort within ``timeout`` seconds), then stop the writer.
+        What could not be committed is lost with the process: logged as a warning with its count
+        (observations are found again by the next leader's relist; a cancel decision's Job is
+        gone already, its run then ends for the condition that held)."""
         deadline = time.monotonic() + timeout
         with self._cond:
             self._cond.wait_for(lambda: self._next >= len(self._entries) or self.failing_since is not None, timeout)
             self._stopped = True
+            lost = len(self._entries) - self._next
             self._cond.notify_all()
+        if lost:
+            log.warning(f"stopping with {lost} spooled record(s) the event log did not accept; they are dropped ({self.last_error or 'the store did not answer'})")
         self._thread.join(max(0.0, deadline - time.monotonic()))
 
     # -- the writer ---------------------------------------------------------------------------

@@ -325,3 +325,18 @@ def test_the_status_follows_a_cancel_made_from_memory_until_the_durable_projecti
     assert caught_up.backfills[key].attempt.result == "preempted"
     pre.settle(caught_up)
     assert not pre.writes_status(key)
+
+
+def test_stopping_with_records_the_store_refused_says_how_many_are_dropped(caplog):
+    """A replica stopped during an outage exited with 5 records spooled and no word of them."""
+    import logging
+
+    store = MemoryEventStore(MemoryBackend())
+    _, spool = _spool_of_a_store_that_is_down(store)
+    spool.put([(ev.ForegroundRequest(at=T0, namespace=NS, model="m", source="ingest"), f"fg-{i}") for i in range(3)])
+    assert _wait(lambda: not spool.healthy)
+    with caplog.at_level(logging.WARNING, logger="backfill.controller.spool"):
+        spool.stop(timeout=0.5)
+    (record,) = [r for r in caplog.records if "spooled record" in r.getMessage()]
+    assert record.getMessage().startswith("stopping with 3 spooled record(s) the event log did not accept; they are dropped (")
+    assert _events(store) == []
