@@ -70,9 +70,14 @@ def _from_file(path: Path) -> client.ApiClient:
 
 
 def _reason(exc: BaseException, path: Path) -> str:
-    """The first line of ``exc``'s message without the client's own prefix and its repeat of
+    """The first line of ``exc``'s message without the client's own prefix and its repeats of
     the file's name (``Invalid kube-config file. Expected key current-context in PATH`` ->
-    ``expected key current-context``); the exception's class when it says nothing."""
+    ``expected key current-context``; ``... name x in PATH/contexts list`` -> ``... name x in
+    contexts list``; ``PATH file is empty`` -> ``the file is empty``); the exception's class
+    when it says nothing."""
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    text = text.removeprefix("Invalid kube-config file. ").removesuffix(f" in {path}")
+    for prefix in ("Invalid kube-config file. ", "Invalid kube-config. ", "invalid kube-config. "):
+        text = text.removeprefix(prefix)
+    text = text.removesuffix(f" in {path}")
+    text = text.replace(f" in {path}/", " in ").replace(f"{path} file", "the file")
     return text[:1].lower() + text[1:]

@@ -191,12 +191,21 @@ def test_a_kubeconfig_that_is_not_yaml_is_named_with_its_reason(tmp_path):
     assert f"kubeconfig {bad}: not valid YAML: mapping values are not allowed here" in line, line
 
 
-def test_a_kubeconfig_without_a_current_context_says_so_naming_the_file_once(tmp_path):
+@pytest.mark.parametrize(
+    "text, reason",
+    [
+        ("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n", "expected key current-context"),
+        ("apiVersion: v1\nkind: Config\ncurrent-context: nope\ncontexts: []\n", "expected object with name nope in contexts list"),
+        ("", "the file is empty"),
+    ],
+    ids=["no current-context", "unknown context", "empty"],
+)
+def test_a_kubeconfig_error_names_the_file_once(tmp_path, text, reason):
     """It said ``kubeconfig F: Invalid kube-config file. Expected key current-context in F``."""
     bare = tmp_path / "kubeconfig"
-    bare.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")
+    bare.write_text(text)
     line = _assert_one_line_error(_run(["controller", "--kubeconfig", str(bare)], tmp_path), controller=True)
-    assert f"kubeconfig {bare}: expected key current-context" in line and line.count(str(bare)) == 1, line
+    assert f"kubeconfig {bare}: {reason}" in line and line.count(str(bare)) == 1, line
 
 
 def test_db_upgrade_says_the_drivers_first_line_without_the_exception_class(tmp_path):
