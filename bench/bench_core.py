@@ -258,12 +258,17 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--database-url", default=None)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--fold-only", action="store_true", help="only the fold rows (seconds, no trace or database)")
     args = ap.parse_args()
     from backfill.settings import Settings
     from backfill.store import resolve_database_url
 
     console = Console(width=160)
     say = Console(stderr=True).log  # progress on stderr, the table on stdout
+    if args.fold_only:
+        for r in fold_rows(repeat=args.repeat):
+            console.print(" | ".join(r.cells()[:2]))
+        return
     say("simulate ...")
     rows, result = simulate_rows(alibaba(), args.repeat)
     sim = [result]
