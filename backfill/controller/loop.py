@@ -161,6 +161,7 @@ class Controller:
         self._threads: list[threading.Thread] = []
         self._live = False
         self._carry: set[Key] = set()  # keys whose commands were left undone
+        self._statuses_held = False  # statuses were not written while appends failed (see step)
         self._unreadable: list[str] = []  # watched kinds that cannot be read (admissions held)
         self._runs_checkpoint = 0  # during the start-up refold: run rows up to here are stored
         self.store_error: str | None = None
@@ -455,6 +456,8 @@ class Controller:
                 if time.monotonic() >= next_resync:
                     full = True
                     next_resync = time.monotonic() + self.settings.resync_seconds
+                if self._statuses_held and self.spool.healthy:
+                    full, self._statuses_held = True, False  # the statuses held while appends failed
                 if full:
                     self.preemptor.poke(None)
                 elif keys:
@@ -522,7 +525,8 @@ class Controller:
         the durable projection) and every watched kind can be read (listed once, not stale, its
         last call not failed: a signal that cannot be read holds starts, fail-closed); otherwise
         their keys are decided again on a later pass. Statuses go out only while the spool's
-        appends succeed (the log then holds what this process observed), else the same."""
+        appends succeed (the log then holds what this process observed); otherwise every status
+        is decided again by a full pass once they do."""
         keys = self.scope(keys)
         try:
             commands = decide(self.world, now, keys, status=True)
@@ -547,12 +551,13 @@ class Controller:
             held = {c.key for c in commands if isinstance(c, (Admit, Resume))}
             self._carry |= held
             todo = [c for c in commands if c.key not in held]
-        if not self.spool.healthy:
+        if not self.spool.healthy and any(type(c) is WriteStatus for c in todo):
             # Appends fail: the log lacks what this process observed (a Job gone, a demand), so
             # a status of this projection is older than the cluster (a replica that just gained
             # leadership wrote Running over a Job its predecessor had deleted). Statuses wait for
-            # the log; a cancel made here meanwhile has its status written from memory.
-            self._carry |= {c.key for c in todo if type(c) is WriteStatus}
+            # the log (a full pass once appends succeed, :meth:`run`); a cancel made here
+            # meanwhile has its status written from memory.
+            self._statuses_held = True
             todo = [c for c in todo if type(c) is not WriteStatus]
         self._carry.update(self.actor.execute(todo, self.world, now, interrupted=self.signal.is_set))
         return commands
