@@ -737,13 +737,20 @@ def runs(
         if any(r.completed_indexes or r.segment > 1 for r in rows):  # a resumable declaration's segments (issue 11)
             shown += ["completed_indexes", "useful_seconds", "wasted_seconds"]
         seconds = {"running_seconds", "useful_seconds", "wasted_seconds"}
+
+        def cell(r: Any, f: str) -> str:
+            return f"{r.namespace}/{r.backfill}" if f == "backfill" else f"{val(r, f):,.0f}" if f in seconds else str(val(r, f) or "")
+
+        if out.width < 6 * len(shown):  # too narrow for a column per field: rich would blank whole columns
+            lines = [f"{len(rows)} run(s)"]
+            for r in rows:
+                lines += ["", *(f"{f}: {cell(r, f)}" for f in shown)]
+            out.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)  # the terminal wraps; nothing is cut
+            return
         for c in shown:
             table.add_column(c, overflow="fold")  # a narrow terminal wraps a value, never cuts it ("…")
         for r in rows:
-            table.add_row(*[
-                (f"{r.namespace}/{r.backfill}" if f == "backfill" else f"{val(r, f):,.0f}" if f in seconds else str(val(r, f) or ""))
-                for f in shown
-            ])
+            table.add_row(*[cell(r, f) for f in shown])
         out.print(table)
 
 

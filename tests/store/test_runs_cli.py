@@ -96,3 +96,25 @@ def test_a_narrow_terminal_wraps_the_runs_table_and_cuts_no_value(pg_schema, pg_
     assert "…" not in text
     cells = "".join(line.split("│")[5].strip() for line in text.splitlines() if line.count("│") > 5)
     assert row.job_name in cells  # the job_name column, its pieces joined back
+
+
+def test_a_terminal_too_narrow_for_the_columns_lists_each_run_field_by_field(pg_schema, pg_engine, monkeypatch) -> None:
+    """At 40 columns and less rich blanked whole columns (a trial: running_seconds vanished)."""
+    import io
+
+    from rich.console import Console
+
+    import backfill.cli as cli
+
+    url, schema = pg_schema
+    row = run_row("u", 1, started_at=T0, ended_at=T0 + timedelta(seconds=24), result="preempted", reason="ForegroundDemand",
+                  running_seconds=24.0)  # fmt: skip
+    RunStore(pg_engine).apply([row], "runs", 1)
+    buf = io.StringIO()
+    monkeypatch.setattr(cli, "out", Console(file=buf, width=40))
+    assert main(["runs", "--database-url", url, "--schema", schema]) == 0
+    lines = buf.getvalue().splitlines()
+    assert lines[0] == "1 run(s)" and "" in lines
+    fields = dict(line.split(": ", 1) for line in lines if ": " in line)
+    assert fields["job_name"] == row.job_name and fields["running_seconds"] == "24" and fields["result"] == "preempted"
+    assert fields["backfill"] == f"{row.namespace}/{row.backfill}"
