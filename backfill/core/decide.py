@@ -194,7 +194,9 @@ def _evaluate(world: World, key: Key, now: datetime, reserved: dict | None = Non
         reason = last.end_reason if last is not None and last.end_reason else "JobFailed"
         return Verdict(FAILED, reason, "the Job failed; change the spec to run again", unblock)
     next_run = None
-    if b.succeeded_generation == b.generation and b.succeeded_at is not None:
+    # The cooldown follows the latest attempt's success only: once a later attempt was admitted
+    # (and preempted or cancelled), the repeat was taken and the wait is a plain idle window.
+    if b.succeeded_generation == b.generation and b.succeeded_at is not None and (last is None or last.result == "succeeded"):
         if spec.repeat_after == 0:
             return Verdict(SUCCEEDED, "Completed", "the Job completed (one-shot)", unblock)
         next_run = plus_seconds(b.succeeded_at, spec.repeat_after)

@@ -216,6 +216,22 @@ def test_repeat_due_but_window_incomplete_waits_with_repeat_due():
     assert log.decide(4500) == [WakeAt(KEY, t(5000))]
 
 
+def test_after_a_later_attempt_was_preempted_the_wait_is_a_plain_idle_window():
+    """A trial: every wait after the first success said RepeatDue with the old nextRunTime."""
+    log, admit = running(base(repeatAfter="1h"))
+    log.job("JobSucceeded", admit.job_name, 900)
+    (admit2,) = [c for c in log.decide(4500) if isinstance(c, Admit)]
+    log.admit(admit2, 4500)
+    log.job("JobCreated", admit2.job_name, 4500)
+    log.request(4600)
+    (cancel,) = [c for c in log.decide(4600) if isinstance(c, Cancel)]
+    log.cancel(cancel, 4600)
+    log.job("JobDeleted", admit2.job_name, 4601)
+    st = status_of(log.world, KEY, t(4700))
+    assert (st["phase"], st["reason"], st["nextRunTime"]) == ("WaitingForIdle", "IdleWindow", None)
+    assert log.decide(4700) == [WakeAt(KEY, t(4600 + 600))]  # idleFor 10m from the cancel
+
+
 def test_failure_is_terminal_until_the_spec_changes():
     log, admit = running(base(repeatAfter="1h"))
     log.job("JobFailed", admit.job_name, 800, reason="BackoffLimitExceeded")
