@@ -78,7 +78,7 @@ class Preemptor:
         statuses: ``(commands: [WriteStatus]) -> None`` queues statuses (the actor's status
             writer: returns at once, never raises); None: statuses are the loop's only. With
             it, a backfill whose cancel was made here has its status written from the
-            optimistic projection until the durable one shows that cancel (:attr:`from_memory`):
+            optimistic projection until the durable one shows that cancel done (:attr:`from_memory`):
             while PostgreSQL is away the status says ``Cancelling``, then the wait for a fresh
             idle window, instead of ``Running`` over a Job that is gone.
     """
@@ -123,9 +123,10 @@ class Preemptor:
         # delete may follow it for the same attempt, issue 11)
         self.inflight: dict[tuple[Key, int, int, bool], float] = {}
         #: (key, attempt, segment, suspend) of cancels executed here that the durable projection
-        #: does not show done yet (:func:`_over`; no time limit, unlike :attr:`inflight`: a decision is never dropped,
-        #: it reaches the log when the store answers): their backfills' statuses are this
-        #: projection's, and the loop does not write its older ones (:meth:`writes_status`).
+        #: does not show done yet (:func:`_over`; no time limit, unlike :attr:`inflight`: a
+        #: decision is never dropped, it reaches the log when the store answers): their
+        #: backfills' statuses are this projection's, and the loop does not write its older ones
+        #: (:meth:`writes_status`).
         self.from_memory: set[tuple[Key, int, int, bool]] = set()
         self.cancels = 0
         self.last_pass = time.monotonic()
@@ -351,13 +352,20 @@ class Preemptor:
         crash_point("cancel/decision-appended")
 
 
+def _current(durable: World, key: Key, attempt: int, segment: int) -> Any:
+    """``key``'s attempt in the durable projection while it is still ``attempt`` at segment
+    ``segment`` or earlier; None once another attempt or a later segment is current (or none)."""
+    b = durable.backfills.get(key)
+    a = b.attempt if b is not None else None
+    return None if a is None or a.number != attempt or a.segment > segment else a
+
+
 def _shown(durable: World, key: Key, attempt: int, segment: int, suspend: bool) -> bool:
     """True when the durable projection shows the cancel ``(key, attempt, segment, suspend)``:
     the attempt is no longer Starting/Running (a suspending cancel), or no longer live nor
     suspended (a deleting one), or another attempt or a later segment is current."""
-    b = durable.backfills.get(key)
-    a = b.attempt if b is not None else None
-    if a is None or a.number != attempt or a.segment > segment:
+    a = _current(durable, key, attempt, segment)
+    if a is None:
         return True
     if suspend:
         return a.lifecycle not in ("Starting", "Running")
@@ -370,11 +378,8 @@ def _over(durable: World, key: Key, attempt: int, segment: int, suspend: bool) -
     attempt or a later segment current. Until then its status is written from memory: a status
     of the durable projection's (``Cancelling`` while the optimistic one already saw the Job
     gone) would be older."""
-    b = durable.backfills.get(key)
-    a = b.attempt if b is not None else None
-    if a is None or a.number != attempt or a.segment > segment:
-        return True
-    return a.lifecycle in (SUSPENDED, IDLE) if suspend else a.lifecycle == IDLE
+    a = _current(durable, key, attempt, segment)
+    return a is None or (a.lifecycle in (SUSPENDED, IDLE) if suspend else a.lifecycle == IDLE)
 
 
 def _ended_attempts_name(world: World, c: DeleteJob) -> bool:
