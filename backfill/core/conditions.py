@@ -40,6 +40,7 @@ from .verdict import (
     NODE_CHANGED,
     PREEMPTION_NOT_RESUMABLE,
     SPEC_CHANGED,
+    SUSPEND_REASONS,
     SUSPENDED,
     TEMPLATE_NOT_FOUND,
 )
@@ -292,6 +293,21 @@ GATE_CHECKS: tuple[Callable[[World, Subject, datetime], Hit | None], ...] = tupl
 SUSPENDED_CHECKS: tuple[Callable[[World, Subject, datetime], Hit | None], ...] = tuple(
     c.holds for c in CONDITIONS if c.ends_suspended
 )
+
+def suspends(b: BackfillState, a: Attempt, reason: str) -> bool:
+    """Whether a cancel for ``reason`` suspends ``a``'s Job instead of deleting it: a preemption
+    (:data:`~backfill.core.verdict.SUSPEND_REASONS`) of an attempt admitted under
+    ``spec.preemption: Suspend`` whose Job exists, its spec unchanged. ``decide`` asks it of a
+    cancel; the fold asks it of a suspension observed before its decision reached the log."""
+    return (
+        reason in SUSPEND_REASONS
+        and a.resumable
+        and b.spec is not None
+        and b.spec.resumable
+        and a.created_at is not None
+        and a.generation == b.generation
+    )
+
 
 def first_hit(checks: Iterable[Callable[[World, Subject, datetime], Hit | None]], world: World, s: Subject, now: datetime) -> Hit | None:
     """The :class:`Hit` of the first of ``checks`` (one of the tables above, in order) that

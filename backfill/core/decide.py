@@ -27,7 +27,7 @@ from .commands import (
     WakeAt,
     WriteStatus,
 )
-from .conditions import CANCEL_CHECKS, GATE_CHECKS, SUSPENDED_CHECKS, Hit, block_cause, block_reason, first_hit, subject
+from .conditions import CANCEL_CHECKS, GATE_CHECKS, SUSPENDED_CHECKS, Hit, block_cause, block_reason, first_hit, subject, suspends
 from .jobtemplate import job_name
 from .state import CANCELLING, RUNNING, STARTING, SUSPENDING, Attempt, BackfillState, CreateRejection, Key, ModelState, World
 from .status import status_from_verdict
@@ -44,7 +44,6 @@ from .verdict import (
     REPEAT_SCHEDULED,
     RESUMING,
     SUCCEEDED,
-    SUSPEND_REASONS,
     SUSPENDED,
     SUSPENDED_PHASE,
     UNEXPLAINED_JOB,
@@ -151,7 +150,7 @@ def _evaluate(world: World, key: Key, now: datetime, reserved: dict | None = Non
             return _suspending(world, key, b, a, now)
         hit = first_hit(CANCEL_CHECKS, world, subject(world, b, a), now)
         if hit is not None:
-            if _suspends(b, a, hit.reason):  # issue 11: keep the completed indexes
+            if suspends(b, a, hit.reason):  # issue 11: keep the completed indexes
                 message = f"{hit.message}; suspending Job {a.job_name} (completed indexes are kept)"
                 cancel = Cancel(key, b.uid, a.number, a.job_name, hit.reason, message, hit.cause, True, a.segment)
                 return Verdict(CANCELLING, hit.reason, message, (cancel,))
@@ -240,20 +239,6 @@ def _evaluate(world: World, key: Key, now: datetime, reserved: dict | None = Non
 
 
 # ---------------------------------------------------------------- resumable attempts (issue 11)
-
-
-def _suspends(b: BackfillState, a: Attempt, reason: str) -> bool:
-    """Whether a cancel for ``reason`` suspends ``a``'s Job instead of deleting it: a preemption
-    (:data:`~backfill.core.verdict.SUSPEND_REASONS`) of an attempt admitted under
-    ``spec.preemption: Suspend`` whose Job exists, its spec unchanged."""
-    return (
-        reason in SUSPEND_REASONS
-        and a.resumable
-        and b.spec is not None
-        and b.spec.resumable
-        and a.created_at is not None
-        and a.generation == b.generation
-    )
 
 
 def _ends_suspended(world: World, b: BackfillState, a: Attempt, now: datetime) -> Hit | None:

@@ -514,13 +514,20 @@ def _late_cancel(a: Attempt, e: ev.AttemptCancelled, pos: int) -> Attempt | None
 
 def revived(w: World, key: Key) -> World | None:
     """``w`` with ``key``'s attempt live again (Running) if a deletion nothing explained ended
-    it, else None: the state a cancel decided before that deletion reached the log saw (the
-    replay auditor checks such a late cancel on it)."""
+    it, or a suspension whose decision is not in the log yet suspended it, else None: the state
+    a cancel decided before that observation reached the log saw (the replay auditor checks
+    such a late cancel on it)."""
     b = w.backfills.get(key)
     a = b.attempt if b is not None else None
-    if a is None or not _unexplained_end(a):
+    if a is not None and _unexplained_end(a):
+        live = a._replace(lifecycle=RUNNING, ended_at=None, end_pos=0, result=None, end_reason="")
+    elif _suspended_before_decision(a):
+        live = a._replace(
+            lifecycle=RUNNING, suspend=False, cancel_reason="", cancel_message="", cancel_pos=0,
+            segment_ended_at=None, segment_reason="", segment_pos=0,
+        )
+    else:
         return None
-    live = a._replace(lifecycle=RUNNING, ended_at=None, end_pos=0, result=None, end_reason="")
     return _put_attempt(w, b, live, w.position)
 
 
@@ -682,21 +689,65 @@ def _ended_while_suspended(a: Attempt, at: datetime) -> Attempt:
 
 
 def _fold_suspend_decided(w: World, b: BackfillState | None, a: Attempt | None, e: ev.AttemptCancelled, pos: int) -> World:
-    """A suspending cancel: the segment's preemption; the Job is being suspended (Suspending)."""
-    if b is None or a is None or a.number != e.attempt or a.segment != e.segment or a.lifecycle not in (STARTING, RUNNING):
+    """A suspending cancel: the segment's preemption; the Job is being suspended (Suspending).
+    One that reaches the log after its suspension was observed (:func:`_suspension_before_decision`)
+    names the segment's end: its reason, message and cause replace the condition's."""
+    if b is None or a is None or a.number != e.attempt or a.segment != e.segment:
+        return _at(w, pos)
+    if _suspended_before_decision(a):
+        cause = e.cause or pos
+        a = a._replace(
+            cancel_reason=e.reason, cancel_message=e.message, cancelled_at=e.at, cancel_pos=cause,
+            segment_reason=e.reason, segment_pos=cause,
+        )
+        return _put_attempt(w, b, a, pos)
+    if a.lifecycle not in (STARTING, RUNNING):
         return _at(w, pos)
     return _put_attempt(w, b, _cancel_decided(a, e, pos), pos)
 
 
+def _suspended_before_decision(a: Attempt | None) -> bool:
+    """True when ``a`` is Suspended by an observation its suspending decision has not reached
+    the log for yet (:func:`_suspension_before_decision`: no ``cancelled_at``)."""
+    return a is not None and a.lifecycle == SUSPENDED and a.cancelled_at is None and a.suspend
+
+
+def _suspension_before_decision(w: World, b: BackfillState, a: Attempt, e: ev.JobSuspended, pos: int) -> World:
+    """A Job observed suspended while its attempt is Starting or Running. If a condition holds
+    that ``decide`` suspends for (:data:`conditions.CANCEL_CHECKS` and :func:`conditions.suspends`,
+    the same rules), the suspension is ours and its decision has not reached the log yet: the
+    preemptor PATCHes first and records after (fail-safe), so with PostgreSQL away the
+    observation can be stored before the decision. The segment ends for that condition
+    (Suspended) and the attempt can be resumed. Otherwise someone else suspended a running Job,
+    which is not followed (README)."""
+    if a.lifecycle != STARTING and a.lifecycle != RUNNING:
+        return _at(w, pos)
+    hit = conditions.first_hit(conditions.CANCEL_CHECKS, w, conditions.subject(w, b, a), e.at)
+    if hit is None or not conditions.suspends(b, a, hit.reason):
+        return _at(w, pos)
+    if hit.reason == FOREGROUND_DEMAND:  # the window restarts at the preemption (as _fold_cancelled)
+        w = _busy_at_least(w, (b.namespace, a.model), e.at, pos)
+        b = w.backfills[(b.namespace, b.name)]
+    a = a._replace(
+        lifecycle=SUSPENDING, suspend=True, cancel_reason=hit.reason, cancel_message=hit.message, cancel_pos=hit.cause
+    )
+    return _suspension_observed(w, b, a, e, pos)
+
+
 def _fold_job_suspended(w: World, e: ev.JobSuspended, pos: int) -> World:
     """The Job is observed suspended with no active pods: our suspension's segment ends
-    (Suspended). A Job someone else suspends while it runs is not followed (README)."""
+    (Suspended), also when its decision is not in the log yet (:func:`_suspension_before_decision`)."""
     found = _job_attempt(w, e)
     if found is None:
         return _unexplained(w, e, pos)
-    if found[1].lifecycle != SUSPENDING:
-        return _at(w, pos)
     b, a = found
+    if a.lifecycle != SUSPENDING:
+        return _suspension_before_decision(w, b, a, e, pos)
+    return _suspension_observed(w, b, a, e, pos)
+
+
+def _suspension_observed(w: World, b: BackfillState, a: Attempt, e: ev.JobSuspended, pos: int) -> World:
+    """Suspending attempt ``a`` of ``b`` observed suspended by ``e``: its segment ends (Suspended)."""
     a = _progress(a, e.completed_indexes, e.at)
     if a.segment_ended_at is None:  # a foreign resume and our re-suspend keep the first end
         start = (a.started_at or a.created_at) if a.segment == 1 else (a.segment_started_at or a.admitted_at)

@@ -33,13 +33,14 @@ Key = tuple[str, str]
 #: differently): snapshots of another version are never read, start-up refolds from the log.
 #: Shape changes (fields, event types, event versions) change the fingerprint by themselves
 #: (:func:`backfill.store.projection.code_version`).
-STATE_VERSION = 5  # 2: run segments of resumable (Indexed) attempts, issue 11; 3: unchanged re-deliveries
+STATE_VERSION = 6  # 2: run segments of resumable (Indexed) attempts, issue 11; 3: unchanged re-deliveries
 #: (CronJob, gaming, lease) keep their first position; 4: a Job deleted before its cancel was
 #: recorded ends for the cancel condition that held (any, not only foreground demand), and a
 #: cancel recorded after the deletion it caused re-attributes the end; a request that does not
 #: extend the known busy time is not new demand, and a ForegroundDemand cancel restarts the idle
 #: window at its decision; the GPU guard refuses dynamic resource claims; a ref over the CRD maxLength is InvalidSpec;
-#: 5: a Job deleted while foreground demand held (no cancel recorded yet) restarts the idle window at its deletion
+#: 5: a Job deleted while foreground demand held (no cancel recorded yet) restarts the idle window at its deletion;
+#: 6: a Job observed suspended while a condition held that suspends it (its decision not recorded yet) is Suspended
 
 _EMPTY: Mapping[Any, Any] = immutables.Map()  # shared, immutable default of every World map
 _NO_SPEC: Mapping[str, Any] = MappingProxyType({})

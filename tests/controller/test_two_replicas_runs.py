@@ -15,7 +15,7 @@ import time
 
 from backfill.core import events as ev
 
-from .conftest import LeaderSwitch, log_of, wait_for
+from .conftest import LeaderSwitch, log_of, now_s, wait_for
 
 HOLD_SECONDS = 1.5
 
@@ -36,14 +36,23 @@ class _LateDecisions:
         return getattr(self._store, name)
 
 
-def _running_on_two_replicas(kube, start_controller, wrap_leader) -> tuple:
+def _running_on_two_replicas(kube, start_controller, wrap_leader, resumable: bool = False) -> tuple:
     """A leader (its store wrapped by ``wrap_leader``) and a standby on one log, ModelBackfill
-    ``busy`` Running on Model ``gemma`` (node-a) and folded by both: (leader, Job name)."""
-    kube.cronjob("model-eval-gauntlet")
+    ``busy`` Running on Model ``gemma`` (node-a) and folded by both: (leader, Job name).
+    ``resumable``: an Indexed template and ``preemption: Suspend`` (issue 11)."""
+    from .test_resumable import TEMPLATE, _indexed_cronjob
+
+    if resumable:
+        _indexed_cronjob(kube)
+    else:
+        kube.cronjob("model-eval-gauntlet")
     kube.model("gemma", node="node-a")
     leader = start_controller(leader=LeaderSwitch(True), wrap_events=wrap_leader)
     standby = start_controller(leader=LeaderSwitch(False))
-    kube.backfill("busy")
+    if resumable:
+        kube.backfill("busy", template=TEMPLATE, preemption="Suspend")
+    else:
+        kube.backfill("busy")
     job = wait_for(kube.jobs, what="Job created by the leader")[0].metadata.name
     kube.run_job(job)
     wait_for(lambda: kube.status("busy").get("phase") == "Running", what="phase Running")
@@ -87,6 +96,42 @@ def test_a_deletion_recorded_before_the_leaders_cancel_keeps_the_cancels_reason(
     get, labels = _preempted_once(kube, leader, job, "GamingIntent", gaming_pos)
     assert get("flexinfer_model_backfill_completions_total", {**labels, "result": "preempted"}) == 1
     assert get("flexinfer_model_backfill_completions_total", {**labels, "result": "cancelled"}) is None
+
+
+def test_a_suspension_recorded_before_the_leaders_decision_is_resumed_later(kube, start_controller):
+    """``preemption: Suspend``: the standby records the Job's observed suspension before the
+    leader's suspend decision (a trial with PostgreSQL away saw this order: the attempt then
+    stayed ``Cancelling`` for ever, waiting for an observation it had already folded). The
+    segment ends for the gaming intent, and once the session is gone the same Job is resumed."""
+    from .test_resumable import IndexedJobPlayer
+
+    leader, job = _running_on_two_replicas(kube, start_controller, _LateDecisions, resumable=True)
+    player = IndexedJobPlayer(kube, job)
+    kube.create("gamingsessions", "GamingSession", "play", {"nodeName": "node-a", "mode": "gaming"})
+    wait_for(lambda: player.spec_suspend() is True, timeout=5, what="Job spec.suspend true")
+    player.suspended(now_s())  # the pods are gone; both replicas observe it
+    cancels = wait_for(lambda: [(p, e) for p, e in log_of(leader) if isinstance(e, ev.AttemptCancelled)], timeout=15,
+                       what="the leader's suspend decision recorded")
+    log = log_of(leader)
+    (gaming_pos,) = [p for p, e in log if isinstance(e, ev.GamingIntentStarted)]
+    (suspended_pos,) = [p for p, e in log if isinstance(e, ev.JobSuspended)]
+    (cancel_pos, cancel), = cancels
+    assert gaming_pos < suspended_pos < cancel_pos, log[-6:]  # the race this test is about
+    assert (cancel.reason, cancel.cause, cancel.suspend) == ("GamingIntent", gaming_pos, True)
+    _preempted_once(kube, leader, job, "GamingIntent", gaming_pos)
+    wait_for(lambda: kube.status("busy").get("phase") == "WaitingForIdle", timeout=5, what="phase WaitingForIdle")
+    kube.custom.delete_namespaced_custom_object("ai.flexinfer", "v1alpha2", kube.ns, "gamingsessions", "play")
+    wait_for(lambda: player.spec_suspend() is False, timeout=15, what="the same Job resumed")
+    assert [j.metadata.name for j in kube.jobs()] == [job]
+    log = log_of(leader)
+    (resume,) = [e for _, e in log if isinstance(e, ev.AttemptResumed)]
+    assert (resume.attempt, resume.segment, resume.job_name) == (1, 2, job)
+    from backfill.core.audit import Auditor
+
+    auditor = Auditor()
+    for position, e in log:
+        auditor.feed(position, e)
+    assert auditor.divergences == [] and [x.decision for x in auditor.trail] == ["admit", "suspend", "resume"]
 
 
 def test_an_ingest_report_whose_deletion_is_recorded_first_is_still_its_preemption(kube, start_controller):

@@ -269,3 +269,58 @@ def test_a_demand_before_the_job_exists_deletes():
     log.admit(admit, IDLE).request(601)
     assert not _one(log.decide(601), Cancel).suspend
 
+
+
+def _audit(log: Log):
+    auditor = Auditor()
+    for pos, e in log.events:
+        auditor.feed(pos, e)
+    return auditor
+
+
+@pytest.mark.parametrize("decider_saw", ["request", "everything before it"])
+def test_a_suspension_observed_before_its_decision_is_ours_and_resumes(decider_saw):
+    """PostgreSQL away: the preemptor PATCHes ``suspend: true`` from memory and spools its
+    decision; the Job's observed suspension reaches the log first (request 147, JobSuspended 148,
+    suspend decision 149). The segment ends for the condition that held, and the attempt resumes
+    after a full window, never stuck Suspending waiting for an observation that already came."""
+    log, admit, cancel = suspended_log()
+    request_pos = log.world.position  # the request at 800 is the last event folded
+    log.job("JobSuspended", admit.job_name, 803, completed_indexes="0-1", episode="rv1")
+    suspended_pos = log.world.position
+    a = _attempt(log)
+    assert (a.lifecycle, a.live, a.completed_indexes) == (SUSPENDED, False, "0-1")
+    assert status_of(log.world, KEY, t(804))["phase"] == "WaitingForIdle"
+    log.cancel(cancel, 800.5, basis=request_pos if decider_saw == "request" else None)
+    assert _attempt(log).lifecycle == SUSPENDED  # the late decision names the end, nothing more
+    assert not [c for c in log.decide(804) if isinstance(c, (SuspendJob, DeleteJob, Cancel))]
+    # the window restarts at the observed suspension (803, its cause), the latest the decision can have been
+    assert not [c for c in log.decide(803 + IDLE - 0.1) if isinstance(c, (Admit, Resume))]
+    resume = _one(log.decide(803 + IDLE), Resume)
+    assert (resume.attempt, resume.segment, resume.job_name, resume.cause) == (1, 2, admit.job_name, suspended_pos)
+    (row,) = _rows(log)
+    assert (row.segment, row.result, row.reason, row.deciding_position) == (1, "preempted", "ForegroundDemand", request_pos)
+    assert row.ended_at == t(803) and row.completed_indexes == "0-1"
+    log.admit(resume, 803 + IDLE)
+    auditor = _audit(log)
+    assert auditor.divergences == [] and [x.decision for x in auditor.trail] == ["admit", "suspend", "resume"]
+
+
+def test_a_job_someone_else_suspends_while_nothing_preempts_it_is_not_followed():
+    """README: a Job suspended by someone else while it runs (no condition holds that suspends
+    it) is not ours; the attempt stays Running."""
+    log = Log().ready(0).cronjob(0, template=INDEXED).apply(0, preemption="Suspend")
+    admit = _one(log.decide(IDLE), Admit)
+    log.admit(admit, IDLE).job("JobCreated", admit.job_name, 601).job("JobRunning", admit.job_name, 602)
+    log.job("JobSuspended", admit.job_name, 700, completed_indexes="", episode="human")
+    assert _attempt(log).lifecycle == RUNNING
+
+
+def test_a_suspension_observed_while_a_delete_condition_holds_is_not_a_segment_end():
+    """Only a condition ``decide`` *suspends* for explains an observed suspension: for a Delete
+    declaration the same demand deletes, so the observation changes nothing."""
+    log, admit, cancel = suspended_log(preemption="Delete")
+    assert not cancel.suspend
+    log.job("JobSuspended", admit.job_name, 803, completed_indexes="0-1", episode="rv1")
+    assert _attempt(log).lifecycle == RUNNING
+    assert _one(log.decide(804), Cancel).reason == "ForegroundDemand"

@@ -1,6 +1,9 @@
 """A resumable Job's suspension is as fail-safe as a delete (issue 11): with PostgreSQL away,
 demand still sets the Job's ``spec.suspend: true`` within the cancel bound, nothing is admitted
-or resumed while the log cannot record it, and once the store is back the log explains it.
+or resumed while the log cannot record it, and once the store is back the log explains it and
+the same Job is resumed after a full idle window. The Job is observed suspended while the store
+is away, so that observation can reach the log before the suspend decision (found by a trial:
+the attempt then stayed ``Cancelling`` for ever, waiting for an observation it had folded).
 
 The controller runs as a real subprocess; the test plays the Job controller.
 """
@@ -11,7 +14,8 @@ import time
 
 import pytest
 
-from tests.controller.test_resumable import TEMPLATE, _indexed_cronjob
+from tests.controller.conftest import now_s
+from tests.controller.test_resumable import TEMPLATE, IndexedJobPlayer, _indexed_cronjob
 
 from .harness import JobPlayer, Kube, assert_replay_clean, demand, log_events, of_type, timed, wait_for
 from .test_store_faults import OUTAGE_AFTER_DEMAND_SECONDS, store_fault
@@ -43,22 +47,32 @@ def test_demand_while_the_store_is_away_suspends_at_once(kube: Kube, player: Job
         finally:
             print(f"store {fault}: demand -> Job {job} spec.suspend true: {time.monotonic() - t0:.2f} s (bound {CANCEL_BOUND_SECONDS} s)")
         print(f"store {fault}: suspend took {seconds:.2f} s")
+        IndexedJobPlayer(kube, job).suspended(now_s())  # the pods are gone: observed while the store is away
         deadline = t0 + OUTAGE_AFTER_DEMAND_SECONDS
         while time.monotonic() < deadline:  # kept, not deleted, not resumed, nothing new
             jobs = kube.jobs()
             assert [(j.metadata.uid, j.spec.suspend, j.metadata.deletion_timestamp) for j in jobs] == [(uid, True, None)]
             time.sleep(0.2)
         assert proc.alive, proc.tail()
+    back = time.monotonic()
 
     def logged() -> bool:
         events = log_events(pg.url, schema)
         return any(e.suspend for _, e in of_type(events, "AttemptCancelled"))
 
     wait_for(logged, timeout=20, what="the suspend decision in the log")
+    # idleFor 2s from the preemption (at the latest the observed suspension): the same Job resumes
+    resumed = timed(lambda: IndexedJobPlayer(kube, job).spec_suspend() is False, timeout=20, what=f"Job {job} resumed")
+    print(f"store {fault}: Job {job} resumed {time.monotonic() - back:.2f} s after the store came back ({resumed:.2f} s waited)")
+    assert [j.metadata.uid for j in kube.jobs()] == [uid]
     events = log_events(pg.url, schema)
+    order = [type(e).__name__ for _, e in events if type(e).__name__ in ("JobSuspended", "AttemptCancelled")]
+    print(f"store {fault}: log order {order}")
     fg = [(p, e) for p, e in of_type(events, "ForegroundRequest") if e.model == "gemma"]
     assert fg[-1][1].at.strftime("%Y-%m-%dT%H:%M:%SZ") == last_active
     (_, cancel), = of_type(events, "AttemptCancelled")
     assert (cancel.reason, cancel.suspend, cancel.segment, cancel.cause) == ("ForegroundDemand", True, 1, fg[-1][0])
+    (_, resume), = of_type(events, "AttemptResumed")
+    assert (resume.attempt, resume.segment, resume.job_name) == (1, 2, job)
     assert cluster_invariants(kube) == []
     assert_replay_clean(pg.url, schema)
