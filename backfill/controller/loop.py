@@ -61,6 +61,9 @@ from .watchers import Watcher
 log = logging.getLogger("backfill.controller.loop")
 
 RUNS_CHECKPOINT = "runs"
+#: Seconds an observation may wait for the log before statuses are held (``Reconciler._log_lags``):
+#: an append answers in milliseconds; a backlog this old means the store is paused, hung or down.
+STATUS_LAG_SECONDS = 1.0
 
 Key = tuple[str, str]
 
@@ -161,7 +164,7 @@ class Controller:
         self._threads: list[threading.Thread] = []
         self._live = False
         self._carry: set[Key] = set()  # keys whose commands were left undone
-        self._statuses_held = False  # statuses were not written while appends failed (see step)
+        self._statuses_held = False  # statuses were not written while the log lagged (see step)
         self._unreadable: list[str] = []  # watched kinds that cannot be read (admissions held)
         self._runs_checkpoint = 0  # during the start-up refold: run rows up to here are stored
         self.store_error: str | None = None
@@ -456,8 +459,8 @@ class Controller:
                 if time.monotonic() >= next_resync:
                     full = True
                     next_resync = time.monotonic() + self.settings.resync_seconds
-                if self._statuses_held and self.spool.healthy:
-                    full, self._statuses_held = True, False  # the statuses held while appends failed
+                if self._statuses_held and not self._log_lags():
+                    full, self._statuses_held = True, False  # the statuses held while the log lagged
                 if full:
                     self.preemptor.poke(None)
                 elif keys:
@@ -551,16 +554,23 @@ class Controller:
             held = {c.key for c in commands if isinstance(c, (Admit, Resume))}
             self._carry |= held
             todo = [c for c in commands if c.key not in held]
-        if not self.spool.healthy and any(type(c) is WriteStatus for c in todo):
-            # Appends fail: the log lacks what this process observed (a Job gone, a demand), so
-            # a status of this projection is older than the cluster (a replica that just gained
-            # leadership wrote Running over a Job its predecessor had deleted). Statuses wait for
-            # the log (a full pass once appends succeed, :meth:`run`); a cancel made here
+        if any(type(c) is WriteStatus for c in todo) and self._log_lags():
+            # The log lacks what this process observed (a Job gone, a demand): appends fail, or
+            # the store is paused and they hang. A status of this projection is then older than
+            # the cluster (a replica that just gained leadership wrote Running over a Job its
+            # predecessor had deleted, also the moment a paused store answered again). Statuses
+            # wait for the log (a full pass once it caught up, :meth:`run`); a cancel made here
             # meanwhile has its status written from memory.
             self._statuses_held = True
             todo = [c for c in todo if type(c) is not WriteStatus]
         self._carry.update(self.actor.execute(todo, self.world, now, interrupted=self.signal.is_set))
         return commands
+
+    def _log_lags(self) -> bool:
+        """True while appends fail, or the projection lacks an observation spooled over
+        :data:`STATUS_LAG_SECONDS` ago (a paused or hung store; appends answer in milliseconds,
+        so a younger backlog is ordinary traffic and holds nothing)."""
+        return not self.spool.healthy or self.spool.lag(self.position) > STATUS_LAG_SECONDS
 
     def _signals_readable(self) -> bool:
         """True while every watcher has listed, is not stale and its last call did not fail;

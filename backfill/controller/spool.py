@@ -50,9 +50,10 @@ class Entry:
         position: the log position once committed (an earlier position when the key was
             already stored, e.g. by another replica); None while not committed.
         duplicate: the key was already stored (nothing new was appended).
+        spooled_at: monotonic seconds when it was spooled.
     """
 
-    __slots__ = ("seq", "event", "record", "position", "duplicate", "decision", "_make", "_deps")
+    __slots__ = ("seq", "event", "record", "position", "duplicate", "decision", "spooled_at", "_make", "_deps")
 
     def __init__(self, seq: int, event: Any = None, record: Any = None, make: Any = None, deps: Sequence["Entry"] = ()) -> None:
         self.seq = seq
@@ -61,6 +62,7 @@ class Entry:
         self.position: int | None = None
         self.duplicate = False
         self.decision = make is not None  # a decision of this process (logged when recorded)
+        self.spooled_at = time.monotonic()
         self._make = make
         self._deps = tuple(deps)
 
@@ -183,6 +185,17 @@ class Spool:
             if self._next < len(self._entries):
                 return False
             return all(e.position is not None and e.position <= position for e in self._entries)
+
+    def lag(self, position: int) -> float:
+        """Seconds the oldest entry a projection folded up to ``position`` lacks has waited
+        (not committed yet, or committed after ``position``); 0.0 when :meth:`settled`. Appends
+        answer in milliseconds, so a lag of seconds means the store is paused, hung or down and
+        the projection is older than what this process observed."""
+        with self._cond:
+            for e in self._entries:  # in arrival order: the first one missing is the oldest
+                if e.position is None or e.position > position:
+                    return time.monotonic() - e.spooled_at
+            return 0.0
 
     def trim(self, position: int) -> None:
         """Forget committed entries at or before ``position`` (folded into the durable projection)."""

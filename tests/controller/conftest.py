@@ -35,16 +35,19 @@ class LeaderSwitch:
 
 class RefusingStore:
     """A controller's EventStore, except that ``append`` raises while ``down`` is set (reads
-    still answer): PostgreSQL refusing writes. Pass ``wrap_events=lambda s: RefusingStore(s,
-    down)`` to ``start_controller``."""
+    still answer): PostgreSQL refusing writes. With ``hang=True`` an append waits while ``down``
+    is set instead, then goes through: a paused server, whose appends never answer (no error).
+    Pass ``wrap_events=lambda s: RefusingStore(s, down)`` to ``start_controller``."""
 
-    def __init__(self, store: Any, down: threading.Event) -> None:
-        self._store, self._down = store, down
+    def __init__(self, store: Any, down: threading.Event, hang: bool = False) -> None:
+        self._store, self._down, self._hang = store, down, hang
 
     def append(self, records: Any) -> Any:
-        """The store's append, or ConnectionError while ``down`` is set."""
-        if self._down.is_set():
-            raise ConnectionError("the store refuses appends (test outage)")
+        """The store's append, or ConnectionError (``hang``: a wait) while ``down`` is set."""
+        while self._down.is_set():
+            if not self._hang:
+                raise ConnectionError("the store refuses appends (test outage)")
+            time.sleep(0.02)
         return self._store.append(records)
 
     def __getattr__(self, name: str) -> Any:

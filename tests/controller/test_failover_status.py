@@ -1,10 +1,12 @@
-"""A replica that gains leadership while the event log refuses appends writes no status older
-than the cluster (found by a new user's trial: after a failover with PostgreSQL away, the new
-leader wrote ``Running`` over the Job its predecessor had deleted from memory, until its spool
-got through).
+"""A replica that gains leadership while the event log refuses appends, or while they hang,
+writes no status older than the cluster (found by new users' trials: after a failover with
+PostgreSQL away, the new leader wrote ``Running`` over the Job its predecessor had deleted from
+memory, until its spool got through; with PostgreSQL *paused* the appends fail nothing, they
+just never answer, and the same happened).
 
 Two controllers on the real API server and one PostgreSQL schema; leadership is a switch, the
-outage a store whose appends raise while ``down`` is set (reads still answer).
+outage a store whose appends raise (``refused``) or wait (``hung``) while ``down`` is set (reads
+still answer).
 """
 
 from __future__ import annotations
@@ -13,28 +15,35 @@ import threading
 import time
 from datetime import timedelta
 
+import pytest
+
 from .conftest import LeaderSwitch, PhaseRecorder, RefusingStore, now_s, ts, wait_for
 
 
-def test_a_new_leader_writes_no_status_from_a_log_that_lacks_what_it_observed(kube, kube_cluster, start_controller):
+@pytest.mark.parametrize("outage", ["refused", "hung"])
+def test_a_new_leader_writes_no_status_from_a_log_that_lacks_what_it_observed(kube, kube_cluster, start_controller, outage):
     kube.cronjob("model-eval-gauntlet")
     kube.model("gemma")
     down = threading.Event()
     a_leads, b_leads = LeaderSwitch(True), LeaderSwitch(False)
     exact = {"foreground_signal_granularity_seconds": 0}  # busy until lastActiveTime itself
-    start_controller(leader=a_leads, wrap_events=lambda s: RefusingStore(s, down), **exact)
-    b = start_controller(leader=b_leads, wrap_events=lambda s: RefusingStore(s, down), **exact)
+    hang = outage == "hung"
+    start_controller(leader=a_leads, wrap_events=lambda s: RefusingStore(s, down, hang), **exact)
+    b = start_controller(leader=b_leads, wrap_events=lambda s: RefusingStore(s, down, hang), **exact)
     kube.backfill("busy")
     job = wait_for(kube.jobs, what="Job created by the leader")[0].metadata.name
     kube.run_job(job)
     wait_for(lambda: kube.status("busy").get("phase") == "Running", what="phase Running")
     recorder = PhaseRecorder(kube_cluster.api_client(), kube.ns, "busy")
     try:
-        down.set()  # the outage: every append fails from now on
+        down.set()  # the outage: every append fails (or hangs) from now on
         kube.set_status("models", "gemma", {"lastActiveTime": ts(now_s() + timedelta(seconds=1))})
         wait_for(lambda: kube.job(job) is None, timeout=5, what="Job deleted by the leader from memory")
         wait_for(lambda: kube.status("busy").get("phase") == "WaitingForIdle", timeout=5, what="status from memory")
-        wait_for(lambda: not b.spool.healthy, timeout=5, what="the standby's appends failing too")
+        if hang:
+            wait_for(lambda: b.spool.stalled_for() > 1.5, timeout=5, what="the standby's append hanging too")
+        else:
+            wait_for(lambda: not b.spool.healthy, timeout=5, what="the standby's appends failing too")
         a_leads.leading, b_leads.leading = False, True  # failover, the store still refusing appends
         b.signal.set()
         time.sleep(3)  # b's loop reads the log (it answers), gains leadership, decides everything

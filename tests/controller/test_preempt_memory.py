@@ -8,6 +8,7 @@ from the log at the decision's basis.
 from __future__ import annotations
 
 import threading
+import time
 from datetime import datetime, timedelta, timezone
 
 from backfill.controller.preempt import Preemptor
@@ -123,8 +124,6 @@ def _events(store: MemoryEventStore) -> list:
 
 
 def _wait(predicate, timeout: float = 5.0) -> bool:
-    import time
-
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
@@ -210,6 +209,35 @@ def test_unfolded_after_a_seq_returns_only_what_arrived_later_while_the_store_is
         assert [e.seq for e in spool.unfolded(0, entries[3].seq)] == [entries[4].seq, entries[5].seq, later[0].seq]
         assert spool.unfolded(0, later[0].seq) == []
     finally:
+        spool.stop()
+
+
+def test_lag_is_the_age_of_the_oldest_observation_a_projection_lacks_while_an_append_hangs():
+    """A paused store fails nothing: the append just never answers. ``lag`` (what the loop holds
+    statuses on) is the oldest missing entry's wait, measured here against the test's own clock."""
+    store = MemoryEventStore(MemoryBackend())
+    release = threading.Event()
+
+    def hang(records):
+        release.wait(10)
+        return store.append(records)
+
+    spool = Spool(hang, store.positions_of, lambda: None)
+    request = ev.ForegroundRequest(at=T0, namespace=NS, model="m", source="ingest")
+    try:
+        assert spool.lag(0) == 0.0
+        before = time.monotonic()
+        spool.put([(request, "fg-lag")])
+        time.sleep(0.3)
+        waited = time.monotonic() - before
+        assert spool.healthy and 0.3 <= spool.lag(0) <= waited
+        release.set()
+        assert _wait(lambda: spool.backlog == 0)
+        (pos,) = [p for p, _ in _events(store)]
+        assert spool.lag(pos - 1) >= 0.3  # committed, but after the projection's position
+        assert spool.lag(pos) == 0.0 and spool.settled(pos)
+    finally:
+        release.set()
         spool.stop()
 
 
