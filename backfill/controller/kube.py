@@ -42,8 +42,10 @@ def api_client(settings: Settings) -> client.ApiClient:
     """
     if settings.kubeconfig is not None:
         path = Path(settings.kubeconfig).expanduser()
-        if not path.is_file():
+        if not path.exists():
             raise KubeConfigError(f"kubeconfig {path} does not exist")
+        if not path.is_file():
+            raise KubeConfigError(f"kubeconfig {path} is not a file")
         return _from_file(path)
     try:
         return _client(lambda cfg: config.load_incluster_config(client_configuration=cfg))
@@ -62,11 +64,34 @@ def _from_file(path: Path) -> client.ApiClient:
         KubeConfigError: the file does not load (not YAML, not a kubeconfig, unreadable), with
             the file's name and the first line of the reason."""
     try:
+        problem = _problem(yaml.safe_load(path.read_text()))
+        if problem is not None:
+            raise KubeConfigError(f"kubeconfig {path}: {problem}")
         return _client(lambda cfg: config.load_kube_config(config_file=str(path), client_configuration=cfg))
     except yaml.YAMLError as exc:
         raise KubeConfigError(f"kubeconfig {path}: not valid YAML: {str(exc).splitlines()[0]}") from None
     except (ConfigException, ValueError, TypeError, AttributeError, OSError) as exc:
         raise KubeConfigError(f"kubeconfig {path}: {_reason(exc, path)}") from None
+
+
+def _problem(doc: Any) -> str | None:
+    """What the client would take silently or report unclearly in a kubeconfig document: not a
+    mapping, an empty ``current-context``, a current context whose ``user`` is not in ``users``
+    (the client then connects anonymously). None when none of those; the client checks the rest."""
+    if doc is None:
+        return None  # an empty file: the client's own message ("the file is empty")
+    if not isinstance(doc, dict):
+        return f"not a kubeconfig: a YAML {type(doc).__name__}, not a mapping of clusters, contexts and users"
+    current = doc.get("current-context")
+    if current == "":
+        return "current-context is empty (name one of its contexts)"
+    contexts = {c.get("name"): c.get("context") for c in doc.get("contexts") or [] if isinstance(c, dict)}
+    context = contexts.get(current)
+    user = context.get("user") if isinstance(context, dict) else None
+    users = {u.get("name") for u in doc.get("users") or [] if isinstance(u, dict)}
+    if user and user not in users:
+        return f"context {current} names user {user}, which is not in its users list"
+    return None
 
 
 def _reason(exc: BaseException, path: Path) -> str:

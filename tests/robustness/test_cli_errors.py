@@ -197,8 +197,18 @@ def test_a_kubeconfig_that_is_not_yaml_is_named_with_its_reason(tmp_path):
         ("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n", "expected key current-context"),
         ("apiVersion: v1\nkind: Config\ncurrent-context: nope\ncontexts: []\n", "expected object with name nope in contexts list"),
         ("", "the file is empty"),
+        # a trial (2026-12-02): these three said "current-context  " (two spaces), a raw Python
+        # message ("'list' object has no attribute 'get'"), or nothing at all (the controller
+        # started and talked to the apiserver anonymously)
+        ("apiVersion: v1\nkind: Config\ncurrent-context: \"\"\ncontexts: []\n", "current-context is empty (name one of its contexts)"),
+        ("- clusters\n- users\n", "not a kubeconfig: a YAML list, not a mapping of clusters, contexts and users"),
+        (
+            "apiVersion: v1\nkind: Config\ncurrent-context: x\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+            "contexts: [{name: x, context: {cluster: c, user: admin}}]\nusers: [{name: someone, user: {token: t}}]\n",
+            "context x names user admin, which is not in its users list",
+        ),
     ],
-    ids=["no current-context", "unknown context", "empty"],
+    ids=["no current-context", "unknown context", "empty", "empty current-context", "a list", "unknown user"],
 )
 def test_a_kubeconfig_error_names_the_file_once(tmp_path, text, reason):
     """It said ``kubeconfig F: Invalid kube-config file. Expected key current-context in F``."""
@@ -206,6 +216,12 @@ def test_a_kubeconfig_error_names_the_file_once(tmp_path, text, reason):
     bare.write_text(text)
     line = _assert_one_line_error(_run(["controller", "--kubeconfig", str(bare)], tmp_path), controller=True)
     assert f"kubeconfig {bare}: {reason}" in line and line.count(str(bare)) == 1, line
+
+
+def test_a_directory_given_as_kubeconfig_is_named_as_such(tmp_path):
+    """It said ``does not exist`` of a directory that exists."""
+    line = _assert_one_line_error(_run(["controller", "--kubeconfig", str(tmp_path)], tmp_path), controller=True)
+    assert f"kubeconfig {tmp_path} is not a file" in line, line
 
 
 def test_db_upgrade_says_the_drivers_first_line_without_the_exception_class(tmp_path):
