@@ -703,6 +703,11 @@ def _fold_suspend_decided(w: World, b: BackfillState | None, a: Attempt | None, 
         return _put_attempt(w, b, a, pos)
     if a.lifecycle not in (STARTING, RUNNING):
         return _at(w, pos)
+    if a.seen_suspended is not None:
+        # Observed suspended before anything in the log explained it: the cause too reached the
+        # log after the observation (an ingest report only the leader spooled, a standby's
+        # record first); that observation is this decision's (no later one comes: same episode).
+        return _suspension_observed(w, b, _cancel_decided(a, e, pos), a.seen_suspended, pos)
     return _put_attempt(w, b, _cancel_decided(a, e, pos), pos)
 
 
@@ -719,12 +724,13 @@ def _suspension_before_decision(w: World, b: BackfillState, a: Attempt, e: ev.Jo
     preemptor PATCHes first and records after (fail-safe), so with PostgreSQL away the
     observation can be stored before the decision. The segment ends for that condition
     (Suspended) and the attempt can be resumed. Otherwise someone else suspended a running Job,
-    which is not followed (README)."""
+    which is not followed (README), or ours whose cause is not in the log yet either: the
+    observation is kept (``seen_suspended``) for a suspending decision folded later."""
     if a.lifecycle != STARTING and a.lifecycle != RUNNING:
         return _at(w, pos)
     hit = conditions.first_hit(conditions.CANCEL_CHECKS, w, conditions.subject(w, b, a), e.at)
     if hit is None or not conditions.suspends(b, a, hit.reason):
-        return _at(w, pos)
+        return _put_attempt(w, b, a._replace(seen_suspended=e), pos)  # kept for a later decision
     if hit.reason == FOREGROUND_DEMAND:  # the window restarts at the preemption (as _fold_cancelled)
         w = _busy_at_least(w, (b.namespace, a.model), e.at, pos)
         b = w.backfills[(b.namespace, b.name)]
@@ -753,12 +759,13 @@ def _suspension_observed(w: World, b: BackfillState, a: Attempt, e: ev.JobSuspen
         start = (a.started_at or a.created_at) if a.segment == 1 else (a.segment_started_at or a.admitted_at)
         end = e.at if start is None or e.at >= start else start
         a = a._replace(segment_ended_at=end, segment_reason=a.cancel_reason, segment_pos=a.cancel_pos)
-    return _put_attempt(w, b, a._replace(lifecycle=SUSPENDED), pos)
+    return _put_attempt(w, b, a._replace(lifecycle=SUSPENDED, seen_suspended=None), pos)
 
 
 def _fold_job_resumed(w: World, e: ev.JobResumed, pos: int) -> World:
     """``spec.suspend`` is false again: our resume is running (Running); a resume of a suspended
-    Job nobody admitted (someone else cleared ``suspend``) is suspended again (Suspending)."""
+    Job nobody admitted (someone else cleared ``suspend``) is suspended again (Suspending); a
+    running one's unexplained suspension (``seen_suspended``) is over."""
     found = _job_attempt(w, e)
     if found is None:
         return _unexplained(w, e, pos)
@@ -769,6 +776,8 @@ def _fold_job_resumed(w: World, e: ev.JobResumed, pos: int) -> World:
         return _put_attempt(w, b, a, pos)
     if a.lifecycle == SUSPENDED:
         return _put_attempt(w, b, a._replace(lifecycle=SUSPENDING), pos)
+    if a.seen_suspended is not None and (a.lifecycle == STARTING or a.lifecycle == RUNNING):
+        return _put_attempt(w, b, a._replace(seen_suspended=None), pos)
     return _at(w, pos)
 
 
@@ -813,6 +822,7 @@ def _fold_resumed(w: World, e: ev.AttemptResumed, pos: int) -> World:
         cancelled_at=None,
         cancel_pos=0,
         terminating_since=None,
+        seen_suspended=None,
     )
     return _put_attempt(w, b, a, pos)
 

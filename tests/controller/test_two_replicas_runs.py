@@ -12,6 +12,7 @@ Two controllers on the real API server and one PostgreSQL schema; leadership is 
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 from backfill.core import events as ev
 
@@ -80,19 +81,29 @@ def _preempted_once(kube, leader, job: str, reason: str, cause: int) -> tuple:
     return get, labels
 
 
-def test_a_deletion_recorded_before_the_leaders_cancel_keeps_the_cancels_reason(kube, start_controller):
-    leader, job = _running_on_two_replicas(kube, start_controller, _LateDecisions)
-
+def _gaming_decided_after(kube, leader, done: Callable[[], bool], observed: type) -> tuple:
+    """A GamingSession on node-a; wait for ``done()`` (the leader's call took effect), then for
+    the leader's cancel decision, which must reach the log after the ``observed`` event a
+    replica recorded (the race these tests are about) and name the session's event as its
+    cause: (the session's position, the decision)."""
     kube.create("gamingsessions", "GamingSession", "play", {"nodeName": "node-a", "mode": "gaming"})
-    wait_for(lambda: kube.job(job) is None, timeout=5, what="Job deleted by the leader")
+    wait_for(done, timeout=5, what="the leader's cancel call in effect")
     cancels = wait_for(lambda: [(p, e) for p, e in log_of(leader) if isinstance(e, ev.AttemptCancelled)], timeout=15,
                        what="the leader's cancel recorded")
     log = log_of(leader)
     (gaming_pos,) = [p for p, e in log if isinstance(e, ev.GamingIntentStarted)]
-    (deleted_pos,) = [p for p, e in log if isinstance(e, ev.JobDeleted)]
+    (observed_pos,) = [p for p, e in log if isinstance(e, observed)]
     (cancel_pos, cancel), = cancels
-    assert gaming_pos < deleted_pos < cancel_pos, log[-6:]  # the race this test is about
+    assert gaming_pos < observed_pos < cancel_pos, log[-6:]
     assert (cancel.reason, cancel.cause) == ("GamingIntent", gaming_pos)
+    return gaming_pos, cancel
+
+
+def test_a_deletion_recorded_before_the_leaders_cancel_keeps_the_cancels_reason(kube, start_controller):
+    leader, job = _running_on_two_replicas(kube, start_controller, _LateDecisions)
+
+    gaming_pos, cancel = _gaming_decided_after(kube, leader, lambda: kube.job(job) is None, ev.JobDeleted)
+    assert not cancel.suspend
     get, labels = _preempted_once(kube, leader, job, "GamingIntent", gaming_pos)
     assert get("flexinfer_model_backfill_completions_total", {**labels, "result": "preempted"}) == 1
     assert get("flexinfer_model_backfill_completions_total", {**labels, "result": "cancelled"}) is None
@@ -107,17 +118,15 @@ def test_a_suspension_recorded_before_the_leaders_decision_is_resumed_later(kube
 
     leader, job = _running_on_two_replicas(kube, start_controller, _LateDecisions, resumable=True)
     player = IndexedJobPlayer(kube, job)
-    kube.create("gamingsessions", "GamingSession", "play", {"nodeName": "node-a", "mode": "gaming"})
-    wait_for(lambda: player.spec_suspend() is True, timeout=5, what="Job spec.suspend true")
-    player.suspended(now_s())  # the pods are gone; both replicas observe it
-    cancels = wait_for(lambda: [(p, e) for p, e in log_of(leader) if isinstance(e, ev.AttemptCancelled)], timeout=15,
-                       what="the leader's suspend decision recorded")
-    log = log_of(leader)
-    (gaming_pos,) = [p for p, e in log if isinstance(e, ev.GamingIntentStarted)]
-    (suspended_pos,) = [p for p, e in log if isinstance(e, ev.JobSuspended)]
-    (cancel_pos, cancel), = cancels
-    assert gaming_pos < suspended_pos < cancel_pos, log[-6:]  # the race this test is about
-    assert (cancel.reason, cancel.cause, cancel.suspend) == ("GamingIntent", gaming_pos, True)
+
+    def suspended() -> bool:
+        if player.spec_suspend() is not True:
+            return False
+        player.suspended(now_s())  # the pods are gone; both replicas observe it
+        return True
+
+    gaming_pos, cancel = _gaming_decided_after(kube, leader, suspended, ev.JobSuspended)
+    assert cancel.suspend
     _preempted_once(kube, leader, job, "GamingIntent", gaming_pos)
     wait_for(lambda: kube.status("busy").get("phase") == "WaitingForIdle", timeout=5, what="phase WaitingForIdle")
     kube.custom.delete_namespaced_custom_object("ai.flexinfer", "v1alpha2", kube.ns, "gamingsessions", "play")
@@ -126,12 +135,40 @@ def test_a_suspension_recorded_before_the_leaders_decision_is_resumed_later(kube
     log = log_of(leader)
     (resume,) = [e for _, e in log if isinstance(e, ev.AttemptResumed)]
     assert (resume.attempt, resume.segment, resume.job_name) == (1, 2, job)
+    assert _audited(log) == ["admit", "suspend", "resume"]
+
+
+def _report_to_the_leader(kube, leader, done: Callable[[], bool]) -> None:
+    """POST one foreground report for Model gemma to the leader's ingest endpoint (only the
+    leader spools it); wait for ``done()`` (the leader's call took effect) and for its cancel
+    decision in the log."""
+    import json
+    from datetime import datetime, timezone
+
+    from .test_ingest_standby import _post, _serve
+
+    server, _ = _serve(leader)
+    try:
+        report = {"namespace": kube.ns, "model": "gemma", "time": datetime.now(timezone.utc).isoformat(), "id": "r/1"}
+        status, _, payload = _post(server, json.dumps({"reports": [report]}).encode())
+        assert status in (200, 202), payload
+        wait_for(done, timeout=5, what="the leader's cancel call in effect")
+        wait_for(lambda: [e for _, e in log_of(leader) if isinstance(e, ev.AttemptCancelled)], timeout=15, what="the cancel recorded")
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _audited(log) -> list[str]:
+    """The replay auditor's trail of ``log`` (decision kinds), after asserting it finds no
+    divergence and nothing unverifiable."""
     from backfill.core.audit import Auditor
 
     auditor = Auditor()
     for position, e in log:
         auditor.feed(position, e)
-    assert auditor.divergences == [] and [x.decision for x in auditor.trail] == ["admit", "suspend", "resume"]
+    assert auditor.divergences == [] and auditor.unverifiable == []
+    return [x.decision for x in auditor.trail]
 
 
 def test_an_ingest_report_whose_deletion_is_recorded_first_is_still_its_preemption(kube, start_controller):
@@ -139,30 +176,41 @@ def test_an_ingest_report_whose_deletion_is_recorded_first_is_still_its_preempti
     after the standby's JobDeleted (a new user's trial: 8 of 10 such cancels read
     ``cancelled``/``JobDeleted`` and ``backfill replay`` diverged). The run is preempted by the
     report and the replay auditor finds no divergence."""
-    import json
-    from datetime import datetime, timezone
-
-    from backfill.core.audit import Auditor
-
-    from .test_ingest_standby import _post, _serve
-
     leader, job = _running_on_two_replicas(kube, start_controller, lambda s: _LateDecisions(s, also=("ForegroundRequest",)))
-    server, _ = _serve(leader)
-    try:
-        report = {"namespace": kube.ns, "model": "gemma", "time": datetime.now(timezone.utc).isoformat(), "id": "r/1"}
-        status, _, payload = _post(server, json.dumps({"reports": [report]}).encode())
-        assert status in (200, 202), payload
-        wait_for(lambda: kube.job(job) is None, timeout=5, what="Job deleted by the leader")
-        wait_for(lambda: [e for _, e in log_of(leader) if isinstance(e, ev.AttemptCancelled)], timeout=15, what="the cancel recorded")
-    finally:
-        server.shutdown()
-        server.server_close()
+    _report_to_the_leader(kube, leader, lambda: kube.job(job) is None)
     log = log_of(leader)
     (request_pos,) = [p for p, e in log if isinstance(e, ev.ForegroundRequest)]
     (deleted_pos,) = [p for p, e in log if isinstance(e, ev.JobDeleted)]
     assert deleted_pos < request_pos, log[-6:]  # the order this test is about
     _preempted_once(kube, leader, job, "ForegroundDemand", request_pos)
-    auditor = Auditor()
-    for position, e in log:
-        auditor.feed(position, e)
-    assert auditor.divergences == [] and auditor.unverifiable == []
+    _audited(log)
+
+
+def test_an_ingest_report_whose_suspension_is_recorded_first_is_still_resumed(kube, start_controller):
+    """``preemption: Suspend`` and a report only the leader spools: the standby's
+    ``JobSuspended`` reaches the log before the report *and* the decision (a trial with the store
+    away: the attempt stayed Suspending for ever, its Job re-PATCHed every 30 s). The decision
+    takes that observation; the same Job is resumed after the window."""
+    from .test_resumable import IndexedJobPlayer
+
+    leader, job = _running_on_two_replicas(
+        kube, start_controller, lambda s: _LateDecisions(s, also=("ForegroundRequest",)), resumable=True
+    )
+    player = IndexedJobPlayer(kube, job)
+
+    def suspended() -> bool:
+        if player.spec_suspend() is not True:
+            return False
+        player.suspended(now_s())  # the pods are gone; both replicas observe it
+        return True
+
+    _report_to_the_leader(kube, leader, suspended)
+    log = log_of(leader)
+    (request_pos,) = [p for p, e in log if isinstance(e, ev.ForegroundRequest)]
+    (suspended_pos,) = [p for p, e in log if isinstance(e, ev.JobSuspended)]
+    (cancel_pos,) = [p for p, e in log if isinstance(e, ev.AttemptCancelled)]
+    assert suspended_pos < request_pos < cancel_pos, log[-6:]  # the order this test is about
+    _preempted_once(kube, leader, job, "ForegroundDemand", request_pos)
+    wait_for(lambda: player.spec_suspend() is False, timeout=15, what="the same Job resumed")
+    assert [j.metadata.name for j in kube.jobs()] == [job]
+    assert _audited(log_of(leader)) == ["admit", "suspend", "resume"]

@@ -324,3 +324,48 @@ def test_a_suspension_observed_while_a_delete_condition_holds_is_not_a_segment_e
     log.job("JobSuspended", admit.job_name, 803, completed_indexes="0-1", episode="rv1")
     assert _attempt(log).lifecycle == RUNNING
     assert _one(log.decide(804), Cancel).reason == "ForegroundDemand"
+
+
+def test_a_suspension_observed_before_its_cause_and_decision_is_taken_by_the_decision():
+    """Two replicas, an ingest report only the leader spooled, the store away: the standby's
+    ``JobSuspended`` reaches the log before the report that caused it and before the decision
+    (a trial: the attempt then stayed Suspending for ever, re-PATCHing a Job long suspended).
+    The decision ends the segment with that observation, and the attempt resumes."""
+    log = Log().ready(0).cronjob(0, template=INDEXED).apply(0, preemption="Suspend")
+    admit = _one(log.decide(IDLE), Admit)
+    log.admit(admit, IDLE)
+    job = admit.job_name
+    log.job("JobCreated", job, 601).job("JobRunning", job, 602)
+    log.job("JobProgress", job, 700, completed_indexes="0-1", active=1)
+    log.job("JobSuspended", job, 801, completed_indexes="0-1", episode="rv1")
+    assert _attempt(log).lifecycle == RUNNING  # nothing in the log explains it yet
+    log.request(800)
+    cancel = _one(log.decide(800.5), Cancel)
+    assert cancel.suspend
+    log.cancel(cancel, 800.5)
+    a = _attempt(log)
+    assert (a.lifecycle, a.completed_indexes, a.seen_suspended) == (SUSPENDED, "0-1", None)
+    assert not [c for c in log.decide(802) if isinstance(c, (SuspendJob, DeleteJob, Cancel))]
+    resume = _one(log.decide(800.5 + IDLE), Resume)  # the window from the decision, as usual
+    assert (resume.attempt, resume.segment, resume.job_name) == (1, 2, job)
+    (row,) = _rows(log)
+    assert (row.result, row.reason, row.ended_at) == ("preempted", "ForegroundDemand", t(801))
+    log.admit(resume, 800.5 + IDLE)
+    auditor = _audit(log)
+    assert auditor.divergences == [] and [x.decision for x in auditor.trail] == ["admit", "suspend", "resume"]
+
+
+def test_someone_elses_suspension_and_resume_of_a_running_job_leave_nothing_behind():
+    """A foreign suspend and resume while Running: a later preemption suspends as usual (waits
+    for its own observation), never takes the foreign one."""
+    log = Log().ready(0).cronjob(0, template=INDEXED).apply(0, preemption="Suspend")
+    admit = _one(log.decide(IDLE), Admit)
+    job = admit.job_name
+    log.admit(admit, IDLE).job("JobCreated", job, 601).job("JobRunning", job, 602)
+    log.job("JobSuspended", job, 700, completed_indexes="", episode="human")
+    log.job("JobResumed", job, 710, episode="human-resume")
+    assert _attempt(log).seen_suspended is None
+    log.request(800)
+    log.cancel(_one(log.decide(800.5), Cancel), 800.5)
+    assert _attempt(log).lifecycle == SUSPENDING
+    assert _one(log.decide(801), SuspendJob).job_name == job
