@@ -621,7 +621,8 @@ def replay(
     trail = [t for t in auditor.trail if t.position in window.inside]
     divergences = [d for d in auditor.divergences if d.position in window.inside]
     unverifiable = [p for p in auditor.unverifiable if p in window.inside]
-    checked = len(window.inside) - len(unverifiable)  # every decision of --backfill is checked or unverifiable
+    superseded = [p for p in auditor.superseded if p in window.inside]
+    checked = len(window.inside) - len(unverifiable) - len(superseded)  # every decision of --backfill is one of the three
     if limit:
         table = Table(title=f"decision trail ({len(trail)} admits/cancels; the most recent {min(limit, len(trail))})")
         for c in ("position", "at", "backfill", "decision", "reason", "cause", "cause event", "s after cause"):
@@ -635,7 +636,12 @@ def replay(
     rate = n / elapsed if elapsed > 0 else 0
     err.print(
         f"replayed {n} events in {elapsed:.2f}s ({rate:,.0f} events/s); checked {checked} decisions{window.text()}; "
-        f"{len(unverifiable)} unverifiable (made on a state more than {WINDOW} events older than the decision)",
+        f"{len(unverifiable)} unverifiable (made on a state more than {WINDOW} events older than the decision)"
+        + (
+            f"; {len(superseded)} superseded (cancels of an attempt the log had ended and followed with another before "
+            f"they were recorded: a deposed replica's late record), at {', '.join(map(str, superseded[:5]))}"
+            if superseded else ""
+        ),
         highlight=False,
     )
     if divergences:

@@ -69,6 +69,10 @@ class Auditor:
         trail: admits and cancels (filtered by ``backfill`` if given).
         divergences: decisions that differ from what the projector derives.
         unverifiable: positions of decisions whose basis state is no longer kept.
+        superseded: positions of cancels recorded after the log had ended their attempt and
+            admitted a later one (a deposed or paused replica's record, spooled while the store
+            was away, appended after its successor's decisions): the state they were decided on
+            (their attempt live) is not in the log, so they are not checked (nor divergent).
         checked: number of decisions checked.
     """
 
@@ -77,6 +81,7 @@ class Auditor:
     trail: list[TrailEntry] = field(default_factory=list)
     divergences: list[Divergence] = field(default_factory=list)
     unverifiable: list[int] = field(default_factory=list)
+    superseded: list[int] = field(default_factory=list)
     checked: int = 0
     _states: deque = field(default_factory=lambda: deque(maxlen=WINDOW))
     _type_ids: dict = field(default_factory=dict)
@@ -164,6 +169,11 @@ class Auditor:
         if state is None:
             self.unverifiable.append(position)
             return
+        if t is ev.AttemptCancelled:
+            b = state.backfills.get(key)
+            if b is not None and b.attempts > d.attempt:
+                self.superseded.append(position)
+                return
         self.checked += 1
         derived = [c for c in decide(state, d.at, (key,)) if type(c) in _DECISION_COMMANDS]
         if t is ev.AttemptCancelled and not any(_matches(d, c) for c in derived):
