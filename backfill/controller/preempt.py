@@ -37,7 +37,7 @@ import time
 from datetime import datetime
 from typing import Any, Callable, Iterable
 
-from backfill.core.commands import Cancel, DeleteJob, SuspendJob, WriteStatus
+from backfill.core.commands import Admit, Cancel, DeleteJob, Resume, SuspendJob, WriteStatus
 from backfill.core.decisions import decision_record
 from backfill.core.projector import affected, decide, fold, only_position_moved
 from backfill.core.state import IDLE, SUSPENDED, Key, World
@@ -304,7 +304,11 @@ class Preemptor:
             mine = {entry[0] for entry in self.from_memory}
         wanted = [k for k in keys if k in mine]
         if wanted:
-            self._statuses([c for c in decide(opt, now, wanted, status=True) if isinstance(c, WriteStatus)])
+            cmds = decide(opt, now, wanted, status=True)
+            # An admission or resume due in memory is not made here (only the loop admits, once
+            # the log explains it): its status would say Starting while nothing starts.
+            due = {c.key for c in cmds if isinstance(c, (Admit, Resume))}
+            self._statuses([c for c in cmds if isinstance(c, WriteStatus) and c.key not in due])
 
     def _resend(self, c: Any, again: set[Key], opt: World) -> DeleteJob | SuspendJob | None:
         """The call to send again for decided command ``c``, or None:

@@ -355,6 +355,30 @@ def test_the_status_follows_a_cancel_made_from_memory_until_the_durable_projecti
     assert not pre.writes_status(key)
 
 
+def test_a_status_from_memory_never_says_starting_for_an_admission_only_the_loop_can_make():
+    """A trial: the status flipped to ``Starting``/``Resuming`` from memory while the Job stayed
+    suspended and nothing was admitted. Once the window has passed in memory, the store still
+    away, the preemptor writes no status of that backfill (the loop holds the admission)."""
+    store, durable, _ = _store_with_running_attempt()
+    down, spool = _spool_of_a_store_that_is_down(store)
+    written: list = []
+    now = [T0 + timedelta(minutes=12)]
+    pre = Preemptor(lambda: durable, spool, lambda cmds, world: None, lambda: True, lambda: now[0], statuses=written.extend)
+    spool.put([(ev.ForegroundRequest(at=now[0], namespace=NS, model="m", source="ingest"), "fg-1")])
+    assert [c.reason for c in pre.run_once()] == ["ForegroundDemand"]
+    gone = ev.JobDeleted(at=now[0] + timedelta(seconds=1), namespace=NS, backfill="b", name=JOB, uid="job")
+    spool.put([(gone, gone.natural_key())])
+    pre.run_once()
+    assert written[-1].status["phase"] == "WaitingForIdle"
+    written.clear()
+    now[0] += timedelta(minutes=11)  # idleFor 10m after the cancel: an admission is due in memory
+    pre.poke(None)
+    pre.run_once()
+    assert written == []
+    down.clear()
+    spool.stop()
+
+
 def test_stopping_with_records_the_store_refused_says_how_many_are_dropped(caplog):
     """A replica stopped during an outage exited with 5 records spooled and no word of them."""
     import logging
