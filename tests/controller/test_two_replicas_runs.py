@@ -99,6 +99,19 @@ def _gaming_decided_after(kube, leader, done: Callable[[], bool], observed: type
     return gaming_pos, cancel
 
 
+def _stops_when_suspended(player) -> Callable[[], bool]:
+    """A predicate for ``wait_for``: True once the controller set the Job's ``spec.suspend``,
+    after playing the pods' termination (both replicas then observe the Job suspended)."""
+
+    def suspended() -> bool:
+        if player.spec_suspend() is not True:
+            return False
+        player.suspended(now_s())
+        return True
+
+    return suspended
+
+
 def test_a_deletion_recorded_before_the_leaders_cancel_keeps_the_cancels_reason(kube, start_controller):
     leader, job = _running_on_two_replicas(kube, start_controller, _LateDecisions)
 
@@ -119,11 +132,7 @@ def test_a_suspension_recorded_before_the_leaders_decision_is_resumed_later(kube
     leader, job = _running_on_two_replicas(kube, start_controller, _LateDecisions, resumable=True)
     player = IndexedJobPlayer(kube, job)
 
-    def suspended() -> bool:
-        if player.spec_suspend() is not True:
-            return False
-        player.suspended(now_s())  # the pods are gone; both replicas observe it
-        return True
+    suspended = _stops_when_suspended(player)
 
     gaming_pos, cancel = _gaming_decided_after(kube, leader, suspended, ev.JobSuspended)
     assert cancel.suspend
@@ -198,11 +207,7 @@ def test_an_ingest_report_whose_suspension_is_recorded_first_is_still_resumed(ku
     )
     player = IndexedJobPlayer(kube, job)
 
-    def suspended() -> bool:
-        if player.spec_suspend() is not True:
-            return False
-        player.suspended(now_s())  # the pods are gone; both replicas observe it
-        return True
+    suspended = _stops_when_suspended(player)
 
     _report_to_the_leader(kube, leader, suspended)
     log = log_of(leader)
