@@ -96,6 +96,7 @@ class Translator:
         self._last_active: dict[str, datetime] = {}
         self._last_unreadable: dict[str, str] = {}  # uid -> digest of the last unreadable lastActiveTime
         self._odd_mode: dict[str, str] = {}  # GamingSession uid -> the odd spec.mode last warned about
+        self._readiness: dict[str, tuple[str, str, str]] = {}  # Model uid -> (phase, node, shared) last emitted
         self._known = known_last_active
         self._lock = threading.Lock()
 
@@ -107,6 +108,7 @@ class Translator:
         with self._lock:
             self._last_active.clear()
             self._last_unreadable.clear()
+            self._readiness.clear()
 
     # -- ModelBackfill ------------------------------------------------------------------------
 
@@ -138,21 +140,33 @@ class Translator:
     def model(self, kind: str, obj: Mapping[str, Any], now: datetime) -> list[Pair]:
         """Model -> ModelReady/ModelNotReady/ModelDeleted, and a ForegroundRequest when
         ``status.lastActiveTime`` moved forward (key ``fg/{uid}/{lastActiveTime}``; busy until
-        ``lastActiveTime`` + the signal granularity)."""
+        ``lastActiveTime`` + the signal granularity).
+
+        Readiness is emitted when its phase, node or shared group differs from what this
+        translator last emitted for the Model: the proxy rewrites the status about once a minute
+        (``lastActiveTime``), and a ModelReady per rewrite doubled the log's growth on busy
+        models (a trial). A restart, or :meth:`forget_seen`, emits it once again."""
         ns, name, uid, rv = _ident(obj)
         if kind == DELETED:
             with self._lock:
                 self._last_active.pop(uid, None)
                 self._last_unreadable.pop(uid, None)
+                self._readiness.pop(uid, None)
             return [(ev.ModelDeleted(at=now, namespace=ns, model=name), f"model/{uid}/deleted")]
         status = obj.get("status")
         status = status if isinstance(status, Mapping) else {}
         out: list[Pair] = []
         node, shared = model_node(obj), model_shared(obj)
-        if status.get("phase") == "Ready":
+        ready = status.get("phase") == "Ready"
+        phase = "Ready" if ready else str(status.get("phase") or "")
+        with self._lock:
+            changed = self._readiness.get(uid) != (phase, node, shared)
+            self._readiness[uid] = (phase, node, shared)
+        if not changed:
+            pass
+        elif ready:
             out.append((ev.ModelReady(at=now, namespace=ns, model=name, node=node, shared=shared), f"model/{uid}/{rv}/ready"))
         else:
-            phase = str(status.get("phase") or "")
             out.append(
                 (
                     ev.ModelNotReady(at=now, namespace=ns, model=name, phase=phase, node=node, shared=shared),

@@ -67,6 +67,23 @@ def test_last_active_time_only_moving_forward_is_foreground_demand():
     assert [k for e, k in later if isinstance(e, ev.ForegroundRequest)] == ["fg/u1/2026-01-02T03:01:00Z"]
 
 
+def test_readiness_is_emitted_when_it_changes_not_per_status_rewrite():
+    """A trial: every lastActiveTime bump (a status rewrite, new resourceVersion) appended a
+    ModelReady besides its ForegroundRequest."""
+    t = Translator()
+    kinds = []
+    for rv, phase, node, minute in [("10", "Ready", None, 0), ("11", "Ready", None, 1), ("12", "Ready", None, 2),
+                                    ("13", "Loading", None, 2), ("14", "Loading", None, 3), ("15", "Ready", None, 3),
+                                    ("16", "Ready", "other", 4), ("17", "Ready", "other", 5)]:
+        out = t.model("MODIFIED", _model(phase=phase, rv=rv, gpu_node=node, last_active=f"2026-01-02T03:0{minute}:00Z"), NOW)
+        kinds.append([type(e).__name__ for e, _ in out if not isinstance(e, ev.ForegroundRequest)])
+    assert kinds == [["ModelReady"], [], [], ["ModelNotReady"], [], ["ModelReady"], ["ModelReady"], []]
+    t.forget_seen()  # after dropped observations: offered again
+    assert [type(e).__name__ for e, _ in t.model("MODIFIED", _model(rv="18", gpu_node="other"), NOW)] == ["ModelReady"]
+    t.model("DELETED", _model(rv="19"), NOW)
+    assert [type(e).__name__ for e, _ in t.model("ADDED", _model(rv="20", gpu_node="other"), NOW)] == ["ModelReady"]
+
+
 def test_relist_gives_the_same_keys():
     obj = _model(last_active="2026-01-02T03:00:00Z")
     a = [k for _, k in Translator().model("ADDED", obj, NOW)]
