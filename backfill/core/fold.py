@@ -42,7 +42,7 @@ from .state import (
     World,
 )
 from .timefmt import plus_seconds
-from .verdict import FOREGROUND_DEMAND, GPU_REQUEST_FORBIDDEN, INVALID_TEMPLATE, JOB_DELETED, JOB_REJECTED, PREEMPTION_REASONS
+from .verdict import FOREGROUND_DEMAND, GPU_REQUEST_FORBIDDEN, INVALID_TEMPLATE, JOB_DELETED, JOB_REJECTED, JOB_SUSPENDED, PREEMPTION_REASONS
 
 #: Back-off of a Job create the API server refused transiently (``JobCreateRejected``), seconds:
 #: 10, 20, 40, ... at most 300, and never sooner than the server's ``Retry-After``.
@@ -703,11 +703,6 @@ def _fold_suspend_decided(w: World, b: BackfillState | None, a: Attempt | None, 
         return _put_attempt(w, b, a, pos)
     if a.lifecycle not in (STARTING, RUNNING):
         return _at(w, pos)
-    if a.seen_suspended is not None:
-        # Observed suspended before anything in the log explained it: the cause too reached the
-        # log after the observation (an ingest report only the leader spooled, a standby's
-        # record first); that observation is this decision's (no later one comes: same episode).
-        return _suspension_observed(w, b, _cancel_decided(a, e, pos), a.seen_suspended, pos)
     return _put_attempt(w, b, _cancel_decided(a, e, pos), pos)
 
 
@@ -718,25 +713,36 @@ def _suspended_before_decision(a: Attempt | None) -> bool:
 
 
 def _suspension_before_decision(w: World, b: BackfillState, a: Attempt, e: ev.JobSuspended, pos: int) -> World:
-    """A Job observed suspended while its attempt is Starting or Running. If a condition holds
-    that ``decide`` suspends for (:data:`conditions.CANCEL_CHECKS` and :func:`conditions.suspends`,
-    the same rules), the suspension is ours and its decision has not reached the log yet: the
-    preemptor PATCHes first and records after (fail-safe), so with PostgreSQL away the
-    observation can be stored before the decision. The segment ends for that condition
-    (Suspended) and the attempt can be resumed. Otherwise someone else suspended a running Job,
-    which is not followed (README), or ours whose cause is not in the log yet either: the
-    observation is kept (``seen_suspended``) for a suspending decision folded later."""
-    if a.lifecycle != STARTING and a.lifecycle != RUNNING:
-        return _at(w, pos)
+    """A resumable attempt's Job observed suspended while the attempt is Running (or Starting,
+    before its first run): the segment ends (Suspended), and the attempt is resumed like any.
+
+    If a condition holds that ``decide`` suspends for (:data:`conditions.CANCEL_CHECKS` and
+    :func:`conditions.suspends`, the same rules), the suspension is ours and its decision has not
+    reached the log yet (the preemptor PATCHes first and records after, fail-safe; another
+    replica's observation, or PostgreSQL away): the segment ends for that condition. Else it ends
+    ``JobSuspended``, unexplained, as an unexplained deletion ends an attempt: most likely our
+    preemption whose cause (an ingest report only the leader spools) reaches the log later, or
+    was lost with its leader; a suspending decision folded later names it
+    (:func:`_fold_suspend_decided`). For foreground demand the idle window restarts at the
+    observation, the latest the preemption can have been (a resume waits a full window after
+    it); an unexplained one moves nothing (a report folded after it must still count as demand),
+    so with its cause lost the attempt is resumed when due, as an unexplained deletion's next
+    attempt is admitted.
+
+    The controller owns its Jobs' ``spec.suspend`` (README): a Job someone else suspends is
+    resumed when admission is due, as one they resume is suspended again. A non-resumable
+    attempt's suspended Job is not followed."""
+    if not a.resumable or not (a.lifecycle == RUNNING or (a.lifecycle == STARTING and a.segment == 1)):
+        return _at(w, pos)  # Starting a later segment: our resume is under way (a stale status)
     hit = conditions.first_hit(conditions.CANCEL_CHECKS, w, conditions.subject(w, b, a), e.at)
-    if hit is None or not conditions.suspends(b, a, hit.reason):
-        return _put_attempt(w, b, a._replace(seen_suspended=e), pos)  # kept for a later decision
-    if hit.reason == FOREGROUND_DEMAND:  # the window restarts at the preemption (as _fold_cancelled)
+    if hit is not None and conditions.suspends(b, a, hit.reason):
+        reason, message, cause = hit.reason, hit.message, hit.cause
+    else:
+        reason, message, cause = JOB_SUSPENDED, f"Job {a.job_name} was observed suspended; nothing in the event log explains it", pos
+    if reason == FOREGROUND_DEMAND:  # as a foreground cancel does (_fold_cancelled)
         w = _busy_at_least(w, (b.namespace, a.model), e.at, pos)
         b = w.backfills[(b.namespace, b.name)]
-    a = a._replace(
-        lifecycle=SUSPENDING, suspend=True, cancel_reason=hit.reason, cancel_message=hit.message, cancel_pos=hit.cause
-    )
+    a = a._replace(lifecycle=SUSPENDING, suspend=True, cancel_reason=reason, cancel_message=message, cancel_pos=cause)
     return _suspension_observed(w, b, a, e, pos)
 
 
@@ -759,13 +765,12 @@ def _suspension_observed(w: World, b: BackfillState, a: Attempt, e: ev.JobSuspen
         start = (a.started_at or a.created_at) if a.segment == 1 else (a.segment_started_at or a.admitted_at)
         end = e.at if start is None or e.at >= start else start
         a = a._replace(segment_ended_at=end, segment_reason=a.cancel_reason, segment_pos=a.cancel_pos)
-    return _put_attempt(w, b, a._replace(lifecycle=SUSPENDED, seen_suspended=None), pos)
+    return _put_attempt(w, b, a._replace(lifecycle=SUSPENDED), pos)
 
 
 def _fold_job_resumed(w: World, e: ev.JobResumed, pos: int) -> World:
     """``spec.suspend`` is false again: our resume is running (Running); a resume of a suspended
-    Job nobody admitted (someone else cleared ``suspend``) is suspended again (Suspending); a
-    running one's unexplained suspension (``seen_suspended``) is over."""
+    Job nobody admitted (someone else cleared ``suspend``) is suspended again (Suspending)."""
     found = _job_attempt(w, e)
     if found is None:
         return _unexplained(w, e, pos)
@@ -776,8 +781,6 @@ def _fold_job_resumed(w: World, e: ev.JobResumed, pos: int) -> World:
         return _put_attempt(w, b, a, pos)
     if a.lifecycle == SUSPENDED:
         return _put_attempt(w, b, a._replace(lifecycle=SUSPENDING), pos)
-    if a.seen_suspended is not None and (a.lifecycle == STARTING or a.lifecycle == RUNNING):
-        return _put_attempt(w, b, a._replace(seen_suspended=None), pos)
     return _at(w, pos)
 
 
@@ -822,7 +825,6 @@ def _fold_resumed(w: World, e: ev.AttemptResumed, pos: int) -> World:
         cancelled_at=None,
         cancel_pos=0,
         terminating_since=None,
-        seen_suspended=None,
     )
     return _put_attempt(w, b, a, pos)
 

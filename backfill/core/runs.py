@@ -36,6 +36,7 @@ from datetime import datetime
 from typing import Any
 
 from . import indexes
+from .verdict import PREEMPTION_REASONS
 
 #: Bounded results of an ended attempt (seed: completions_total{result}).
 RESULTS = ("succeeded", "failed", "preempted", "deadline_exceeded", "cancelled")
@@ -127,7 +128,8 @@ def row_of(b: Any, a: Any) -> RunRow:
     """
     if a.segment_ended_at is not None:
         # the segment ended suspended; a delete that ended the attempt later ran nothing
-        ended, result, reason, deciding = a.segment_ended_at, "preempted", a.segment_reason, a.segment_pos
+        ended, reason, deciding = a.segment_ended_at, a.segment_reason, a.segment_pos
+        result = "preempted" if reason in PREEMPTION_REASONS else "cancelled"  # unexplained: JobSuspended
     else:
         ended, result, reason = a.ended_at, a.result, a.end_reason or a.cancel_reason
         if result in ("preempted", "cancelled") and a.cancel_pos:

@@ -40,8 +40,8 @@ STATE_VERSION = 6  # 2: run segments of resumable (Indexed) attempts, issue 11; 
 #: extend the known busy time is not new demand, and a ForegroundDemand cancel restarts the idle
 #: window at its decision; the GPU guard refuses dynamic resource claims; a ref over the CRD maxLength is InvalidSpec;
 #: 5: a Job deleted while foreground demand held (no cancel recorded yet) restarts the idle window at its deletion;
-#: 6: a Job observed suspended while a condition held that suspends it (its decision not recorded yet) is Suspended,
-#: and a suspending decision recorded after an unexplained suspension takes that observation
+#: 6: a resumable attempt's Job observed suspended is Suspended: for the condition that held and suspends it (its
+#: decision not recorded yet), else unexplained (JobSuspended) until a suspending decision recorded later names it
 
 _EMPTY: Mapping[Any, Any] = immutables.Map()  # shared, immutable default of every World map
 _NO_SPEC: Mapping[str, Any] = MappingProxyType({})
@@ -140,10 +140,6 @@ class Attempt(NamedTuple):
     suspension was observed (lifecycle Suspended) and ``segment_reason`` the preemption that
     ended it (``segment_pos``: its cause's position). ``first_admitted_at`` is the attempt's first admission (the run rows of every
     segment share ``attempt``); ``resumable``: admitted under ``spec.preemption: Suspend``.
-    ``seen_suspended``: the ``JobSuspended`` observed while Starting or Running that nothing in
-    the log explained yet (someone else's suspension, or ours whose cause and decision reach the
-    log after it); a suspending decision folded later ends the segment with it. Cleared by an
-    observed resume.
     """
 
     number: int
@@ -178,7 +174,6 @@ class Attempt(NamedTuple):
     segment_pos: int = 0
     first_admitted_at: datetime | None = None
     resumable: bool = False
-    seen_suspended: Any = None
 
     @property
     def live(self) -> bool:

@@ -31,6 +31,9 @@ MODEL_NOT_FOUND = "ModelNotFound"
 INVALID_TEMPLATE = "InvalidTemplate"
 #: A run's end reason when its Job was deleted and no cancel condition explains it (someone else).
 JOB_DELETED = "JobDeleted"
+#: A run segment's end reason when its resumable Job was observed suspended and nothing in the
+#: log explains it (our preemption whose records come later or were lost, or someone else).
+JOB_SUSPENDED = "JobSuspended"
 JOB_REJECTED = "JobRejected"  # Blocked: the API server refused the Job permanently (e.g. 422)
 CREATE_RETRYING = "CreateRetrying"  # Starting: the create was refused transiently; retried with back-off
 #: Blocked: ``spec.preemption: Suspend`` on a template that is not ``completionMode: Indexed``

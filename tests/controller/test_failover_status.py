@@ -59,3 +59,57 @@ def test_a_new_leader_writes_no_status_from_a_log_that_lacks_what_it_observed(ku
     after = recorder.statuses[[p for p, _ in recorder.statuses].index("WaitingForIdle") :]
     assert ("Running", job) not in after, recorder.statuses  # never back to Running over the gone Job
     assert any(p == "Running" and name not in (None, job) for p, name in after), recorder.statuses  # the next Job's
+
+
+def test_a_suspension_whose_records_died_with_its_leader_is_resumed_by_the_next(kube, kube_cluster, start_controller):
+    """A trial (``preemption: Suspend``): the leader suspended the Job for an ingest report with
+    PostgreSQL away and was killed with both records spooled; the log held only the standby's
+    ``JobSuspended``, and the new leader said ``Running``/``JobActive`` for ever over a suspended
+    Job. The observation ends the segment; the new leader resumes the same Job."""
+    import json
+
+    from backfill.core import events as ev
+
+    from .conftest import log_of
+    from .test_ingest_standby import _post, _serve
+    from .test_resumable import TEMPLATE, IndexedJobPlayer, _indexed_cronjob
+
+    _indexed_cronjob(kube)
+    kube.model("gemma", node="node-a")
+    down = threading.Event()
+    a_leads, b_leads = LeaderSwitch(True), LeaderSwitch(False)
+    a = start_controller(leader=a_leads, wrap_events=lambda s: RefusingStore(s, down))
+    b = start_controller(leader=b_leads)
+    kube.backfill("busy", template=TEMPLATE, preemption="Suspend")
+    job = wait_for(kube.jobs, what="Job created by the leader")[0].metadata.name
+    player = IndexedJobPlayer(kube, job)
+    player.start(now_s())
+    wait_for(lambda: kube.status("busy").get("phase") == "Running", what="phase Running")
+    recorder = PhaseRecorder(kube_cluster.api_client(), kube.ns, "busy")
+    down.set()  # the leader's store is away from now on: its records never reach the log
+    server, _ = _serve(a)
+    try:
+        report = {"namespace": kube.ns, "model": "gemma", "time": ts(now_s()), "id": "r/lost"}
+        status, _, payload = _post(server, json.dumps({"reports": [report]}).encode())
+        assert status in (200, 202), payload
+        wait_for(lambda: player.spec_suspend() is True, timeout=5, what="Job suspended by the leader from memory")
+    finally:
+        server.shutdown()
+        server.server_close()
+    player.suspended(now_s())
+    wait_for(lambda: [e for _, e in log_of(b) if isinstance(e, ev.JobSuspended)], timeout=5, what="the standby's JobSuspended")
+    a_leads.leading, b_leads.leading = False, True  # the leader is gone with its spool
+    b.signal.set()
+    try:
+        wait_for(lambda: player.spec_suspend() is False, timeout=15, what="the same Job resumed by the new leader")
+        time.sleep(0.5)
+    finally:
+        recorder.stop()
+    log = log_of(b)
+    assert not [e for _, e in log if isinstance(e, (ev.ForegroundRequest, ev.AttemptCancelled))]  # lost with the leader
+    (resume,) = [e for _, e in log if isinstance(e, ev.AttemptResumed)]
+    assert (resume.attempt, resume.segment, resume.job_name) == (1, 2, job)
+    after = recorder.statuses[[p for p, _ in recorder.statuses].index("Cancelling") :]
+    assert after[-1] == ("Starting", job) and ("Running", job) not in after, recorder.statuses  # never Running while suspended
+    (row,) = [r for r in b.runs.query(namespace=kube.ns, backfill="busy") if r.segment == 1]
+    assert (row.result, row.reason) == ("cancelled", "JobSuspended")

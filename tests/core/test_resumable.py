@@ -306,14 +306,34 @@ def test_a_suspension_observed_before_its_decision_is_ours_and_resumes(decider_s
     assert auditor.divergences == [] and [x.decision for x in auditor.trail] == ["admit", "suspend", "resume"]
 
 
-def test_a_job_someone_else_suspends_while_nothing_preempts_it_is_not_followed():
-    """README: a Job suspended by someone else while it runs (no condition holds that suspends
-    it) is not ours; the attempt stays Running."""
+def _running_resumable():
+    """Admitted at 600, Job created 601 and running 602, indexes 0-1 done at 700: (log, job)."""
     log = Log().ready(0).cronjob(0, template=INDEXED).apply(0, preemption="Suspend")
     admit = _one(log.decide(IDLE), Admit)
-    log.admit(admit, IDLE).job("JobCreated", admit.job_name, 601).job("JobRunning", admit.job_name, 602)
-    log.job("JobSuspended", admit.job_name, 700, completed_indexes="", episode="human")
-    assert _attempt(log).lifecycle == RUNNING
+    job = admit.job_name
+    log.admit(admit, IDLE).job("JobCreated", job, 601).job("JobRunning", job, 602)
+    log.job("JobProgress", job, 700, completed_indexes="0-1", active=1)
+    return log, job
+
+
+def test_an_unexplained_suspension_ends_the_segment_and_the_job_is_resumed_when_due():
+    """A trial: the leader suspended the Job for an ingest report and was killed with both
+    records spooled; the log held only ``JobSuspended``, and the new leader said ``Running`` /
+    ``JobActive`` for ever over a suspended Job. Like an unexplained deletion, the observation
+    ends the segment (``cancelled``, ``JobSuspended``) and the same Job is resumed when admission
+    is due (the controller owns its Jobs' ``spec.suspend``), as an unexplained deletion's next
+    attempt is admitted."""
+    log, job = _running_resumable()
+    log.job("JobSuspended", job, 800, completed_indexes="0-1", episode="rv1")
+    suspended_pos = log.world.position
+    a = _attempt(log)
+    assert (a.lifecycle, a.segment_reason, a.completed_indexes) == (SUSPENDED, "JobSuspended", "0-1")
+    st = status_of(log.world, KEY, t(801))
+    assert (st["phase"], st["reason"], st["jobName"]) == ("Starting", "Resuming", job)  # not Running/JobActive
+    (row,) = _rows(log)
+    assert (row.result, row.reason, row.ended_at, row.deciding_position) == ("cancelled", "JobSuspended", t(800), suspended_pos)
+    resume = _one(log.decide(801), Resume)  # the last demand is long past (the builders' idleFor 10m)
+    assert (resume.attempt, resume.segment, resume.job_name) == (1, 2, job)
 
 
 def test_a_suspension_observed_while_a_delete_condition_holds_is_not_a_segment_end():
@@ -326,46 +346,41 @@ def test_a_suspension_observed_while_a_delete_condition_holds_is_not_a_segment_e
     assert _one(log.decide(804), Cancel).reason == "ForegroundDemand"
 
 
-def test_a_suspension_observed_before_its_cause_and_decision_is_taken_by_the_decision():
+def test_a_suspension_observed_before_its_cause_and_decision_is_named_by_the_decision():
     """Two replicas, an ingest report only the leader spooled, the store away: the standby's
     ``JobSuspended`` reaches the log before the report that caused it and before the decision
-    (a trial: the attempt then stayed Suspending for ever, re-PATCHing a Job long suspended).
-    The decision ends the segment with that observation, and the attempt resumes."""
-    log = Log().ready(0).cronjob(0, template=INDEXED).apply(0, preemption="Suspend")
-    admit = _one(log.decide(IDLE), Admit)
-    log.admit(admit, IDLE)
-    job = admit.job_name
-    log.job("JobCreated", job, 601).job("JobRunning", job, 602)
-    log.job("JobProgress", job, 700, completed_indexes="0-1", active=1)
+    (a trial: the attempt stayed Suspending for ever, re-PATCHing a Job long suspended). The
+    observation ends the segment unexplained; the decision, folded later, names it."""
+    log, job = _running_resumable()
     log.job("JobSuspended", job, 801, completed_indexes="0-1", episode="rv1")
-    assert _attempt(log).lifecycle == RUNNING  # nothing in the log explains it yet
+    assert (_attempt(log).lifecycle, _attempt(log).segment_reason) == (SUSPENDED, "JobSuspended")
     log.request(800)
-    cancel = _one(log.decide(800.5), Cancel)
-    assert cancel.suspend
-    log.cancel(cancel, 800.5)
+    request_pos = log.world.position
+    log.add(ev.AttemptCancelled(
+        at=t(800.5), namespace=NS, backfill="b", uid="u1", attempt=1, job_name=job, reason="ForegroundDemand",
+        message="foreground request for Model m", cause=request_pos, basis=request_pos, suspend=True, segment=1,
+    ))  # fmt: skip
     a = _attempt(log)
-    assert (a.lifecycle, a.completed_indexes, a.seen_suspended) == (SUSPENDED, "0-1", None)
+    assert (a.lifecycle, a.completed_indexes, a.segment_reason) == (SUSPENDED, "0-1", "ForegroundDemand")
     assert not [c for c in log.decide(802) if isinstance(c, (SuspendJob, DeleteJob, Cancel))]
-    resume = _one(log.decide(800.5 + IDLE), Resume)  # the window from the decision, as usual
+    assert not [c for c in log.decide(800.5 + IDLE - 0.1) if isinstance(c, (Admit, Resume))]
+    resume = _one(log.decide(800.5 + IDLE), Resume)  # a fresh window from the decision, as usual
     assert (resume.attempt, resume.segment, resume.job_name) == (1, 2, job)
     (row,) = _rows(log)
-    assert (row.result, row.reason, row.ended_at) == ("preempted", "ForegroundDemand", t(801))
+    assert (row.result, row.reason, row.ended_at, row.deciding_position) == ("preempted", "ForegroundDemand", t(801), request_pos)
     log.admit(resume, 800.5 + IDLE)
     auditor = _audit(log)
     assert auditor.divergences == [] and [x.decision for x in auditor.trail] == ["admit", "suspend", "resume"]
 
 
-def test_someone_elses_suspension_and_resume_of_a_running_job_leave_nothing_behind():
-    """A foreign suspend and resume while Running: a later preemption suspends as usual (waits
-    for its own observation), never takes the foreign one."""
-    log = Log().ready(0).cronjob(0, template=INDEXED).apply(0, preemption="Suspend")
-    admit = _one(log.decide(IDLE), Admit)
-    job = admit.job_name
-    log.admit(admit, IDLE).job("JobCreated", job, 601).job("JobRunning", job, 602)
-    log.job("JobSuspended", job, 700, completed_indexes="", episode="human")
+def test_someone_elses_suspension_and_resume_of_a_running_job_is_suspended_again_until_due():
+    """The controller owns its Jobs' ``spec.suspend``: a foreign suspend ends the segment; a
+    foreign resume is suspended again (as for any suspended Job); only an admission resumes."""
+    log, job = _running_resumable()
+    log.job("JobSuspended", job, 700, completed_indexes="0-1", episode="human")
     log.job("JobResumed", job, 710, episode="human-resume")
-    assert _attempt(log).seen_suspended is None
-    log.request(800)
-    log.cancel(_one(log.decide(800.5), Cancel), 800.5)
     assert _attempt(log).lifecycle == SUSPENDING
-    assert _one(log.decide(801), SuspendJob).job_name == job
+    assert _one(log.decide(711), SuspendJob).job_name == job
+    log.job("JobSuspended", job, 712, completed_indexes="0-1", episode="again")
+    assert _attempt(log).lifecycle == SUSPENDED
+    assert _one(log.decide(713), Resume).job_name == job  # no demand known: due at once
