@@ -625,11 +625,13 @@ def replay(
     checked = len(window.inside) - len(unverifiable) - len(superseded)  # every decision of --backfill is one of the three
     if limit:
         table = Table(title=f"decision trail ({len(trail)} admits/cancels; the most recent {min(limit, len(trail))})")
-        for c in ("position", "at", "backfill", "decision", "reason", "cause", "cause event", "s after cause"):
+        for c in ("position", "at", "backfill", "attempt", "decision", "reason", "cause", "cause event", "s after cause"):
             table.add_column(c)
+        late = set(superseded)
         for t in trail[-limit:]:
             table.add_row(
-                str(t.position), rfc3339(t.at) or "", f"{t.namespace}/{t.backfill}", t.decision, t.reason,
+                str(t.position), rfc3339(t.at) or "", f"{t.namespace}/{t.backfill}", str(t.attempt),
+                f"{t.decision} (superseded)" if t.position in late else t.decision, t.reason,
                 str(t.cause or ""), t.cause_type or "", f"{t.latency_seconds:.3f}" if t.latency_seconds is not None else "",
             )
         out.print(table)
@@ -643,6 +645,7 @@ def replay(
             if superseded else ""
         ),
         highlight=False,
+        soft_wrap=True,
     )
     if divergences:
         d = divergences[0]

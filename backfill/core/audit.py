@@ -26,8 +26,8 @@ WINDOW = 4096
 
 class TrailEntry(NamedTuple):
     """One recorded admit, cancel, suspend or resume, with its cause (``decision`` is ``admit``,
-    ``cancel``, ``suspend`` or ``resume``; immutable, a NamedTuple: one is built per such
-    decision of a replay).
+    ``cancel``, ``suspend`` or ``resume``; ``attempt`` the attempt it concerns; immutable, a
+    NamedTuple: one is built per such decision of a replay).
 
     ``latency_seconds``: decision time minus the cause event's time (None if the cause is
     unknown or outside the audited range).
@@ -42,6 +42,7 @@ class TrailEntry(NamedTuple):
     cause: int | None
     cause_type: str | None
     cause_at: datetime | None
+    attempt: int = 0
 
     @property
     def latency_seconds(self) -> float | None:
@@ -164,7 +165,7 @@ class Auditor:
                 kind = "admit"
             else:
                 kind = "suspend" if d.suspend else "cancel"
-            self.trail.append(TrailEntry(position, d.at, d.namespace, d.backfill, kind, reason, d.cause, ctype, cat))
+            self.trail.append(TrailEntry(position, d.at, d.namespace, d.backfill, kind, reason, d.cause, ctype, cat, d.attempt))
         state = self._basis_state(position, d.basis)
         if state is None:
             self.unverifiable.append(position)

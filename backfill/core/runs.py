@@ -48,7 +48,7 @@ class RunRow:
 
     Identity: ``(backfill_uid, attempt, segment)``. ``ended_at``/``result`` stay ``None`` while the
     attempt is live. Times are timezone-aware UTC; ``running_seconds`` is seconds (float) from
-    ``started_at`` (Job running, else admission) to ``ended_at``.
+    ``started_at`` to ``ended_at``.
 
     Attributes:
         namespace, backfill, backfill_uid: the ModelBackfill.
@@ -57,7 +57,10 @@ class RunRow:
         attempt: 1-based attempt number over the ModelBackfill's lifetime.
         generation: the spec generation the attempt ran for.
         admitted_at: when the controller admitted the attempt.
-        started_at: when the Job was observed running (None if it never ran).
+        started_at: when the segment's work started: segment 1, the Job's ``startTime``, else
+            its creation (a Job created but never observed running counts from its creation);
+            a later segment, the observed resume, else the resume decision. None while no Job
+            was created (and for a refused create).
         ended_at: when the attempt ended (Job gone or terminal).
         result: one of :data:`RESULTS`, or None while live.
         reason: the cancel reason (``ForegroundDemand``...) or Job failure reason.

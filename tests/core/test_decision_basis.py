@@ -170,22 +170,28 @@ def test_a_late_cancel_audits_clean_even_when_the_ended_state_would_admit():
     assert (_row(log).result, _row(log).reason) == ("preempted", FOREGROUND_DEMAND)
 
 
-def test_a_deposed_leaders_late_cancel_of_an_attempt_followed_by_another_is_superseded_not_divergent():
-    """A trial (PostgreSQL paused, the leader SIGSTOPped after cancelling from memory): the new
-    leader saw the deletion unexplained (6) and admitted attempt 2 (7); the old leader, resumed,
-    appended its report (8) and its cancel of attempt 1 (9, basis 8). On its basis state attempt
-    2 is live and the projector derives *its* cancel: ``backfill replay`` said divergence and
-    exited 1. The state it was decided on is not in the log: counted superseded, not checked."""
+def superseded_log() -> Log:
+    """Attempt 1 running; its Job deleted with nothing in the log explaining it (6); attempt 2
+    admitted (7); then a deposed leader's report (8) and its cancel of attempt 1 (9, basis 8)."""
     log, admit = _running()
     log.job("JobDeleted", admit.job_name, 700.2)  # 6
     (second,) = [c for c in log.decide(700.2 + 600) if isinstance(c, Admit)]
     assert second.attempt == 2
     log.admit(second, 700.2 + 600)  # 7
     log.request(700)  # 8: the old leader's report, spooled while the store was paused
-    log.add(ev.AttemptCancelled(
+    return log.add(ev.AttemptCancelled(
         at=t(700.1), namespace=NS, backfill="b", uid="u1", attempt=admit.attempt, job_name=admit.job_name,
         reason=FOREGROUND_DEMAND, cause=8, basis=8,
     ))  # 9
+
+
+def test_a_deposed_leaders_late_cancel_of_an_attempt_followed_by_another_is_superseded_not_divergent():
+    """A trial (PostgreSQL paused, the leader SIGSTOPped after cancelling from memory): the new
+    leader saw the deletion unexplained (6) and admitted attempt 2 (7); the old leader, resumed,
+    appended its report (8) and its cancel of attempt 1 (9, basis 8). On its basis state attempt
+    2 is live and the projector derives *its* cancel: ``backfill replay`` said divergence and
+    exited 1. The state it was decided on is not in the log: counted superseded, not checked."""
+    log = superseded_log()
     auditor = Auditor()
     for pos, e in log.events:
         auditor.feed(pos, e)

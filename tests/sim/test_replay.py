@@ -118,3 +118,21 @@ def test_replay_of_a_backfill_not_in_the_log_is_one_line(pg_url, capsys):
         "backfill: error: --backfill: ModelBackfill sim/nope is not in the log of schema replay_names "
         "(no decision of it, and it is not in the projection)"
     )
+
+
+def test_replay_cli_counts_a_deposed_leaders_late_cancel_as_superseded_and_marks_it(pg_url, capsys):
+    """A trial: ``backfill replay`` said divergence and exited 1 on such a cancel; then (after
+    the auditor learnt it) its trail showed two identical cancel rows with no attempt."""
+    from ..core.test_decision_basis import superseded_log
+
+    log = superseded_log()
+    reset(pg_url, "replay_superseded")
+    store = EventStore(make_engine(pg_url, "replay_superseded"))
+    store.append([encode(e, e.natural_key() or f"test/{p}") for p, e in log.events])
+    store.close()
+    assert main(["replay", "--database-url", pg_url, "--schema", "replay_superseded", "--limit", "10"]) == 0
+    captured = capsys.readouterr()
+    assert "1 superseded" in captured.err and "at 9" in captured.err and _checked(captured.err) == 2, captured.err
+    (row,) = [line for line in captured.out.splitlines() if "superseded" in line]
+    cells = [c.strip() for c in row.split("│")[1:-1]]
+    assert (cells[0], cells[3], cells[4], cells[5]) == ("9", "1", "cancel (superseded)", "ForegroundDemand"), row
