@@ -23,8 +23,10 @@ Alibaba one, 16 Models in the latency run, 10 Models / 100 ModelBackfills / a 20
 and 3 s of idle in the scale run (the figures are then only a smoke signal), and ``latency`` and
 ``scale`` share one kube-apiserver (a full run starts one for each). Progress and each
 benchmark's own tables go to stderr; the one table to stdout, and with the date, machine and
-commit to ``--output`` (default ``BENCHMARKS.md`` at the repository root). Exit status 1 when a
-group failed (its row says so).
+commit to ``--output``: by default ``BENCHMARKS.md`` at the repository root for a full-size run of
+every group, nothing for ``--quick`` or ``--only`` (the file holds the latest whole table). The sections a
+person added below the generated notes (measurements side by side, experiments) are kept.
+Exit status 1 when a group failed (its row says so).
 Nothing is asserted: a missed target is a ``NO`` in the table.
 """
 
@@ -46,7 +48,7 @@ if str(ROOT) not in sys.path:
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from bench.rows import COLUMNS, Row, machine, markdown  # noqa: E402
+from bench.rows import COLUMNS, Row, history, machine, markdown  # noqa: E402
 
 GROUPS = ("store", "fold", "simulate", "replay", "latency", "scale")
 
@@ -66,7 +68,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="tiny sizes (a smoke run of every benchmark, well under a minute)")
     ap.add_argument("--only", default="", help=f"comma-separated groups to run (of {', '.join(GROUPS)}; default all)")
-    ap.add_argument("--output", type=Path, default=ROOT / "BENCHMARKS.md", help="where to write the table (default BENCHMARKS.md)")
+    ap.add_argument(
+        "--output", type=Path, default=None,
+        help="where to write the table (default BENCHMARKS.md for a full-size run of every group; --quick or --only write none unless given)",
+    )
     ap.add_argument("--database-url", default=None, help="PostgreSQL URL (default: BACKFILL_DATABASE_URL, else the embedded server)")
     args = ap.parse_args(argv)
     only = [g.strip() for g in args.only.split(",") if g.strip()]
@@ -184,8 +189,14 @@ def main(argv: list[str] | None = None) -> int:
     Console(width=170).print(table)
     print(f"machine: {info['cores']} cores ({info['cpu']}), {info['memory']}, Python {info['python']}, commit {info['commit']}; {seconds:.0f} s")
     notes = [f"groups run: {', '.join(args.groups)}"]
-    args.output.write_text(markdown(rows, info, "quick" if args.quick else "full", seconds, notes))
-    print(f"wrote {args.output}")
+    whole = args.groups == list(GROUPS) and not args.quick
+    output = args.output if args.output is not None else (ROOT / "BENCHMARKS.md" if whole else None)
+    if output is None:
+        print("BENCHMARKS.md not written: it holds the latest full-size run of every group (pass --output PATH to write this one)")
+        return 1 if failed else 0
+    previous = output.read_text() if output.exists() else ""
+    output.write_text(markdown(rows, info, "quick" if args.quick else "full", seconds, notes) + history(previous))
+    print(f"wrote {output}")
     return 1 if failed else 0
 
 

@@ -163,3 +163,16 @@ def markdown(rows: Sequence[Row], info: dict[str, str], mode: str, seconds: floa
     for n in notes:
         out.append(f"- {n}")
     return "\n".join(out) + "\n"
+
+
+def history(previous: str) -> str:
+    """The sections of a previous ``BENCHMARKS.md`` (text ``previous``) below its generated part:
+    from the first ``## `` heading after ``## Notes`` on (side-by-side measurements and
+    experiments written by hand), with a blank line before; "" when there are none. A new table
+    replaces the generated part only, so a run never erases them."""
+    lines = previous.splitlines(keepends=True)
+    notes = next((i for i, line in enumerate(lines) if line.rstrip() == "## Notes"), None)
+    if notes is None:
+        return ""
+    start = next((i for i in range(notes + 1, len(lines)) if lines[i].startswith("## ")), None)
+    return "" if start is None else "\n" + "".join(lines[start:])

@@ -121,3 +121,20 @@ def test_unknown_group_is_a_one_line_error(tmp_path: Path, pg_url: str) -> None:
     assert proc.returncode == 2
     assert "error: --only: unknown group(s) nope" in proc.stderr
     assert not output.exists()
+
+
+def test_a_run_keeps_the_sections_written_below_the_table_and_a_subset_leaves_benchmarks_md_alone(tmp_path: Path, pg_url: str) -> None:
+    """A subset run (``--only simulate,replay``) replaced BENCHMARKS.md by its four rows and erased
+    every side-by-side section below the table (a session's measurements)."""
+    output = tmp_path / "BENCHMARKS.md"
+    kept = "## Measured by hand\n\nbefore 1 s, after 2 s\n\n## Another\n\nkept too\n"
+    output.write_text("# Benchmarks\n\n| figure |\n|---|\n| old |\n\n## Notes\n\n- **old**: a note\n\n" + kept)
+    proc, _ = run_bench(tmp_path, pg_url, "--quick", "--only", "fold")  # writes to ``output``
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    md = output.read_text()
+    assert md.endswith("\n" + kept) and "| old |" not in md and "fold in memory, 100 ModelBackfills" in md
+    repo = ROOT / "BENCHMARKS.md"
+    before = repo.read_bytes()
+    proc = subprocess.run([sys.executable, "-m", "bench", "--quick", "--only", "fold"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "BENCHMARKS.md not written" in proc.stdout and repo.read_bytes() == before
