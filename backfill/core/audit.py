@@ -71,9 +71,10 @@ class Auditor:
         divergences: decisions that differ from what the projector derives.
         unverifiable: positions of decisions whose basis state is no longer kept.
         superseded: positions of cancels recorded after the log had ended their attempt and
-            admitted a later one (a deposed or paused replica's record, spooled while the store
-            was away, appended after its successor's decisions): the state they were decided on
-            (their attempt live) is not in the log, so they are not checked (nor divergent).
+            admitted a later one, or (a suspend) resumed a later segment of it (a deposed or
+            paused replica's record, spooled while the store was away, appended after its
+            successor's decisions): the state they were decided on is not in the log, so they are
+            not checked (nor divergent).
         checked: number of decisions checked.
     """
 
@@ -172,7 +173,11 @@ class Auditor:
             return
         if t is ev.AttemptCancelled:
             b = state.backfills.get(key)
-            if b is not None and b.attempts > d.attempt:
+            later = b.attempt if b is not None else None
+            if b is not None and (
+                b.attempts > d.attempt
+                or (d.suspend and later is not None and later.number == d.attempt and later.segment > d.segment)
+            ):
                 self.superseded.append(position)
                 return
         self.checked += 1

@@ -703,6 +703,8 @@ def _fold_suspend_decided(w: World, b: BackfillState | None, a: Attempt | None, 
         return _put_attempt(w, b, a, pos)
     if a.lifecycle not in (STARTING, RUNNING):
         return _at(w, pos)
+    if a.seen_suspended is not None:  # re-suspended while resuming, observed before this decision
+        return _suspension_observed(w, b, _cancel_decided(a, e, pos), a.seen_suspended, pos)
     return _put_attempt(w, b, _cancel_decided(a, e, pos), pos)
 
 
@@ -713,8 +715,10 @@ def _suspended_before_decision(a: Attempt | None) -> bool:
 
 
 def _suspension_before_decision(w: World, b: BackfillState, a: Attempt, e: ev.JobSuspended, pos: int) -> World:
-    """A resumable attempt's Job observed suspended while the attempt is Running (or Starting,
-    before its first run): the segment ends (Suspended), and the attempt is resumed like any.
+    """A resumable attempt's Job observed suspended while the attempt is Running or Starting:
+    the segment ends (Suspended), and the attempt is resumed like any. While a resume is under
+    way (Starting a later segment) an observation nothing explains is kept instead
+    (``seen_suspended``) for a suspending decision folded later.
 
     If a condition holds that ``decide`` suspends for (:data:`conditions.CANCEL_CHECKS` and
     :func:`conditions.suspends`, the same rules), the suspension is ours and its decision has not
@@ -732,11 +736,16 @@ def _suspension_before_decision(w: World, b: BackfillState, a: Attempt, e: ev.Jo
     The controller owns its Jobs' ``spec.suspend`` (README): a Job someone else suspends is
     resumed when admission is due, as one they resume is suspended again. A non-resumable
     attempt's suspended Job is not followed."""
-    if not a.resumable or not (a.lifecycle == RUNNING or (a.lifecycle == STARTING and a.segment == 1)):
-        return _at(w, pos)  # Starting a later segment: our resume is under way (a stale status)
+    if not a.resumable or (a.lifecycle != RUNNING and a.lifecycle != STARTING):
+        return _at(w, pos)
     hit = conditions.first_hit(conditions.CANCEL_CHECKS, w, conditions.subject(w, b, a), e.at)
     if hit is not None and conditions.suspends(b, a, hit.reason):
         reason, message, cause = hit.reason, hit.message, hit.cause
+    elif a.lifecycle == STARTING and a.segment > 1:
+        # Our resume is under way: a stale status from before it took effect, or our re-suspend
+        # whose cause and decision come later (a trial: stuck Suspending for ever when dropped).
+        # Kept for that decision (:func:`_fold_suspend_decided`); an observed resume clears it.
+        return _put_attempt(w, b, a._replace(seen_suspended=e), pos)
     else:
         reason, message, cause = JOB_SUSPENDED, f"Job {a.job_name} was observed suspended; nothing in the event log explains it", pos
     if reason == FOREGROUND_DEMAND:  # as a foreground cancel does (_fold_cancelled)
@@ -765,7 +774,7 @@ def _suspension_observed(w: World, b: BackfillState, a: Attempt, e: ev.JobSuspen
         start = (a.started_at or a.created_at) if a.segment == 1 else (a.segment_started_at or a.admitted_at)
         end = e.at if start is None or e.at >= start else start
         a = a._replace(segment_ended_at=end, segment_reason=a.cancel_reason, segment_pos=a.cancel_pos)
-    return _put_attempt(w, b, a._replace(lifecycle=SUSPENDED), pos)
+    return _put_attempt(w, b, a._replace(lifecycle=SUSPENDED, seen_suspended=None), pos)
 
 
 def _fold_job_resumed(w: World, e: ev.JobResumed, pos: int) -> World:
@@ -777,7 +786,7 @@ def _fold_job_resumed(w: World, e: ev.JobResumed, pos: int) -> World:
     b, a = found
     if a.lifecycle == STARTING and a.segment > 1 and a.segment_started_at is None:
         at = e.at if e.at >= a.admitted_at else a.admitted_at  # whole-second stamps: not before the decision
-        a = _progress(a._replace(lifecycle=RUNNING, segment_started_at=at), e.completed_indexes, e.at)
+        a = _progress(a._replace(lifecycle=RUNNING, segment_started_at=at, seen_suspended=None), e.completed_indexes, e.at)
         return _put_attempt(w, b, a, pos)
     if a.lifecycle == SUSPENDED:
         return _put_attempt(w, b, a._replace(lifecycle=SUSPENDING), pos)

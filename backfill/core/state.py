@@ -140,6 +140,10 @@ class Attempt(NamedTuple):
     suspension was observed (lifecycle Suspended) and ``segment_reason`` the preemption that
     ended it (``segment_pos``: its cause's position). ``first_admitted_at`` is the attempt's first admission (the run rows of every
     segment share ``attempt``); ``resumable``: admitted under ``spec.preemption: Suspend``.
+    ``seen_suspended``: a ``JobSuspended`` observed while a resume is under way (Starting a later
+    segment) that nothing explained yet: a stale status from before the resume took effect, or
+    our re-suspend whose cause and decision reach the log after it; a suspending decision of that
+    segment folded later ends the segment with it. Cleared by the observed resume.
     """
 
     number: int
@@ -174,6 +178,7 @@ class Attempt(NamedTuple):
     segment_pos: int = 0
     first_admitted_at: datetime | None = None
     resumable: bool = False
+    seen_suspended: Any = None
 
     @property
     def live(self) -> bool:

@@ -384,3 +384,50 @@ def test_someone_elses_suspension_and_resume_of_a_running_job_is_suspended_again
     log.job("JobSuspended", job, 712, completed_indexes="0-1", episode="again")
     assert _attempt(log).lifecycle == SUSPENDED
     assert _one(log.decide(713), Resume).job_name == job  # no demand known: due at once
+
+
+def test_a_re_suspension_observed_while_the_resume_is_under_way_is_taken_by_its_decision():
+    """A trial (one leader, no outage): a report right after a resume, before the Job controller
+    flipped ``Suspended`` back: ``AttemptResumed`` seg 2, our re-suspend observed
+    (``JobSuspended``), then the report and the decision. The observation was dropped as stale and
+    the attempt stayed Suspending for ever."""
+    log, admit, cancel = suspended_log()
+    job = admit.job_name
+    log.cancel(cancel, 800.5).job("JobSuspended", job, 803, completed_indexes="0-1", episode="rv1")
+    resume = _one(log.decide(800.5 + IDLE), Resume)
+    log.admit(resume, 800.5 + IDLE)
+    log.job("JobSuspended", job, 1402, completed_indexes="0-1", episode="rv2")  # our re-suspend, seen first
+    assert _attempt(log).lifecycle == STARTING  # nothing explains it yet: kept for the decision
+    log.request(1401)
+    again = _one(log.decide(1401.5), Cancel)
+    assert again.suspend and again.segment == 2
+    log.cancel(again, 1401.5)
+    a = _attempt(log)
+    assert (a.lifecycle, a.segment, a.segment_reason) == (SUSPENDED, 2, "ForegroundDemand")
+    assert not [c for c in log.decide(1403) if isinstance(c, (SuspendJob, DeleteJob, Cancel))]
+    assert _one(log.decide(1401.5 + IDLE), Resume).segment == 3
+    assert _audit(log).divergences == []
+
+
+def test_a_stale_suspended_status_while_the_resume_is_under_way_changes_nothing_until_resumed():
+    log, admit, cancel = suspended_log()
+    job = admit.job_name
+    log.cancel(cancel, 800.5).job("JobSuspended", job, 803, completed_indexes="0-1", episode="rv1")
+    log.admit(_one(log.decide(800.5 + IDLE), Resume), 800.5 + IDLE)
+    log.job("JobSuspended", job, 1401, completed_indexes="0-1", episode="rv2")  # before the resume took effect
+    log.job("JobResumed", job, 1402, episode="t1")
+    a = _attempt(log)
+    assert (a.lifecycle, a.segment, a.seen_suspended) == (RUNNING, 2, None)
+
+
+def test_a_deposed_leaders_late_suspend_of_an_earlier_segment_is_superseded_not_divergent():
+    """A trial: the standby resumed segment 2 after an unexplained suspension; the deposed
+    leader's suspend of segment 1 then reached the log, and ``backfill replay`` exited 1."""
+    log, admit, cancel = suspended_log()
+    job = admit.job_name
+    log.job("JobSuspended", job, 803, completed_indexes="0-1", episode="rv1")  # its decision not recorded yet
+    resume = _one(log.decide(803 + IDLE), Resume)  # a window after the observed suspension
+    log.admit(resume, 803 + IDLE)
+    log.cancel(cancel, 800.5)  # the deposed leader's suspend of segment 1, recorded late
+    auditor = _audit(log)
+    assert auditor.divergences == [] and auditor.superseded == [log.world.position]
