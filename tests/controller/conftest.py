@@ -168,6 +168,19 @@ class Kube:
     def run_job(self, name: str) -> None:
         self.job_status(name, {"startTime": ts(now_s()), "active": 1})
 
+    def hold_job(self, name: str) -> None:
+        """Play a slow garbage collector: a finalizer keeps the Job, once deleted, terminating
+        (``deletionTimestamp`` set) until :meth:`release_job`."""
+        self.batch.patch_namespaced_job(name, self.ns, {"metadata": {"finalizers": [HOLD]}})
+
+    def release_job(self, name: str) -> None:
+        """Drop :meth:`hold_job`'s finalizer: a Job being deleted then goes."""
+        self.batch.patch_namespaced_job(name, self.ns, {"metadata": {"finalizers": None}})
+
+
+#: The finalizer :meth:`Kube.hold_job` puts on a Job (a test playing a slow garbage collector).
+HOLD = "test.flexinfer/hold"
+
 
 class PhaseRecorder:
     """Watches one ModelBackfill and records every status.phase it goes through (``phases``),

@@ -70,9 +70,14 @@ def test_seed_example_end_to_end(kube, start_controller):
     recorder = PhaseRecorder(kube.api, kube.ns, "model-eval-gemma")
     try:
         wait_for(lambda: recorder.phases == ["Running"], what="recorder sees Running")
+        kube.hold_job(job.metadata.name)  # the Job stays terminating: Cancelling must show
         last_active = now_s()
         kube.set_status("models", "gemma", {"lastActiveTime": ts(last_active)})
-        wait_for(lambda: kube.job(job.metadata.name) is None, timeout=5, what="Job deleted")
+        wait_for(lambda: kube.job(job.metadata.name).metadata.deletion_timestamp, timeout=5, what="Job deleted")
+        cancelling = wait_for(lambda: (s := kube.status("model-eval-gemma")).get("phase") == "Cancelling" and s, what="Cancelling")
+        assert (cancelling["reason"], cancelling["jobName"]) == ("ForegroundDemand", job.metadata.name)
+        kube.release_job(job.metadata.name)
+        wait_for(lambda: kube.job(job.metadata.name) is None, timeout=5, what="Job gone")
         wait_for(lambda: "WaitingForIdle" in recorder.phases, what="phase WaitingForIdle")
     finally:
         recorder.stop()

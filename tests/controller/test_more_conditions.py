@@ -232,8 +232,13 @@ def test_model_not_ready_cancels_and_waits_with_model_not_ready(kube, start_cont
     recorder = PhaseRecorder(kube.api, kube.ns, "loading")
     try:
         wait_for(lambda: recorder.phases == ["Running"], what="recorder sees Running")
+        kube.hold_job(job.metadata.name)  # the Job stays terminating: Cancelling must show
         kube.set_status("models", "gemma", {"phase": "Loading"})
-        wait_for(lambda: kube.job(job.metadata.name) is None, timeout=5, what="Job deleted")
+        wait_for(lambda: kube.job(job.metadata.name).metadata.deletion_timestamp, timeout=5, what="Job deleted")
+        cancelling = wait_for(lambda: (s := kube.status("loading")).get("phase") == "Cancelling" and s, what="Cancelling")
+        assert (cancelling["reason"], cancelling["jobName"]) == ("ModelNotReady", job.metadata.name)
+        kube.release_job(job.metadata.name)
+        wait_for(lambda: kube.job(job.metadata.name) is None, timeout=5, what="Job gone")
         st = _waiting(kube, "loading", "ModelNotReady")
     finally:
         recorder.stop()
