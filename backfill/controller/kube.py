@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +66,7 @@ def _from_file(path: Path) -> client.ApiClient:
         KubeConfigError: the file does not load (not YAML, not a kubeconfig, unreadable), with
             the file's name and the first line of the reason."""
     try:
-        problem = _problem(yaml.safe_load(path.read_text()))
+        problem = _problem(yaml.safe_load(path.read_text()), path.resolve().parent)
         if problem is not None:
             raise KubeConfigError(f"kubeconfig {path}: {problem}")
         return _client(lambda cfg: config.load_kube_config(config_file=str(path), client_configuration=cfg))
@@ -74,10 +76,13 @@ def _from_file(path: Path) -> client.ApiClient:
         raise KubeConfigError(f"kubeconfig {path}: {_reason(exc, path)}") from None
 
 
-def _problem(doc: Any) -> str | None:
+def _problem(doc: Any, base: Path) -> str | None:
     """What the client would take silently or report unclearly in a kubeconfig document: not a
     mapping, an empty ``current-context``, a current context whose ``user`` is not in ``users``
-    (the client then connects anonymously). None when none of those; the client checks the rest."""
+    (the client then connects anonymously), a user whose ``exec`` plugin cannot be run (the
+    client logs ``[Errno 2]`` on every call and connects anonymously). ``base`` is the file's
+    directory (a relative plugin path is run from there, as the client does). None when none
+    of those; the client checks the rest."""
     if doc is None:
         return None  # an empty file: the client's own message ("the file is empty")
     if not isinstance(doc, dict):
@@ -91,6 +96,26 @@ def _problem(doc: Any) -> str | None:
     users = {u.get("name") for u in doc.get("users") or [] if isinstance(u, dict)}
     if user and user not in users:
         return f"context {current} names user {user}, which is not in its users list"
+    entry = next((u.get("user") for u in doc.get("users") or [] if isinstance(u, dict) and u.get("name") == user), None)
+    plugin = entry.get("exec") if isinstance(entry, dict) else None
+    if isinstance(plugin, dict):
+        return _exec_problem(user, plugin.get("command"), base)
+    return None
+
+
+def _exec_problem(user: str, command: Any, base: Path) -> str | None:
+    """Why user ``user``'s exec plugin ``command`` cannot be run, or None: a name without a
+    slash is looked up on ``PATH``; a path is taken from ``base`` when relative (the client
+    runs the plugin with the kubeconfig's directory as its working directory)."""
+    if not isinstance(command, str) or not command:
+        return f"user {user}: exec has no command"
+    if "/" not in command:
+        if shutil.which(command) is None:
+            return f"user {user}: exec command {command} is not found on PATH"
+        return None
+    path = base / command  # an absolute command stays itself
+    if not path.is_file() or not os.access(path, os.X_OK):
+        return f"user {user}: exec command {path} is not an executable file"
     return None
 
 

@@ -93,6 +93,8 @@ def test_a_suspension_whose_records_died_with_its_leader_is_resumed_by_the_next(
         status, _, payload = _post(server, json.dumps({"reports": [report]}).encode())
         assert status in (200, 202), payload
         wait_for(lambda: player.spec_suspend() is True, timeout=5, what="Job suspended by the leader from memory")
+        # its status from memory says so before the pods stop (else the writer may coalesce it away)
+        wait_for(lambda: "Cancelling" in recorder.phases, timeout=5, what="Cancelling written from memory")
     finally:
         server.shutdown()
         server.server_close()

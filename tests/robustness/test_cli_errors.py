@@ -207,8 +207,16 @@ def test_a_kubeconfig_that_is_not_yaml_is_named_with_its_reason(tmp_path):
             "contexts: [{name: x, context: {cluster: c, user: admin}}]\nusers: [{name: someone, user: {token: t}}]\n",
             "context x names user admin, which is not in its users list",
         ),
+        # a trial (2026-12-02): a missing exec plugin started the controller, which logged
+        # "[Errno 2] No such file or directory" from the client on every call, anonymously
+        (
+            "apiVersion: v1\nkind: Config\ncurrent-context: x\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+            "contexts: [{name: x, context: {cluster: c, user: admin}}]\n"
+            "users: [{name: admin, user: {exec: {apiVersion: client.authentication.k8s.io/v1, command: no-such-plugin-9f3}}}]\n",
+            "user admin: exec command no-such-plugin-9f3 is not found on PATH",
+        ),
     ],
-    ids=["no current-context", "unknown context", "empty", "empty current-context", "a list", "unknown user"],
+    ids=["no current-context", "unknown context", "empty", "empty current-context", "a list", "unknown user", "missing exec plugin"],
 )
 def test_a_kubeconfig_error_names_the_file_once(tmp_path, text, reason):
     """It said ``kubeconfig F: Invalid kube-config file. Expected key current-context in F``."""
@@ -216,6 +224,29 @@ def test_a_kubeconfig_error_names_the_file_once(tmp_path, text, reason):
     bare.write_text(text)
     line = _assert_one_line_error(_run(["controller", "--kubeconfig", str(bare)], tmp_path), controller=True)
     assert f"kubeconfig {bare}: {reason}" in line and line.count(str(bare)) == 1, line
+
+
+def test_an_exec_plugin_path_is_taken_from_the_kubeconfigs_directory(tmp_path):
+    """A relative plugin path is run from the kubeconfig's directory (the client's working
+    directory for it): missing there is an error naming the resolved path; present there and
+    executable, the controller goes on past the kubeconfig (to the next problem: the database)."""
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    kubeconfig = conf / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: x\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "contexts: [{name: x, context: {cluster: c, user: admin}}]\n"
+        "users: [{name: admin, user: {exec: {apiVersion: client.authentication.k8s.io/v1, command: ./bin/token}}}]\n"
+    )
+    line = _assert_one_line_error(_run(["controller", "--kubeconfig", str(kubeconfig)], tmp_path), controller=True)
+    assert f"kubeconfig {kubeconfig}: user admin: exec command {conf}/bin/token is not an executable file" in line, line
+    (conf / "bin").mkdir()
+    plugin = conf / "bin" / "token"
+    plugin.write_text('#!/bin/sh\necho \'{"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential", "status": {"token": "t"}}\'\n')
+    plugin.chmod(0o755)
+    from backfill.controller.kube import _from_file
+
+    _from_file(kubeconfig).close()  # loads: the plugin is found and run
 
 
 def test_a_directory_given_as_kubeconfig_is_named_as_such(tmp_path):
