@@ -428,7 +428,9 @@ def report_foreground(
         timeout: seconds for the whole call.
 
     Returns:
-        The response body, ``{"accepted": n, "duplicates": m}``.
+        The response body, ``{"accepted": n, "duplicates": m}``, plus ``"spooled": k`` when ``k``
+        reports were acted on but are not durable yet (the leader's store is away): they live
+        only in that replica's memory; send them again (same ``id``) until an answer has none.
 
     Raises:
         IngestClientError: the endpoint answered 4xx/5xx (``status``, ``body``, ``retry_after``);
