@@ -51,4 +51,5 @@ def test_the_waiter_is_admitted_when_the_other_attempt_ends_not_at_the_resync(ku
         timeout=15, what="the second backfill's Job",
     )
     assert len(second) == 1
-    assert kube.status("second").get("reason") != "ConcurrentBackfill"
+    # its status follows on the status writer's thread (the Job can be seen first)
+    wait_for(lambda: kube.status("second").get("reason") != "ConcurrentBackfill", what="second's status moves on")

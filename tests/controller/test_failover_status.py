@@ -52,7 +52,7 @@ def test_a_new_leader_writes_no_status_from_a_log_that_lacks_what_it_observed(ku
         wait_for(lambda: b.spool.healthy and b.spool.backlog == 0, timeout=15, what="the new leader's spool drained")
         # The log now explains the cancel; the next attempt is admitted by the new leader.
         wait_for(lambda: [j for j in kube.jobs() if j.metadata.name != job], timeout=15, what="the next attempt's Job")
-        time.sleep(0.5)
+        wait_for(lambda: any(p == "Running" and name not in (None, job) for p, name in recorder.statuses), timeout=10, what="the next Job's status")
     finally:
         down.clear()
         recorder.stop()
@@ -104,7 +104,7 @@ def test_a_suspension_whose_records_died_with_its_leader_is_resumed_by_the_next(
     b.signal.set()
     try:
         wait_for(lambda: player.spec_suspend() is False, timeout=15, what="the same Job resumed by the new leader")
-        time.sleep(0.5)
+        wait_for(lambda: recorder.statuses[-1:] == [("Starting", job)], timeout=10, what="the resume's status")
     finally:
         recorder.stop()
     log = log_of(b)

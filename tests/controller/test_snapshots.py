@@ -59,7 +59,9 @@ def test_restart_loads_the_snapshot_and_folds_only_the_tail(kube, start_controll
     c2 = start_controller()
     assert c2.snapshot_position >= saved > 0
     wait_for(lambda: not kube.jobs() or all(j.metadata.deletion_timestamp for j in kube.jobs()), timeout=10, what="the cancel")
-    wait_for(lambda: c2.spool.settled(c2.position), what="the spool to settle")
+    # the Job's deletion in the log and folded (else stop() stores it after the loop stopped folding)
+    wait_for(lambda: any(r.type == "JobDeleted" for r in c2.events.read(saved)), timeout=10, what="JobDeleted recorded")
+    wait_for(lambda: c2.spool.settled(c2.position) and c2.position == c2.events.head(), what="the spool to settle")
     c2.stop()
     full = _refold(url, schema)
     assert c2.position == full.position

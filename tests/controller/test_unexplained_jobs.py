@@ -67,9 +67,10 @@ def test_a_job_the_log_does_not_explain_is_deleted_and_its_own_job_is_not(kube, 
         timeout=10, what="an UnexplainedJob Event",
     )  # fmt: skip
     assert "mbf-restored-7" in warned[0].message and warned[0].type == "Warning"
+    # the log holds both (the deletion's record follows the watch: waited for)
+    deleted = wait_for(lambda: [e.name for e in _events_of(controller, ev.JobDeleted)], timeout=10, what="JobDeleted recorded")
     created = [e.name for e in _events_of(controller, ev.JobCreated)]
-    deleted = [e.name for e in _events_of(controller, ev.JobDeleted)]
-    assert "mbf-restored-7" in created and "mbf-restored-7" in deleted  # the log holds both
+    assert "mbf-restored-7" in created and "mbf-restored-7" in deleted
     assert not [e for e in _events_of(controller, ev.AttemptCancelled)], "its own attempt was cancelled"
 
 

@@ -305,8 +305,8 @@ def test_watches_that_end_early_or_are_cut_lose_nothing(fault_cluster, kube: Kub
 # --------------------------------------------------------------------------- a signal that cannot be read
 
 def test_nothing_is_admitted_while_a_watched_kind_cannot_be_read(fault_cluster, kube: Kube, player: JobPlayer, controllers):
-    """The GamingSession CRD is removed under a running controller, before a declaration's idle
-    window is over: gaming intent can no longer be read (the list answers 404), so nothing may
+    """The GamingSession CRD is removed under a running controller, then a declaration is made:
+    gaming intent can no longer be read (the list answers 404), so nothing may
     start (fail-closed) even when the idle window ends; /readyz says which kind fails. Once the
     CRD is back the watcher relists and the declaration is admitted."""
     from kubernetes import client
@@ -315,7 +315,6 @@ def test_nothing_is_admitted_while_a_watched_kind_cannot_be_read(fault_cluster, 
 
     gaming_crd = next(p for p in ENVTEST_CRD_PATHS if "gamingsessions" in str(p))
     pg, schema = controllers.pg, controllers.schema
-    declare(kube, [("bf", "gemma")], idle_for="4s")
     proc = controllers().start()
     proc.wait_ready()
     ext = client.ApiextensionsV1Api(kube.api)
@@ -323,6 +322,9 @@ def test_nothing_is_admitted_while_a_watched_kind_cannot_be_read(fault_cluster, 
     try:
         wait_for(lambda: proc.http("/readyz")[0] == 503, timeout=10, what="/readyz 503 once GamingSessions cannot be listed")
         status, body = proc.http("/readyz")
+        # declared once the kind is known unreadable (declared before, a slow start-up could let
+        # the 4 s window end before the watcher noticed, and the test raced the controller)
+        declare(kube, [("bf", "gemma")], idle_for="4s")
         time.sleep(6)  # well past the 4 s idle window
         jobs = [j.metadata.name for j in kube.jobs()]
         admitted = of_type(log_events(pg.url, schema), "AttemptAdmitted")

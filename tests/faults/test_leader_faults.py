@@ -31,7 +31,10 @@ AFTER_RESUME_SECONDS = LEASE + 3
 #: it (docs/reliability.md), so requests received within IN_FLIGHT after SIGCONT are not counted.
 #: Anything later was decided after the resume and must have been refused by the fence. A healed
 #: partition is a resume too: the proxy holds what was sent meanwhile and delivers it at the heal.
-IN_FLIGHT = timedelta(milliseconds=200)
+#: 500 ms: on a loaded 2-core machine the resumed process may need a few scheduling rounds (and
+#: the GIL) before such a request reaches the apiserver; a decision made after the resume is
+#: refused by the fence at once (its lease deadline passed while it was stopped).
+IN_FLIGHT = timedelta(milliseconds=500)
 
 
 def _when(e: dict) -> datetime:
