@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -63,17 +66,62 @@ def _from_file(path: Path) -> client.ApiClient:
     """An ApiClient for kubeconfig file ``path``.
 
     Raises:
-        KubeConfigError: the file does not load (not YAML, not a kubeconfig, unreadable), with
-            the file's name and the first line of the reason."""
+        KubeConfigError: the file does not load (not YAML, not a kubeconfig, unreadable), or the
+            current user's exec plugin cannot be run or fails (the client would go on without
+            credentials), with the file's name and the first line of the reason."""
     try:
-        problem = _problem(yaml.safe_load(path.read_text()), path.resolve().parent)
+        doc = yaml.safe_load(path.read_text())
+        problem = _problem(doc, path.resolve().parent)
         if problem is not None:
             raise KubeConfigError(f"kubeconfig {path}: {problem}")
-        return _client(lambda cfg: config.load_kube_config(config_file=str(path), client_configuration=cfg))
+        with _root_errors() as errors:
+            api = _client(lambda cfg: config.load_kube_config(config_file=str(path), client_configuration=cfg))
+        user, entry = _current_user(doc)
+        if errors and isinstance(entry, dict) and "exec" in entry:
+            api.close()
+            first = errors[0].splitlines()[0] if errors[0] else "(no message)"
+            raise KubeConfigError(f"kubeconfig {path}: user {user}: exec plugin failed: {first}")
+        for text in errors:  # not ours to judge: said as the client said it
+            logging.getLogger().error(text)
+        return api
     except yaml.YAMLError as exc:
         raise KubeConfigError(f"kubeconfig {path}: not valid YAML: {str(exc).splitlines()[0]}") from None
     except (ConfigException, ValueError, TypeError, AttributeError, OSError) as exc:
         raise KubeConfigError(f"kubeconfig {path}: {_reason(exc, path)}") from None
+
+
+@contextmanager
+def _root_errors() -> Iterator[list[str]]:
+    """Collect (their messages) and hold back the ERROR records logged on the root logger meanwhile: the
+    client's kubeconfig loader reports a failed exec plugin that way (``logging.error``) and goes
+    on without credentials, so the caller can make it a :class:`KubeConfigError` instead."""
+    caught: list[str] = []
+
+    def keep(record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR:
+            caught.append(record.getMessage())
+            return False
+        return True
+
+    root = logging.getLogger()
+    root.addFilter(keep)
+    try:
+        yield caught
+    finally:
+        root.removeFilter(keep)
+
+
+def _current_user(doc: Any) -> tuple[Any, Any]:
+    """``(name, user entry)`` of the current context's user in kubeconfig document ``doc``
+    (either None when absent)."""
+    if not isinstance(doc, dict):
+        return None, None
+    current = doc.get("current-context")
+    contexts = {c.get("name"): c.get("context") for c in doc.get("contexts") or [] if isinstance(c, dict)}
+    context = contexts.get(current)
+    user = context.get("user") if isinstance(context, dict) else None
+    entry = next((u.get("user") for u in doc.get("users") or [] if isinstance(u, dict) and u.get("name") == user), None)
+    return user, entry
 
 
 def _problem(doc: Any, base: Path) -> str | None:
@@ -90,13 +138,10 @@ def _problem(doc: Any, base: Path) -> str | None:
     current = doc.get("current-context")
     if current == "":
         return "current-context is empty (name one of its contexts)"
-    contexts = {c.get("name"): c.get("context") for c in doc.get("contexts") or [] if isinstance(c, dict)}
-    context = contexts.get(current)
-    user = context.get("user") if isinstance(context, dict) else None
+    user, entry = _current_user(doc)
     users = {u.get("name") for u in doc.get("users") or [] if isinstance(u, dict)}
     if user and user not in users:
         return f"context {current} names user {user}, which is not in its users list"
-    entry = next((u.get("user") for u in doc.get("users") or [] if isinstance(u, dict) and u.get("name") == user), None)
     plugin = entry.get("exec") if isinstance(entry, dict) else None
     if isinstance(plugin, dict):
         return _exec_problem(user, plugin.get("command"), base)

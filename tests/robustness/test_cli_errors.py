@@ -249,6 +249,23 @@ def test_an_exec_plugin_path_is_taken_from_the_kubeconfigs_directory(tmp_path):
     _from_file(kubeconfig).close()  # loads: the plugin is found and run
 
 
+def test_an_exec_plugin_that_fails_is_a_one_line_error(tmp_path):
+    """A trial: a plugin on PATH that fails (gke-gcloud-auth-plugin without an account) started
+    the controller, which logged the plugin's error over several lines and went on without
+    credentials."""
+    plugin = tmp_path / "token"
+    plugin.write_text("#!/bin/sh\necho 'no active account' >&2\necho 'run login first' >&2\nexit 1\n")
+    plugin.chmod(0o755)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: x\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "contexts: [{name: x, context: {cluster: c, user: admin}}]\n"
+        f"users: [{{name: admin, user: {{exec: {{apiVersion: client.authentication.k8s.io/v1, command: {plugin}}}}}}}]\n"
+    )
+    line = _assert_one_line_error(_run(["controller", "--kubeconfig", str(kubeconfig)], tmp_path), controller=True)
+    assert f"kubeconfig {kubeconfig}: user admin: exec plugin failed: exec: process returned 1. no active account" in line, line
+
+
 def test_a_directory_given_as_kubeconfig_is_named_as_such(tmp_path):
     """It said ``does not exist`` of a directory that exists."""
     line = _assert_one_line_error(_run(["controller", "--kubeconfig", str(tmp_path)], tmp_path), controller=True)
