@@ -71,7 +71,7 @@ def _from_file(path: Path) -> client.ApiClient:
             credentials), with the file's name and the first line of the reason."""
     try:
         doc = yaml.safe_load(path.read_text())
-        problem = _problem(doc, path.resolve().parent)
+        problem = _problem(doc, Path(os.path.abspath(path)).parent)  # the client's base (no symlinks followed)
         if problem is not None:
             raise KubeConfigError(f"kubeconfig {path}: {problem}")
         with _root_errors() as errors:
