@@ -16,7 +16,7 @@ from kubernetes.client.exceptions import ApiException
 from backfill.core import events as ev
 from backfill.core.events import decode_many
 
-from .conftest import PhaseRecorder, now_s, ts, wait_for
+from .conftest import HOLD, PhaseRecorder, now_s, ts, wait_for
 
 pytestmark = pytest.mark.kube
 
@@ -145,7 +145,7 @@ def test_gaming_intent_and_suspend_cancel(kube, start_controller):
     for j in jobs:
         kube.run_job(j.metadata.name)
     session = kube.create("gamingsessions", "GamingSession", "play", {"nodeName": "node-a", "mode": "gaming"})
-    session["metadata"]["finalizers"] = ["test.flexinfer/hold"]
+    session["metadata"]["finalizers"] = [HOLD]
     kube.custom.replace_namespaced_custom_object("ai.flexinfer", "v1alpha2", kube.ns, "gamingsessions", "play", session)
     kube.patch("modelbackfills", "susp", {"spec": {"suspend": True}})
     wait_for(lambda: kube.jobs() == [], what="both Jobs deleted")

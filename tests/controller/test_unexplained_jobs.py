@@ -81,7 +81,7 @@ def test_nothing_is_admitted_while_an_unexplained_job_exists(kube, start_control
     kube.model("gemma", node="node-unexplained-2")
     kube.backfill("mbf", idleFor="2s")
     _foreign_job(kube, "mbf", "mbf-restored-8")
-    kube.batch.patch_namespaced_job("mbf-restored-8", kube.ns, {"metadata": {"finalizers": ["test.flexinfer/hold"]}})
+    kube.hold_job("mbf-restored-8")
     controller = start_controller()
     wait_for(lambda: (kube.job("mbf-restored-8").metadata.deletion_timestamp is not None), timeout=10, what="the delete sent")
     wait_for(lambda: kube.status("mbf").get("reason") == "UnexplainedJob", timeout=10, what="status reason UnexplainedJob")
@@ -90,6 +90,6 @@ def test_nothing_is_admitted_while_an_unexplained_job_exists(kube, start_control
     time.sleep(3)  # past the 2 s idle window
     assert [j.metadata.name for j in kube.jobs()] == ["mbf-restored-8"], "admitted beside an unexplained Job"
     assert not _events_of(controller, ev.AttemptAdmitted)
-    kube.batch.patch_namespaced_job("mbf-restored-8", kube.ns, {"metadata": {"finalizers": None}})
+    kube.release_job("mbf-restored-8")
     wait_for(lambda: [j.metadata.name for j in kube.jobs() if j.metadata.name != "mbf-restored-8"], timeout=20,
              what="the declaration's own Job once the unexplained one is gone")  # fmt: skip
