@@ -406,7 +406,8 @@ class Actor:
                     self._note_unexplained(cmd, world)
                 else:
                     self._note_terminating(cmd, world)
-                self.delete_job(cmd.key, cmd.job_name, job_uid(world, cmd.key, cmd.job_name))
+                b = world.backfills.get(cmd.key)
+                self.delete_job(cmd.key, cmd.job_name, job_uid(world, cmd.key, cmd.job_name), b.uid if b is not None else "")
         elif t is SuspendJob:
             if self.due("suspend", cmd.key[0], cmd.job_name):
                 b = world.backfills.get(cmd.key)
@@ -594,7 +595,7 @@ class Actor:
 
     def _again_one(self, c: Any, suspend: bool, uid: str) -> None:
         try:
-            error = self._try_delete(c.key, c.job_name, suspend, uid)
+            error = self._try_delete(c.key, c.job_name, suspend, uid, getattr(c, "uid", ""))
         finally:
             self.window.end()
         if error is not None:
@@ -626,7 +627,7 @@ class Actor:
         """One preemption DELETE, or suspend (issue 11) (a pool thread): the call, then its log
         line and Event. ``uid``: the Job's, when the world knows it (for a 404's JobDeleted)."""
         try:
-            error = self._try_delete(c.key, c.job_name, c.suspend, uid)
+            error = self._try_delete(c.key, c.job_name, c.suspend, uid, c.uid)
         finally:
             self.window.end()
         ns, name = c.key
@@ -675,42 +676,81 @@ class Actor:
             "Warning",
         )
 
-    def _try_delete(self, key: tuple[str, str], job_name: str, suspend: bool, uid: str = "") -> str | None:
-        """The preemption call (``spec.suspend: true`` PATCH, else DELETE); returns the error's
-        one line, or None when it was answered (re-sent by the preemptor's retry and by the next
-        decide's DeleteJob / SuspendJob)."""
+    def _try_delete(self, key: tuple[str, str], job_name: str, suspend: bool, uid: str = "", owner: str = "") -> str | None:
+        """The preemption call (``spec.suspend: true`` PATCH, else DELETE, see :meth:`delete_job`
+        for ``uid`` and ``owner``); returns the error's one line, or None when it was answered
+        (re-sent by the preemptor's retry and by the next decide's DeleteJob / SuspendJob)."""
         try:
             if suspend:
                 self.suspend_job(key, job_name, True)
             else:
-                self.delete_job(key, job_name, uid)
+                self.delete_job(key, job_name, uid, owner)
             return None
         except Exception as exc:  # noqa: BLE001
             return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 
-    def delete_job(self, key: tuple[str, str], job_name: str, uid: str = "") -> None:
-        """Delete the Job with ``propagationPolicy=Background``; a 404 observes ``JobDeleted``
-        (with ``uid``, the Job's uid when known: the same idempotency key as the watch's)."""
+    def delete_job(self, key: tuple[str, str], job_name: str, uid: str = "", owner: str = "") -> None:
+        """Delete our Job ``job_name`` with ``propagationPolicy=Background``, never another's of
+        the same name; a 404 observes ``JobDeleted`` (with ``uid``, the Job's uid when known: the
+        same idempotency key as the watch's).
+
+        ``uid`` known (the log saw the Job created): the DELETE carries it as a precondition, so
+        a Job created under the same name by someone else after ours went is left alone (the
+        API server answers 409 Conflict: ours is gone, observed ``JobDeleted``). ``uid`` unknown
+        (the attempt's create was never confirmed: in flight, answer lost, or refused because
+        a Job of that name exists that is not ours, a trial) and ``owner`` (the ModelBackfill's
+        uid) given: the Job is read first (one GET, the delete's timeout); ours (its controller
+        ownerReference is ``owner``) is deleted under its uid, another's is not touched and our
+        attempt's Job is observed absent (``JobDeleted``). Raises ApiException for any other
+        answer, urllib3 errors when the resend also fails (the re-issue retries)."""
         ns, name = key
         self._guard()
         try:
+            if not uid and owner:
+                uid = self._own_job_uid(ns, name, job_name, owner)
+                if not uid:
+                    self._observed(ev.JobDeleted(at=self.clock(), namespace=ns, backfill=name, name=job_name))
+                    return
             crash_point("cancel/delete-sent")
             try:
-                self._delete_call(ns, job_name)
+                self._delete_call(ns, job_name, uid)
             except urllib3.exceptions.HTTPError:  # timed out or broken: a fresh connection, at once
-                self._delete_call(ns, job_name)
+                self._delete_call(ns, job_name, uid)
             crash_point("cancel/delete-answered")
         except ApiException as exc:
-            if exc.status != 404:
+            if exc.status != 404 and not (exc.status == 409 and uid):  # 409: the uid precondition failed
                 raise
             self._observed(ev.JobDeleted(at=self.clock(), namespace=ns, backfill=name, name=job_name, uid=uid))
 
-    def _delete_call(self, ns: str, job_name: str) -> None:
-        """One DELETE of a Job (Background propagation, ``delete_timeout`` seconds). The answer is
-        read raw and not deserialized into client models (milliseconds of Python that would hold
-        the interpreter while other cancels wait); an error status still raises ApiException."""
+    def _own_job_uid(self, ns: str, name: str, job_name: str, owner: str) -> str:
+        """The uid of Job ``job_name`` if ModelBackfill ``owner`` (a uid) controls it; "" when it
+        does not exist or is someone else's (logged). Raises ApiException other than 404."""
+        try:
+            job = self.batch.read_namespaced_job(job_name, ns, _request_timeout=self.delete_timeout)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            return ""
+        meta = job.metadata
+        if any(o.uid == owner and o.controller for o in meta.owner_references or []):
+            return str(meta.uid or "")
+        log.warning(
+            f"Job {job_name} is not owned by this ModelBackfill: not deleted (the attempt's own Job was never created)",
+            extra={"backfill": f"{ns}/{name}", "decision": "AttemptCancelled"},
+        )
+        return ""
+
+    def _delete_call(self, ns: str, job_name: str, uid: str = "") -> None:
+        """One DELETE of a Job (Background propagation, ``delete_timeout`` seconds; with ``uid``,
+        a precondition on it). The answer is read raw and not deserialized into client models
+        (milliseconds of Python that would hold the interpreter while other cancels wait); an
+        error status still raises ApiException."""
+        # With a body the API server reads DeleteOptions from it alone (the query's
+        # propagationPolicy is ignored: a Job's default is to orphan its pods, held by the
+        # orphan finalizer until the garbage collector acts), so the policy goes in it too.
+        body = {"propagationPolicy": "Background", "preconditions": {"uid": uid}} if uid else None
         resp = self.batch.delete_namespaced_job(
-            job_name, ns, propagation_policy="Background", _request_timeout=self.delete_timeout, _preload_content=False
+            job_name, ns, propagation_policy="Background", body=body, _request_timeout=self.delete_timeout, _preload_content=False
         )
         resp.read()  # drained, so the connection goes back to the pool clean
         resp.release_conn()

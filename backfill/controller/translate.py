@@ -36,6 +36,12 @@ HOSTNAME_LABEL = "kubernetes.io/hostname"
 #: Seconds by which ``Model.status.lastActiveTime`` may lag the real last request
 #: (cluster-contract: the proxy writes it at most about once a minute). Settings override it.
 DEFAULT_SIGNAL_GRANULARITY = 60.0
+#: A ``lastActiveTime`` further ahead of the controller's clock than this, seconds, is not
+#: believed (a proxy with a bad clock, a typo): it is read as an unreadable value, foreground
+#: demand *now* (fail-safe), and is not remembered as the Model's last activity (a trial: one
+#: write of ``9999-12-31T23:59:59Z`` put the admission in year 9999, for good). The same bound
+#: as the ingest endpoint's default ``ingest_max_skew_seconds``.
+LAST_ACTIVE_MAX_AHEAD_SECONDS = 3600.0
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -175,7 +181,9 @@ class Translator:
             )
         raw = status.get("lastActiveTime")
         active = _time(raw)
-        if active is not None:
+        if active is not None and (active - now).total_seconds() > LAST_ACTIVE_MAX_AHEAD_SECONDS:
+            out.extend(self._unreadable_demand(ns, name, uid, raw, now, f"is more than {LAST_ACTIVE_MAX_AHEAD_SECONDS:g} s ahead of the controller's clock"))
+        elif active is not None:
             with self._lock:
                 prev = self._last_active.get(uid)
                 if prev is None and self._known is not None:
@@ -200,17 +208,25 @@ class Translator:
             out.extend(self._unreadable_demand(ns, name, uid, raw, now))
         return out
 
-    def _unreadable_demand(self, ns: str, name: str, uid: str, raw: Any, now: datetime) -> list[Pair]:
+    def _unreadable_demand(self, ns: str, name: str, uid: str, raw: Any, now: datetime, why: str = "") -> list[Pair]:
         """Fail safe (issue: hostile input): a ``lastActiveTime`` that changed but cannot be read
-        counts as foreground demand *now*, and says so (``source="lastActiveTime-unreadable"``).
+        (or, with ``why``, cannot be believed: :data:`LAST_ACTIVE_MAX_AHEAD_SECONDS`) counts as
+        foreground demand *now*, and says so (``source="lastActiveTime-unreadable"``).
 
         Keyed by a digest of the raw value, so a re-delivery or relist of the same unreadable
-        value is stored once; a different unreadable value is demand again."""
+        value is stored once; a different unreadable value is demand again. ``why`` is logged
+        (a warning) once per such value."""
         digest = hashlib.sha256(repr(raw).encode("utf-8", "backslashreplace")).hexdigest()[:16]
         with self._lock:
             if self._last_unreadable.get(uid) == digest:
                 return []
             self._last_unreadable[uid] = digest
+        if why:
+            log.warning(
+                f"Model {ns}/{name}: status.lastActiveTime {str(raw)[:64]!r} {why}: taken as foreground demand now, "
+                "not as the model's last activity",
+                extra={"backfill": f"{ns}/{name}"},
+            )
         event = ev.ForegroundRequest(at=now, namespace=ns, model=name, source="lastActiveTime-unreadable")
         return [(event, f"fg/{uid}/unreadable/{digest}")]
 

@@ -28,6 +28,7 @@ from .commands import (
     WriteStatus,
 )
 from .conditions import CANCEL_CHECKS, GATE_CHECKS, SUSPENDED_CHECKS, Hit, block_cause, block_reason, first_hit, subject, suspends
+from .fold import unexplained_stop
 from .jobtemplate import job_name
 from .state import CANCELLING, RUNNING, STARTING, SUSPENDING, Attempt, BackfillState, CreateRejection, Key, ModelState, World
 from .status import status_from_verdict
@@ -210,6 +211,13 @@ def _evaluate(world: World, key: Key, now: datetime, reserved: dict | None = Non
             return Verdict(WAITING, hit.reason, hit.message, unblock, hit.until, next_run=next_run)
     m = s.state
     since, cause = _idle_since(world, m, now)
+    stop = unexplained_stop(last)
+    if stop is not None and stop[0] > since:
+        # Its Job was deleted (or suspended) and nothing in the log says why: most likely a
+        # preemption whose report and decision were lost with their leader (an ingest report
+        # spooled while PostgreSQL was away), else someone's hand. A doubt, so fail-closed: a
+        # fresh full idle window from that observation.
+        since, cause = stop
     due = plus_seconds(since, spec.idle_for)
     if next_run is not None and next_run > due:
         due = next_run

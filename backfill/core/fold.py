@@ -490,9 +490,28 @@ def _fold_job_deleted(w: World, e: ev.JobDeleted, pos: int) -> World:
     return _put_backfill(w, _end(b, a, e.at, "cancelled", JOB_DELETED, pos), pos)
 
 
-def _unexplained_end(a: Attempt | None) -> bool:
+def unexplained_stop(a: Attempt | None) -> tuple[datetime, int] | None:
+    """``(when, position)`` of the observation that stopped attempt ``a``'s Job with nothing in
+    the log explaining it: a deletion (:func:`ended_unexplained`) or a suspension
+    (``JobSuspended``, no suspending decision folded yet); None otherwise.
+
+    ``decide`` starts the next idle window there (fail-closed: most likely a preemption whose
+    report and decision were lost with their leader, else someone's hand), so the next attempt
+    or resume waits a fresh full ``idleFor``; a decision recorded later names the stop
+    (:func:`_late_cancel`, :func:`_fold_suspend_decided`) and then its own rule applies."""
+    if a is None:
+        return None
+    if ended_unexplained(a):
+        return a.ended_at, a.end_pos  # type: ignore[return-value]
+    if a.lifecycle == SUSPENDED and a.cancel_reason == JOB_SUSPENDED and a.segment_ended_at is not None:
+        return a.segment_ended_at, a.segment_pos
+    return None
+
+
+def ended_unexplained(a: Attempt | None) -> bool:
     """True when attempt ``a`` ended by a deletion of its Job that nothing in the log explained
-    (``cancelled``/``JobDeleted``, no cancel known, not after a suspension)."""
+    (``cancelled``/``JobDeleted``, no cancel known, not after a suspension); a cancel recorded
+    later re-attributes it (:func:`_late_cancel`)."""
     return (
         a is not None and a.lifecycle == IDLE and a.result == "cancelled" and a.end_reason == JOB_DELETED
         and not a.cancel_pos and a.segment_ended_at is None
@@ -501,12 +520,12 @@ def _unexplained_end(a: Attempt | None) -> bool:
 
 def _late_cancel(a: Attempt, e: ev.AttemptCancelled, pos: int) -> Attempt | None:
     """``a`` re-attributed to deleting cancel ``e`` when ``e`` is the decision that deleted its Job
-    but reached the log after the deletion (:func:`_unexplained_end`). A cancel is decided only
+    but reached the log after the deletion (:func:`ended_unexplained`). A cancel is decided only
     while its decider sees the attempt live, so one recorded after an unexplained deletion is that
     deletion's cause, whatever its ``basis`` (the report that caused it may itself reach the log
     after the deletion: another replica recorded the deletion first). None otherwise (``e`` then
     changes nothing, as any stale decision)."""
-    if e.suspend or a.number != e.attempt or not _unexplained_end(a):
+    if e.suspend or a.number != e.attempt or not ended_unexplained(a):
         return None
     result = "preempted" if e.reason in PREEMPTION_REASONS else "cancelled"
     return _cancel_decided(a, e, pos)._replace(lifecycle=IDLE, result=result, end_reason=e.reason)
@@ -519,7 +538,7 @@ def revived(w: World, key: Key) -> World | None:
     such a late cancel on it)."""
     b = w.backfills.get(key)
     a = b.attempt if b is not None else None
-    if a is not None and _unexplained_end(a):
+    if a is not None and ended_unexplained(a):
         live = a._replace(lifecycle=RUNNING, ended_at=None, end_pos=0, result=None, end_reason="")
     elif _suspended_before_decision(a):
         live = a._replace(
@@ -731,7 +750,7 @@ def _suspension_before_decision(w: World, b: BackfillState, a: Attempt, e: ev.Jo
     observation, the latest the preemption can have been (a resume waits a full window after
     it); an unexplained one moves nothing (a report folded after it must still count as demand),
     so with its cause lost the attempt is resumed when due, as an unexplained deletion's next
-    attempt is admitted.
+    attempt is admitted: a fresh full idle window after the observation (:func:`unexplained_stop`).
 
     The controller owns its Jobs' ``spec.suspend`` (README): a Job someone else suspends is
     resumed when admission is due, as one they resume is suspended again. A non-resumable

@@ -8,6 +8,10 @@ CronJob", which is what ``kubectl create job --from=cronjob/NAME`` does, plus th
   copied;
 - the owner is the ModelBackfill (a controller ownerReference), not the CronJob;
 - ``activeDeadlineSeconds = maxRunDuration`` in whole seconds;
+- ``spec.suspend`` is not copied: the controller creates the Job to run now and owns its
+  suspension (``spec.preemption: Suspend``); a Job created suspended would run nothing while
+  counted Running and holding its model and node, and its deadline never starts while
+  suspended (a trial: a CronJob whose jobTemplate said ``suspend: true``);
 - env overrides go to every regular container in sorted key order: an existing entry's value is
   replaced and its ``valueFrom`` removed; a missing one is appended;
 - ``FLEXINFER_WORKLOAD_CLASS=background`` is forced into every init and regular container;
@@ -248,6 +252,7 @@ def build_job(
         metadata["annotations"] = annotations
     job_spec = copy.deepcopy(dict(job_template.get("spec") or {}))
     job_spec["activeDeadlineSeconds"] = max(1, int(spec.max_run))
+    job_spec.pop("suspend", None)  # created to run now; the controller owns spec.suspend
     pod = job_spec.setdefault("template", {}).setdefault("spec", {})
     overrides = [(k, v) for k, v in sorted(spec.env)]
     background = [(RESERVED_ENV, BACKGROUND_CLASS)]

@@ -110,6 +110,22 @@ def test_foreground_demand_cancels_and_retry_needs_a_fresh_window():
     assert log.decide(1300)[0].attempt == 2
 
 
+def test_a_deletion_nothing_explains_needs_a_fresh_window_from_the_deletion():
+    # The Job goes at 900 with no cancel condition and no cancel in the log (its preemption's
+    # report and decision were lost with a leader, or someone deleted it by hand): the last
+    # known busy time is the Ready at 0, whose window ended at 600, but the next attempt waits
+    # a full idleFor (10m) from the deletion: due at 1500, not at once (fail-closed).
+    log, admit = running(base())
+    log.job("JobDeleted", admit.job_name, 900)
+    a = log.world.backfills[KEY].attempt
+    assert (a.result, a.end_reason) == ("cancelled", "JobDeleted")
+    assert phase(log, 900) == ("WaitingForIdle", "IdleWindow")
+    assert status_of(log.world, KEY, t(900))["idleSince"] == rfc3339(t(900))
+    assert log.decide(901) == [WakeAt(KEY, t(1500))]
+    assert log.decide(1499) == [WakeAt(KEY, t(1500))]
+    assert log.decide(1500)[0].attempt == 2
+
+
 def test_delete_is_reissued_while_cancelling():
     log, admit = running(base())
     log.request(700)

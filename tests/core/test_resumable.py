@@ -10,7 +10,7 @@ import pytest
 from backfill.core import events as ev
 from backfill.core import indexes
 from backfill.core.audit import Auditor
-from backfill.core.commands import Admit, Block, Cancel, DeleteJob, Resume, ResumeJob, SuspendJob
+from backfill.core.commands import Admit, Block, Cancel, DeleteJob, Resume, ResumeJob, SuspendJob, WakeAt
 from backfill.core.projector import decide, status_of
 from backfill.core.runs import previous_row, run_rows
 from backfill.core.spec import SpecProblem, parse_spec
@@ -322,17 +322,20 @@ def test_an_unexplained_suspension_ends_the_segment_and_the_job_is_resumed_when_
     ``JobActive`` for ever over a suspended Job. Like an unexplained deletion, the observation
     ends the segment (``cancelled``, ``JobSuspended``) and the same Job is resumed when admission
     is due (the controller owns its Jobs' ``spec.suspend``), as an unexplained deletion's next
-    attempt is admitted."""
+    attempt is admitted: after a fresh full idle window from the observation (its cause may be
+    lost foreground demand; fail-closed), not at once although the last known demand is long
+    past."""
     log, job = _running_resumable()
     log.job("JobSuspended", job, 800, completed_indexes="0-1", episode="rv1")
     suspended_pos = log.world.position
     a = _attempt(log)
     assert (a.lifecycle, a.segment_reason, a.completed_indexes) == (SUSPENDED, "JobSuspended", "0-1")
     st = status_of(log.world, KEY, t(801))
-    assert (st["phase"], st["reason"], st["jobName"]) == ("Starting", "Resuming", job)  # not Running/JobActive
+    assert (st["phase"], st["reason"], st["jobName"]) == ("WaitingForIdle", "IdleWindow", job)  # not Running/JobActive
     (row,) = _rows(log)
     assert (row.result, row.reason, row.ended_at, row.deciding_position) == ("cancelled", "JobSuspended", t(800), suspended_pos)
-    resume = _one(log.decide(801), Resume)  # the last demand is long past (the builders' idleFor 10m)
+    assert log.decide(801) == [WakeAt(KEY, t(800 + IDLE))]  # the builders' idleFor 10m from 800
+    resume = _one(log.decide(800 + IDLE), Resume)
     assert (resume.attempt, resume.segment, resume.job_name) == (1, 2, job)
 
 
@@ -383,7 +386,10 @@ def test_someone_elses_suspension_and_resume_of_a_running_job_is_suspended_again
     assert _one(log.decide(711), SuspendJob).job_name == job
     log.job("JobSuspended", job, 712, completed_indexes="0-1", episode="again")
     assert _attempt(log).lifecycle == SUSPENDED
-    assert _one(log.decide(713), Resume).job_name == job  # no demand known: due at once
+    # No demand known, but nothing explains the suspension: a fresh full window from its first
+    # observation (700 + 10m), then the resume.
+    assert log.decide(713) == [WakeAt(KEY, t(700 + IDLE))]
+    assert _one(log.decide(700 + IDLE), Resume).job_name == job
 
 
 def test_a_re_suspension_observed_while_the_resume_is_under_way_is_taken_by_its_decision():

@@ -277,11 +277,14 @@ def _running(c: Cluster, name: str = "good") -> str:
     return cmd.job_name
 
 
-def test_last_active_time_at_the_end_of_the_calendar_never_raises():
+def test_last_active_time_at_the_end_of_the_calendar_is_demand_now_not_the_end_of_time():
     """Measured (issue 9): ``lastActiveTime: 9999-12-31T23:59:59Z`` made decide raise
-    OverflowError (idleSince + idleFor) for that backfill on every pass, leaving its status
-    Cancelling and naming a deleted Job. Now: cancelled, then waiting (no admission before the
-    end of time), and its status is written."""
+    OverflowError (idleSince + idleFor) for that backfill on every pass. Then (a trial): it put
+    the admission in year 9999 for good, whatever the Model said later. Now the value is not
+    believed (more than an hour ahead of the controller's clock): it is demand at the moment it
+    is observed (70), so the Job is cancelled, and the next attempt is admitted after a full
+    idle window from then (idleFor 1m: at 131 after the deletion at 72 - the window runs from
+    the demand at 70 or the cancel at 71, whichever is later)."""
     c = Cluster()
     good_setup(c)
     job = _running(c)
@@ -292,6 +295,19 @@ def test_last_active_time_at_the_end_of_the_calendar_never_raises():
     c.record(ev.AttemptCancelled(at=at(71), namespace=NS, backfill="good", cause=cancel[0].cause, basis=c.pos, uid="gb",
                                  attempt=1, job_name=job, reason="ForegroundDemand", message=cancel[0].message))  # fmt: skip
     c.record(ev.JobDeleted(at=at(72), namespace=NS, backfill="good", name=job, uid="job-uid"))
+    for s in (73, 130.9):
+        cmds = c.decide(at(s))
+        assert phase(cmds, "good") == "WaitingForIdle" and not good_admitted(cmds)
+    assert good_admitted(c.decide(at(131)))
+
+
+def test_a_busy_time_at_the_end_of_the_calendar_in_an_older_log_never_raises():
+    """A log written before the bound above can hold such a request: decide must not raise
+    (OverflowError, issue 9) and admits nothing before the end of time."""
+    c = Cluster()
+    good_setup(c)
+    c.record(ev.ForegroundRequest(at=datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone.utc), namespace=NS,
+                                  model="good-model", source="lastActiveTime"))  # fmt: skip
     for s in (73, 10**6, 10**9):
         cmds = c.decide(at(s))
         assert phase(cmds, "good") == "WaitingForIdle"
