@@ -36,6 +36,7 @@ from .verdict import (
     GPU_LEASE_ACTIVE,
     JOB_REJECTED,
     MODEL_NOT_FOUND,
+    MODEL_NODE_UNKNOWN,
     MODEL_NOT_READY,
     NODE_CHANGED,
     PREEMPTION_NOT_RESUMABLE,
@@ -220,6 +221,21 @@ def _model_not_ready(world: World, s: Subject, now: datetime) -> Hit | None:
     return None
 
 
+def _node_unknown(world: World, s: Subject, now: datetime) -> Hit | None:
+    """Admission only: a Model whose node is unknown (cluster-contract: ``status.gpu.node``, else
+    ``spec.nodeSelector["kubernetes.io/hostname"]``) cannot have the seed's node rules applied
+    (a GamingSession targeting the model's node cancels the Job; a GPULease blocks it), so
+    nothing starts on it until its node is known (fail-closed: a signal that cannot be read)."""
+    if not s.state.node:
+        return Hit(
+            MODEL_NODE_UNKNOWN,
+            f"Model {s.model} names no node (status.gpu.node or spec.nodeSelector kubernetes.io/hostname): "
+            "gaming intent and GPU leases on its node could not be applied",
+            s.state.ready_pos or world.position,
+        )
+    return None
+
+
 def _node_changed(world: World, s: Subject, now: datetime) -> Hit | None:
     a, m = s.attempt, s.state
     if a is not None and m.node != a.node:
@@ -283,6 +299,7 @@ CONDITIONS: tuple[Condition, ...] = (
     Condition(GPU_LEASE_ACTIVE, _lease, cancels=True, gates=True, wakes={ev.GPULeaseActive: everyone, ev.GPULeaseEnded: everyone}),
     Condition(FOREGROUND_DEMAND, _foreground_demand, cancels=True, gates=False, wakes={ev.ForegroundRequest: of_model}),
     Condition(CONCURRENT_BACKFILL, _concurrent, cancels=True, gates=True, wakes={**_SLOT_EVENTS, **_DECLARATION_EVENTS}),
+    Condition(MODEL_NODE_UNKNOWN, _node_unknown, cancels=False, gates=True, wakes=_MODEL_EVENTS),
 )
 """Every gate/cancel condition, in the order they are asked (the first that holds wins)."""
 

@@ -22,6 +22,9 @@ CONCURRENT_BACKFILL = "ConcurrentBackfill"
 SPEC_CHANGED = "SpecChanged"
 SUSPENDED = "Suspended"
 NODE_CHANGED = "NodeChanged"
+#: Waiting: the Model names no node (neither ``status.gpu.node`` nor a hostname nodeSelector), so
+#: gaming intent and GPU leases on its node could not cancel a Job (a trial; fail-closed).
+MODEL_NODE_UNKNOWN = "ModelNodeUnknown"
 REPEAT_SCHEDULED = "RepeatScheduled"
 REPEAT_DUE = "RepeatDue"
 DELETED = "Deleted"

@@ -150,6 +150,12 @@ def backfill_name(model: str) -> str:
     return "bf-" + "".join(ch if ch.isalnum() else "-" for ch in model.lower())
 
 
+def sim_node(model: str) -> str:
+    """The simulated node of ``model``: one node per model (a node must be known for admission,
+    and one per model keeps the per-node contender gate from coupling models)."""
+    return "node-" + backfill_name(model)[3:]
+
+
 _NO_BACKFILL = frozenset({ev.ForegroundRequest, ev.ModelReady, ev.BackfillApplied, ev.CronJobSeen})
 
 
@@ -343,7 +349,7 @@ def _simulate(
             model = payload
             now = to_dt(now_us)
             name = backfill_name(model)
-            append(ev.ModelReady(at=now, namespace=ns, model=model, node=""), f"sim/ready/{model}")
+            append(ev.ModelReady(at=now, namespace=ns, model=model, node=sim_node(model)), f"sim/ready/{model}")
             append(
                 ev.BackfillApplied(at=now, namespace=ns, name=name, uid=f"uid-{name}", generation=1, spec=params.spec(model)),
                 f"sim/applied/{name}",

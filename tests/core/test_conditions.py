@@ -45,6 +45,7 @@ def test_the_table_asks_in_the_seed_cancel_order_and_names_known_reasons():
     ]  # fmt: skip
     assert [c.reason for c in CONDITIONS if c.gates] == [
         verdict.MODEL_NOT_READY, verdict.GAMING_INTENT, verdict.GPU_LEASE_ACTIVE, verdict.CONCURRENT_BACKFILL,
+        verdict.MODEL_NODE_UNKNOWN,
     ]  # fmt: skip
     assert len({c.reason for c in CONDITIONS}) == len(CONDITIONS), "a reason is written once"
     for c in CONDITIONS:

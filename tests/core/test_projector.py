@@ -67,6 +67,21 @@ def test_model_not_ready_waits_with_reason():
     assert phase(log, 5000) == ("WaitingForIdle", "ModelNotReady")
 
 
+def test_a_model_with_no_node_admits_nothing_until_its_node_is_known():
+    # A trial: a Ready Model with neither status.gpu.node nor a hostname nodeSelector got a Job
+    # that no GamingSession or GPULease could ever cancel. Fail-closed: it waits, saying why;
+    # once the node is known, a full idle window runs from then (a Model on a new node is Ready
+    # there since that moment): due at 5001 + 600.
+    log = Log().ready(0, node="").cronjob(0).apply(0)
+    assert [c for c in log.decide(5000) if isinstance(c, Admit)] == []
+    assert phase(log, 5000) == ("WaitingForIdle", "ModelNodeUnknown")
+    assert "names no node" in status_of(log.world, KEY, t(5000))["message"]
+    log.ready(5001, node="n1")
+    assert log.decide(5001) == [WakeAt(KEY, t(5601))]
+    (admit,) = [c for c in log.decide(5601) if isinstance(c, Admit)]
+    assert admit.node == "n1"
+
+
 def test_idle_window_starts_when_the_model_becomes_ready():
     log = Log().not_ready(0).cronjob(0).apply(0).ready(1000)
     assert log.decide(1000)[0] == WakeAt(KEY, t(1600))
