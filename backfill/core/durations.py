@@ -4,6 +4,12 @@ Kubernetes ``metav1.Duration`` fields are parsed by Go's ``time.ParseDuration``:
 signed sequence of decimal numbers, each with an optional fraction and a unit suffix among
 ``ns``, ``us`` (or ``µs``/``μs``), ``ms``, ``s``, ``m``, ``h``; the bare string ``0`` is zero.
 Days (``d``), weeks and spaces are not accepted. Inside this project durations are float seconds.
+
+A Go duration is a whole number of nanoseconds (int64): ParseDuration scales each part's fraction
+to nanoseconds with float64 arithmetic and truncates it (``uint64(float64(f) * (float64(unit) /
+scale))`` in Go's ``time/format.go``), so ``"1.5ns"`` is 1 ns and ``"0.0000000001s"`` is 0, which
+a ModelBackfill reads as "the default", as the API server's CEL validation does.
+:func:`parse_duration` does the same, step by step.
 """
 
 from __future__ import annotations
@@ -11,23 +17,22 @@ from __future__ import annotations
 import re
 from decimal import Decimal
 from functools import lru_cache
-from fractions import Fraction
 
-_UNITS = {
-    "ns": Fraction(1, 10**9),
-    "us": Fraction(1, 10**6),
-    "µs": Fraction(1, 10**6),  # U+00B5 micro sign
-    "μs": Fraction(1, 10**6),  # U+03BC greek mu
-    "ms": Fraction(1, 10**3),
-    "s": Fraction(1),
-    "m": Fraction(60),
-    "h": Fraction(3600),
+_UNITS = {  # nanoseconds per unit (Go's unitMap)
+    "ns": 1,
+    "us": 10**3,
+    "µs": 10**3,  # U+00B5 micro sign
+    "μs": 10**3,  # U+03BC greek mu
+    "ms": 10**6,
+    "s": 10**9,
+    "m": 60 * 10**9,
+    "h": 3600 * 10**9,
 }
-_PART = re.compile(r"([0-9]+\.?[0-9]*|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h)")
+_PART = re.compile(r"([0-9]*)(?:\.([0-9]*))?(ns|us|µs|μs|ms|s|m|h)")
 _WHOLE = re.compile(r"(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:ns|us|µs|μs|ms|s|m|h))+")
 #: Go's largest time.Duration (2^63-1 ns, "2562047h47m16.854775807s"): ParseDuration rejects more.
 MAX_SECONDS = (2**63 - 1) / 1e9
-_MAX_EXACT = Fraction(2**63 - 1, 10**9)
+_MAX_NS = 2**63 - 1
 _MAX_DIGITS = 4_000  # longer digit strings are refused (Python's int() refuses them too)
 
 
@@ -42,8 +47,11 @@ def parse_duration(text: str) -> float:
         text: e.g. ``"90s"``, ``"1h30m"``, ``"1.5h"``, ``"0"``, ``"0s"``.
 
     Returns:
-        The duration in seconds (float, >= 0): the exact decimal sum of the parts, rounded
-        once to the nearest float (so ``parse_duration(format_duration(x)) == x``).
+        The duration in seconds (float, >= 0): the whole nanoseconds Go's ``time.ParseDuration``
+        reads (each part's fraction scaled as Go scales it and truncated, so ``"1.5ns"`` is
+        1e-09 and ``"0.0000000001s"`` is 0), divided by 10^9 and rounded once to the nearest
+        float. ``parse_duration(format_duration(x)) == x`` for every whole number of
+        nanoseconds ``x`` up to Go's maximum.
 
     Raises:
         DurationError: empty, malformed (ASCII digits only), unknown unit (``"1d"``), negative
@@ -59,8 +67,8 @@ def parse_duration(text: str) -> float:
 def _parse(text: str) -> float:
     """:func:`parse_duration` of a string, memoised: a spec is parsed on every fold of its
     ModelBackfill (each relist and status write re-delivers it) and a declaration uses a few
-    distinct durations, while the exact parse (fractions) costs about 5 us. Errors are not
-    cached (raised again each time)."""
+    distinct durations, while the parse costs a few microseconds. Errors are not cached (raised
+    again each time)."""
     s = text
     if s in ("0", "+0", "-0"):
         return 0.0
@@ -75,11 +83,40 @@ def _parse(text: str) -> float:
         )
     if len(s) > _MAX_DIGITS:
         raise DurationError(f"duration {text!r} is too long")
-    exact = sum((Fraction(n) * _UNITS[u] for n, u in _PART.findall(s)), Fraction(0))
+    ns = sum(_part_ns(text, whole, frac, unit) for whole, frac, unit in _PART.findall(s))
     # Beyond Go's maximum, except what rounds to the float MAX_SECONDS (so it round-trips).
-    if exact > _MAX_EXACT and (exact > 2 * _MAX_EXACT or float(exact) > MAX_SECONDS):
+    if ns > _MAX_NS and (ns > 2 * _MAX_NS or ns / 10**9 > MAX_SECONDS):
         raise DurationError(f"duration {text!r} is out of range (Go's maximum is 2562047h47m16s)")
-    return float(exact)  # the exact sum, rounded once (correctly) to the nearest float
+    return ns / 10**9  # int / int: correctly rounded to the nearest float
+
+
+def _part_ns(text: str, whole: str, frac: str, unit: str) -> int:
+    """One part (``"1.5"``, ``"h"``) of a duration in whole nanoseconds, as Go's ParseDuration
+    computes it (``time/format.go``): the integer part times the unit, plus the fraction's
+    digits read while they fit in a uint64 (``leadingFraction``) and scaled by
+    ``float64(f) * (float64(unit) / scale)``, truncated. Python floats are IEEE doubles rounded
+    to nearest like Go's float64, so the result is Go's to the nanosecond.
+
+    Raises:
+        DurationError: the integer part times the unit exceeds 2^63 ns (Go: "invalid duration");
+            the message quotes ``text``, the whole duration.
+    """
+    v = int(whole) if whole else 0
+    per = _UNITS[unit]
+    if v > 2**63 // per:
+        raise DurationError(f"duration {text!r} is out of range (Go's maximum is 2562047h47m16s)")
+    v *= per
+    f, scale = 0, 1.0
+    for c in frac:  # leadingFraction: stop accumulating once the next digit would overflow
+        if f > _MAX_NS // 10:
+            break
+        y = f * 10 + ord(c) - 48
+        if y > 2**63:
+            break
+        f, scale = y, scale * 10.0  # overflows to inf past 308 digits, as float64 does in Go
+    if f > 0:
+        v += int(float(f) * (float(per) / scale))
+    return v
 
 
 _SUBSECOND = ((Decimal("1e-6"), "ns", Decimal("1e9")), (Decimal("1e-3"), "µs", Decimal("1e6")), (Decimal(1), "ms", Decimal("1e3")))
@@ -97,7 +134,8 @@ def format_duration(seconds: float) -> str:
     ``1e-05 -> "10µs"``, ``0.0015 -> "1.5ms"``. Below one second the unit is ``ns``, ``µs`` or
     ``ms`` as in Go; the number is the shortest decimal that reads back as the same float
     (:func:`repr`), never rounded, so ``parse_duration(format_duration(x)) == x`` for every
-    float from 0 to Go's maximum (sub-nanosecond values too, which Go itself cannot hold).
+    whole number of nanoseconds from 0 to Go's maximum (what a Go duration can hold); a
+    sub-nanosecond remainder is printed but dropped when parsed back, as Go drops it.
 
     Raises:
         ValueError: negative, infinite or NaN input.

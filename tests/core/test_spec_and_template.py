@@ -37,6 +37,15 @@ def test_defaults_and_valid_spec():
     assert parse_spec({"modelRef": "m", "templateRef": "t", "repeatAfter": "1m"}).repeat_after == 60
 
 
+@pytest.mark.parametrize("zero", ["0s", "0", "0.0000000001s", "0.9ns", "0.5ns0.4ns"])
+def test_a_duration_that_parses_to_zero_takes_the_zero_path(zero):
+    # Go (and the API server's CEL rules) read "0.0000000001s" as 0: idleFor and maxRunDuration
+    # get their defaults and repeatAfter stays one-shot, exactly as for "0s".
+    spec = parse_spec({"modelRef": "m", "templateRef": "t", "idleFor": zero, "maxRunDuration": zero, "repeatAfter": zero})
+    assert isinstance(spec, Spec), spec
+    assert (spec.idle_for, spec.max_run, spec.repeat_after) == (600, 1800, 0)
+
+
 @pytest.mark.parametrize(
     "raw, reason, fragment",
     [
