@@ -10,10 +10,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ENV_PREFIX = "BACKFILL_"
+#: The longest any ``*_seconds`` setting may be (about 31 years): longer ones overflow the
+#: platform's socket and thread timeouts (CPython holds a timeout as int64 nanoseconds, about
+#: 292 years, and a socket's timeval fails well before: 1e10 s is "timestamp out of range for
+#: platform time_t"), and no timeout or period of a controller needs more.
+MAX_SECONDS = 1_000_000_000
+#: PostgreSQL's largest lock_timeout, statement_timeout and idle_in_transaction_session_timeout:
+#: INT_MAX milliseconds (pg_settings.max_val 2147483647, unit ms); a larger value is refused by
+#: the server ("Value exceeds integer range") on every connection.
+PG_MAX_TIMEOUT_SECONDS = 2147483.647
 
 
 class SettingsCheckError(ValueError):
@@ -60,9 +69,12 @@ class Settings(BaseSettings):
 
     Environment: every field can be set as ``BACKFILL_<FIELD_NAME_UPPERCASE>``, for example
     ``BACKFILL_DATABASE_URL=postgresql+psycopg://user:pw@host/db``.
+
+    Every number is finite (``inf`` and ``nan`` are refused: an infinite timeout overflowed every
+    watcher's socket timeout) and every ``*_seconds`` setting is at most :data:`MAX_SECONDS`.
     """
 
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", allow_inf_nan=False)
 
     database_url: str | None = Field(
         default=None,
@@ -157,9 +169,9 @@ class Settings(BaseSettings):
     # Database sessions (applied by backfill.store.make_engine to every pooled connection;
     # 0 disables a timeout). A paused or partitioned replica cannot hold the log's write lock
     # for longer than the idle-in-transaction timeout, and no call waits on a lock forever.
-    db_lock_timeout_seconds: float = Field(default=2.0, ge=0, description="PostgreSQL lock_timeout: longest wait for any lock (the log's write lock included), seconds.")
-    db_statement_timeout_seconds: float = Field(default=10.0, ge=0, description="PostgreSQL statement_timeout: longest single statement, seconds.")
-    db_idle_in_transaction_timeout_seconds: float = Field(default=10.0, ge=0, description="PostgreSQL idle_in_transaction_session_timeout: a session idle inside a transaction longer than this is ended by the server (its locks released), seconds.")
+    db_lock_timeout_seconds: float = Field(default=2.0, ge=0, le=PG_MAX_TIMEOUT_SECONDS, description="PostgreSQL lock_timeout: longest wait for any lock (the log's write lock included), seconds; at most 2147483.647 (PostgreSQL's limit, 2^31-1 ms).")
+    db_statement_timeout_seconds: float = Field(default=10.0, ge=0, le=PG_MAX_TIMEOUT_SECONDS, description="PostgreSQL statement_timeout: longest single statement, seconds; at most 2147483.647 (PostgreSQL's limit, 2^31-1 ms).")
+    db_idle_in_transaction_timeout_seconds: float = Field(default=10.0, ge=0, le=PG_MAX_TIMEOUT_SECONDS, description="PostgreSQL idle_in_transaction_session_timeout: a session idle inside a transaction longer than this is ended by the server (its locks released), seconds; at most 2147483.647 (PostgreSQL's limit, 2^31-1 ms).")
     db_connect_timeout_seconds: int = Field(default=10, ge=0, description="libpq connect_timeout: longest wait to open a connection, whole seconds.")
 
     # Storage
@@ -190,6 +202,14 @@ class Settings(BaseSettings):
                 raise SettingsCheckError(("database_url_file",), f"{self.database_url_file} is empty")
             self.database_url = text
         return self
+
+    @field_validator("*")
+    @classmethod
+    def _seconds_bounded(cls, v: object, info: ValidationInfo) -> object:
+        """A ``*_seconds`` setting is at most :data:`MAX_SECONDS`; ValueError otherwise."""
+        if info.field_name and info.field_name.endswith("_seconds") and isinstance(v, (int, float)) and v > MAX_SECONDS:
+            raise ValueError(f"at most {MAX_SECONDS} seconds (about 31 years)")
+        return v
 
     @field_validator("metrics_address")
     @classmethod

@@ -162,6 +162,7 @@ class Controller:
         self._pending_finalizers: dict[Key, str] = {}
         self._fin_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
+        self._preemptor_started = False  # stop() joins only what start() started
         self._live = False
         self._carry: set[Key] = set()  # keys whose commands were left undone
         self._statuses_held = False  # statuses were not written while the log lagged (see step)
@@ -366,6 +367,7 @@ class Controller:
             extra={"position": self.position},
         )
         self.preemptor.start()
+        self._preemptor_started = True
         for kind in KINDS:
             w = Watcher(
                 kind,
@@ -390,15 +392,20 @@ class Controller:
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop every thread (each joined within ``timeout`` seconds in all); the spool commits
-        what it holds when the store answers."""
+        what it holds when the store answers. After a :meth:`start` that failed part way (the
+        store refused its first read, say) only the threads it started are joined, so the
+        start's own error reaches the caller (joining a thread never started raised
+        ``RuntimeError: cannot join thread before it is started`` over it)."""
         self.stop_event.set()
         self.signal.set()
         for w in self.watchers:
             w.halt()
         deadline = time.monotonic() + timeout
-        self.preemptor.stop(max(0.1, deadline - time.monotonic()))
+        if self._preemptor_started:
+            self.preemptor.stop(max(0.1, deadline - time.monotonic()))
         for t in self._threads + self.watchers:
-            t.join(timeout=max(0.0, deadline - time.monotonic()))
+            if t.ident is not None:  # started
+                t.join(timeout=max(0.0, deadline - time.monotonic()))
         self.spool.stop(max(0.5, deadline - time.monotonic()))
         self.actor.close()
 

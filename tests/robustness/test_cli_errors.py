@@ -152,6 +152,48 @@ def test_an_unreadable_database_url_file_is_named_with_its_error(tmp_path, args)
     assert line == f"backfill: error: settings: BACKFILL_DATABASE_URL_FILE: {absent}: No such file or directory"
 
 
+FINITE = "Input should be a finite number"
+PG_MAX = "Input should be less than or equal to 2147483.647"
+
+
+@pytest.mark.parametrize(
+    "name, value, problem",
+    [
+        # inf passed (> 0) and every watcher then looped on "OverflowError: timestamp out of range
+        # for platform time_t"; nan is no duration either.
+        ("BACKFILL_API_TIMEOUT_SECONDS", "inf", FINITE),
+        ("BACKFILL_API_TIMEOUT_SECONDS", "nan", FINITE),
+        ("BACKFILL_RESYNC_SECONDS", "Infinity", FINITE),
+        ("BACKFILL_FOREGROUND_SIGNAL_GRANULARITY_SECONDS", "-inf", FINITE),
+        # finite, but past what a socket or thread timeout can hold (the same overflow)
+        ("BACKFILL_API_TIMEOUT_SECONDS", "1e10", "at most 1000000000 seconds (about 31 years)"),
+        ("BACKFILL_WATCH_TIMEOUT_SECONDS", "10000000000", "at most 1000000000 seconds (about 31 years)"),
+        # PostgreSQL refuses more than INT_MAX ms: the controller stopped with "RuntimeError: cannot
+        # join thread before it is started", hiding why.
+        ("BACKFILL_DB_STATEMENT_TIMEOUT_SECONDS", "3000000", PG_MAX),
+        ("BACKFILL_DB_LOCK_TIMEOUT_SECONDS", "3000000", PG_MAX),
+        ("BACKFILL_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS", "2147483.648", PG_MAX),
+    ],
+)
+def test_a_setting_the_controller_cannot_use_is_refused_at_start(tmp_path, name, value, problem):
+    # the kubeconfig is absent: a setting that passed used to end there (exit 2, another line)
+    p = _run(["controller"], tmp_path, {name: value, "BACKFILL_KUBECONFIG": str(tmp_path / "absent")})
+    line = _assert_one_line_error(p, controller=True)
+    assert p.returncode == 2
+    assert line == f"backfill: error: settings: {name}: {problem}"
+
+
+def test_the_largest_postgresql_timeouts_are_accepted():
+    from backfill.settings import Settings
+    from backfill.store.engine import session_options
+
+    s = Settings(db_lock_timeout_seconds=2147483.647, db_statement_timeout_seconds=2147483.647,
+                 db_idle_in_transaction_timeout_seconds=2147483.647)
+    assert session_options(s)[0] == (
+        "-clock_timeout=2147483647 -cstatement_timeout=2147483647 -cidle_in_transaction_session_timeout=2147483647"
+    )
+
+
 def test_a_model_level_check_names_every_variable_it_involves(tmp_path):
     p = _run(["controller"], tmp_path, {"BACKFILL_TLS_CERT_FILE": str(tmp_path / "tls.crt")})
     assert _assert_one_line_error(p, controller=True) == (
