@@ -143,9 +143,13 @@ class Settings(BaseSettings):
         "once on a fresh connection (a dead pooled connection must not hold a cancel for api_timeout_seconds).",
     )
     spool_max_records: int = Field(
-        default=100_000, ge=1,
+        default=100_000, ge=10_000,
         description="Most observed events held in memory while the event log does not accept them; past it new "
-        "observations are dropped (counted) and every watcher relists once the store is back.",
+        "observations are dropped (counted) and every watcher relists once the store is back. At least 10000: a "
+        "relist hands every listed object to the spool at once, so one relist of every watched kind (Models, "
+        "ModelBackfills, backfill Jobs, CronJobs, GamingSessions, GPULeases) must fit, or every relist drops "
+        "observations again; relists that keep overflowing it are paced like a failed watch (backoff_initial_seconds "
+        "doubling up to backoff_max_seconds).",
     )
     store_stall_seconds: float = Field(
         default=3.0, gt=0,

@@ -64,6 +64,10 @@ RUNS_CHECKPOINT = "runs"
 #: Seconds an observation may wait for the log before statuses are held (``Reconciler._log_lags``):
 #: an append answers in milliseconds; a backlog this old means the store is paused, hung or down.
 STATUS_LAG_SECONDS = 1.0
+#: Seconds after a relist for dropped observations within which another drop means the relists
+#: themselves overflow the spool: the next one is paced (``Controller._relist_all``). A relist and
+#: the append of its observations take well under this with a healthy store.
+OVERFLOW_RELIST_WINDOW = 60.0
 
 Key = tuple[str, str]
 
@@ -163,6 +167,8 @@ class Controller:
         self._fin_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._preemptor_started = False  # stop() joins only what start() started
+        self._overflow_relist_at = -OVERFLOW_RELIST_WINDOW  # monotonic time of the last relist after a drop
+        self._overflow_pause = 0.0  # seconds the next one waits when it comes that soon (_relist_all)
         self._live = False
         self._carry: set[Key] = set()  # keys whose commands were left undone
         self._statuses_held = False  # statuses were not written while the log lagged (see step)
@@ -284,11 +290,26 @@ class Controller:
     def _relist_all(self) -> None:
         """After observations were dropped (the spool was full): every watcher lists again, and
         the translator judges each Model's ``lastActiveTime`` against the log's, so a demand that
-        was dropped is observed (and cancels) now."""
-        log.warning("observations were dropped while the store was away: relisting every watcher")
+        was dropped is observed (and cancels) now.
+
+        When the spool overflows again within :data:`OVERFLOW_RELIST_WINDOW` seconds of the
+        previous such relist (the relists themselves do not fit in ``spool_max_records``), the
+        next one waits like a failed watch: ``backoff_initial_seconds``, doubling up to
+        ``backoff_max_seconds`` (it relisted every watcher about every 40 ms, for ever)."""
+        now, s = time.monotonic(), self.settings
+        if now - self._overflow_relist_at < OVERFLOW_RELIST_WINDOW:
+            self._overflow_pause = min(max(2 * self._overflow_pause, s.backoff_initial_seconds), s.backoff_max_seconds)
+            log.error(
+                f"observations were dropped again after the last relist (the spool holds {s.spool_max_records}): "
+                f"relisting every watcher in {self._overflow_pause:.1f}s"
+            )
+        else:
+            self._overflow_pause = 0.0
+            log.warning("observations were dropped while the store was away: relisting every watcher")
+        self._overflow_relist_at = now + self._overflow_pause
         self.translator.forget_seen()
         for w in self.watchers:
-            w.halt_watch(relist=True)
+            w.halt_watch(relist=True, after=self._overflow_pause)
 
     # -- folding ------------------------------------------------------------------------------
 

@@ -113,6 +113,7 @@ class Watcher(threading.Thread):
         #: this kind's signals cannot be read and nothing is admitted (fail-closed).
         self.failing: str | None = None
         self._relist_wanted = False  # halt_watch(relist=True): list again before the next watch
+        self._relist_not_before = 0.0  # halt_watch(after=...): monotonic time of that relist
         if list_call is None:
             namespaced, cluster, args, kwargs = kind.list_functions(api)
             if namespace:
@@ -148,7 +149,12 @@ class Watcher(threading.Thread):
                 break
         backoff = self.settings.backoff_initial_seconds
         while not self.stop_event.is_set():
+            pause = self._relist_not_before - time.monotonic()
+            if pause > 0 and self.stop_event.wait(pause):
+                break
             try:
+                # a relist asked for from here on asks for another (it may have missed this one)
+                self._relist_wanted = False
                 rv = self.relist()
                 self.failing = None
                 backoff = self.settings.backoff_initial_seconds
@@ -321,10 +327,12 @@ class Watcher(threading.Thread):
         self.stop_event.set()
         self.halt_watch()
 
-    def halt_watch(self, relist: bool = False) -> None:
+    def halt_watch(self, relist: bool = False, after: float = 0.0) -> None:
         """Close the open watch connection (best effort); with ``relist``, the watcher lists
-        again before it watches again (however the closed watch ends)."""
+        again before it watches again (however the closed watch ends), not before ``after``
+        seconds from now (the controller paces relists that overflow the spool again)."""
         if relist:
+            self._relist_not_before = time.monotonic() + after
             self._relist_wanted = True
         resp = self._resp
         if resp is not None:

@@ -175,7 +175,7 @@ def test_counters_match_the_log_after_batches_retried_on_store_errors(kube: Kube
 
 
 def test_a_demand_dropped_by_a_full_spool_cancels_once_the_store_is_back(kube: Kube, player: JobPlayer, controllers):
-    """Fault breaker: with the spool full (20 records here), a demand observed while the store
+    """Fault breaker: with the spool full (10,000 records here, the least it may hold), a demand observed while the store
     was stopped was dropped and, the translator having seen its lastActiveTime, never observed
     again: the Job ran on after the store came back and the log held no demand. Past the bound
     observations are still dropped (memory is bounded), but once the backlog has drained every
@@ -183,7 +183,10 @@ def test_a_demand_dropped_by_a_full_spool_cancels_once_the_store_is_back(kube: K
     and the log explains it."""
     pg, schema = controllers.pg, controllers.schema
     declare(kube, [("bf", "gemma"), ("other", "llama")])
-    proc = controllers(BACKFILL_SPOOL_MAX_RECORDS="20").start()
+    fill = [f"fill{i}" for i in range(100)]  # Models with no backfill: their demand only fills the spool
+    for i, m in enumerate(fill):
+        kube.model(m, node=f"fill-node-{i}")
+    proc = controllers(BACKFILL_SPOOL_MAX_RECORDS="10000").start()
     proc.wait_ready()
     job = start_running(kube, player, "bf")
     pg.stop()
@@ -192,10 +195,17 @@ def test_a_demand_dropped_by_a_full_spool_cancels_once_the_store_is_back(kube: K
 
         from .harness import now_s, ts
 
+        from concurrent.futures import ThreadPoolExecutor
+
         base = now_s()
-        for i in range(30):  # fill the spool with another model's demand (each a new lastActiveTime)
-            kube.set_status("models", "llama", {"lastActiveTime": ts(base + timedelta(seconds=i + 1))})
-        wait_for(lambda: any("spool full" in str(r.get("msg", "")) for r in proc.logs()), timeout=10, what="the spool filled")
+
+        def flood(model: str) -> None:  # other models' demand, each write a new lastActiveTime
+            for i in range(110):
+                kube.set_status("models", model, {"phase": "Ready", "lastActiveTime": ts(base + timedelta(seconds=i + 1))})
+
+        with ThreadPoolExecutor(16) as pool:  # 11,000 observations: past the spool's 10,000
+            list(pool.map(flood, fill))
+        wait_for(lambda: any("spool full" in str(r.get("msg", "")) for r in proc.logs()), timeout=30, what="the spool filled")
         demand(kube, "gemma")
         time.sleep(1.0)
         print(f"spool full: the Job {'still runs' if kube.job(job) is not None else 'is gone'} 1 s after the dropped demand")

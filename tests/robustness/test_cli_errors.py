@@ -173,6 +173,8 @@ PG_MAX = "Input should be less than or equal to 2147483.647"
         ("BACKFILL_DB_STATEMENT_TIMEOUT_SECONDS", "3000000", PG_MAX),
         ("BACKFILL_DB_LOCK_TIMEOUT_SECONDS", "3000000", PG_MAX),
         ("BACKFILL_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS", "2147483.648", PG_MAX),
+        # smaller than one relist: every relist overflowed the spool and relisted again (a storm)
+        ("BACKFILL_SPOOL_MAX_RECORDS", "30", "Input should be greater than or equal to 10000"),
     ],
 )
 def test_a_setting_the_controller_cannot_use_is_refused_at_start(tmp_path, name, value, problem):
