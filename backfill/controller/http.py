@@ -155,7 +155,17 @@ def make_server(
             if path != INGEST_PATH or ingest is None:
                 self._route()  # 404, or 405 on a GET-only path
                 return
-            declared = (self.headers.get("Content-Length") or "0").strip()
+            if self.headers.get("Transfer-Encoding") is not None or self.headers.get("Content-Length") is None:
+                # http.server does not decode a chunked body (it read a valid report as an empty
+                # one: 400 malformed_json, the report lost), and a Transfer-Encoding makes any
+                # Content-Length beside it meaningless (RFC 9112 6.3). RFC 9110 15.5.12: 411.
+                # The body is left unread, so the connection is closed after the answer.
+                self.close_connection = True
+                self._json(411, {"error": "length_required",
+                                 "detail": "send the body with a Content-Length header (no Transfer-Encoding)"},
+                           {"Connection": "close"})
+                return
+            declared = self.headers["Content-Length"].strip()
             if not (declared.isascii() and declared.isdigit() and len(declared) <= 18):
                 self.close_connection = True
                 self._json(400, {"error": "bad_request", "detail": "Content-Length must be a non-negative integer"})

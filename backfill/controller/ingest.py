@@ -35,7 +35,9 @@ optional: without it the idempotency key is the report's (UTC) time and count, s
 same batch is harmless.
 
 Order of checks: method (405), rate limit per client (429), token (401), content type (415),
-body size (413), JSON and schema (400 / 422), time skew (422), unknown model (422).
+body size (413), JSON and schema (400 / 422), time skew (422), unknown model (422). Before them
+the HTTP server answers 411 ``length_required`` to a POST without ``Content-Length`` or with a
+``Transfer-Encoding`` (http.server does not decode chunked bodies) and closes the connection.
 """
 
 from __future__ import annotations

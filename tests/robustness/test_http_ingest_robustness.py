@@ -83,3 +83,61 @@ def test_negative_content_length(server):
                              b"Content-Type: application/json\r\nContent-Length: -5\r\n\r\n", b"{}")
     assert status is not None and 400 <= status < 500
     assert not appended
+
+
+GOOD = json.dumps({"reports": [{"namespace": "ns", "model": "m", "time": "2026-11-30T10:00:00Z", "count": 1}]}).encode()
+HEAD = b"POST /v1/foreground HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok\r\nContent-Type: application/json\r\n"
+
+
+def _chunked(body: bytes) -> bytes:
+    return b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    "head, body",
+    [
+        # http.server does not decode chunked bodies: this valid report was answered
+        # 400 malformed_json ("EOF ... column 0") and lost
+        (HEAD + b"Transfer-Encoding: chunked\r\n\r\n", _chunked(GOOD)),
+        # Transfer-Encoding wins over Content-Length (RFC 9112 6.3): never trust the length then
+        (HEAD + b"Transfer-Encoding: chunked\r\nContent-Length: " + str(len(GOOD)).encode() + b"\r\n\r\n", _chunked(GOOD)),
+        (HEAD + b"\r\n", GOOD),  # no length at all (the connection closed after the body)
+    ],
+    ids=["chunked", "chunked-with-length", "no-length"],
+)
+def test_a_body_without_content_length_is_411_and_the_connection_closes(server, head, body):
+    port, appended = server
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    try:
+        s.sendall(head + body)
+        data = b""
+        while chunk := s.recv(65536):  # the server closes the connection: recv ends with b""
+            data += chunk
+    finally:
+        s.close()
+    status_line, _, rest = data.partition(b"\r\n")
+    headers, _, raw = rest.partition(b"\r\n\r\n")
+    assert status_line.split(b" ", 2)[1] == b"411", data
+    assert json.loads(raw) == {"error": "length_required",
+                               "detail": "send the body with a Content-Length header (no Transfer-Encoding)"}
+    assert b"connection: close" in headers.lower()
+    assert not appended
+
+
+def test_http_client_chunked_post_is_411():
+    # the same through http.client, as a router written in Python would send it
+    import http.client
+
+    ep = IngestEndpoint("tok", lambda recs: [1] * len(recs), lambda ns, m: True, lambda: None, Settings(), lambda: NOW)
+    srv = make_server("127.0.0.1:0", CollectorRegistry(), lambda: True, ep)
+    serve_in_thread(srv)
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", srv.server_address[1], timeout=5)
+        conn.request("POST", "/v1/foreground", body=iter([GOOD]), encode_chunked=True,
+                     headers={"Authorization": "Bearer tok", "Content-Type": "application/json", "Transfer-Encoding": "chunked"})
+        resp = conn.getresponse()
+        assert resp.status == 411 and json.loads(resp.read())["error"] == "length_required"
+        conn.close()
+    finally:
+        srv.shutdown()
+        srv.server_close()
