@@ -35,8 +35,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from . import events as ev
 from . import indexes
-from .verdict import PREEMPTION_REASONS
+from .state import IDLE
+from .verdict import DELETED, PREEMPTION_REASONS
 
 #: Bounded results of an ended attempt (seed: completions_total{result}).
 RESULTS = ("succeeded", "failed", "preempted", "deadline_exceeded", "cancelled")
@@ -186,7 +188,7 @@ def run_rows(before: Any, after: Any, event: Any) -> list[RunRow]:
     """
     ns, name = getattr(event, "namespace", None), getattr(event, "backfill", None)
     if name is None:
-        return []
+        return _deleted_row(before, after, event) if type(event) is ev.BackfillDeleted else []
     b1 = after.backfills.get((ns, name))
     if b1 is None or b1.attempt is None:
         return []
@@ -197,6 +199,21 @@ def run_rows(before: Any, after: Any, event: Any) -> list[RunRow]:
     if previous_row(before, row) == row:
         return []
     return [row]
+
+
+def _deleted_row(before: Any, after: Any, event: ev.BackfillDeleted) -> list[RunRow]:
+    """The ModelBackfill is gone (its finalizer removed by hand while the controller did not act)
+    with an attempt still live: the fold drops the backfill, and the garbage collector takes its
+    Job, so the attempt's row ends here (``cancelled``, ``Deleted``; or for the cancel already
+    decided, its reason), at the deletion's position (an adversarial trial: the row stayed open
+    for ever). A suspended attempt's row had ended already: nothing."""
+    b0 = before.backfills.get((event.namespace, event.name))
+    a = b0.attempt if b0 is not None and b0.uid == event.uid else None
+    if a is None or not a.live:
+        return []
+    reason = a.cancel_reason or DELETED
+    result = "preempted" if reason in PREEMPTION_REASONS else "cancelled"
+    return [row_of(b0, a._replace(lifecycle=IDLE, ended_at=event.at, result=result, end_reason=reason, end_pos=after.position))]
 
 
 def previous_row(before: Any, row: RunRow) -> RunRow | None:

@@ -1,0 +1,39 @@
+"""A ModelBackfill gone with an attempt live (its finalizer removed by hand while the controller
+was paused; an adversarial trial): the run row ends at the deletion instead of staying open."""
+
+from __future__ import annotations
+
+from backfill.core import events as ev
+from backfill.core.commands import Admit
+from backfill.core.projector import fold
+from backfill.core.runs import run_rows
+from backfill.core.state import World
+
+from .builders import NS, Log, t
+
+
+def _rows(log: Log) -> list:
+    world, rows = World(), {}
+    for pos, e in log.events:
+        before, world = world, fold(world, e, pos)
+        for r in run_rows(before, world, e):
+            rows[r.identity] = r
+    return [rows[k] for k in sorted(rows)]
+
+
+def test_the_row_of_a_live_attempt_ends_when_its_backfill_is_gone():
+    log = Log().ready(0).cronjob(0).apply(0)  # idleFor 10m: admitted at 600
+    (admit,) = [c for c in log.decide(600) if isinstance(c, Admit)]
+    log.admit(admit, 600).job("JobCreated", admit.job_name, 601).job("JobRunning", admit.job_name, 602)
+    uid = log.world.backfills[(NS, "b")].uid
+    log.add(ev.BackfillDeleted(at=t(900), namespace=NS, name="b", uid=uid))
+    (row,) = _rows(log)
+    assert (row.result, row.reason, row.ended_at, row.deciding_position) == ("cancelled", "Deleted", t(900), len(log.events))
+    assert row.running_seconds == 298.0  # from the Job's start at 602
+
+
+def test_a_deleted_backfill_with_no_live_attempt_adds_no_row():
+    log = Log().ready(0).cronjob(0).apply(0)
+    uid = log.world.backfills[(NS, "b")].uid
+    log.add(ev.BackfillDeleted(at=t(900), namespace=NS, name="b", uid=uid))
+    assert _rows(log) == []
