@@ -73,10 +73,32 @@ def job_uid(world: World, key: tuple[str, str], job_name: str) -> str:
     b = world.backfills.get(key)
     if b is None:
         return ""
+    # An unexplained Job first: one under an ended attempt's name is another object than that
+    # attempt's Job (a live attempt's own Job is never listed as unexplained).
+    uid = next((uid for name, uid in b.unexplained if name == job_name), "")
+    if uid:
+        return uid
     a = b.attempt
-    if a is not None and a.job_name == job_name:
-        return a.job_uid
-    return next((uid for name, uid in b.unexplained if name == job_name), "")
+    return a.job_uid if a is not None and a.job_name == job_name else ""
+
+
+def owner_uid(world: World, key: tuple[str, str]) -> str:
+    """The uid of ModelBackfill ``key`` as the world knows it ("" when unknown): the owner a
+    Job must name to be deleted when its own uid is unknown (:meth:`Actor.delete_job`)."""
+    b = world.backfills.get(key)
+    return b.uid if b is not None else ""
+
+
+def controlled_by(metadata: Any, owner: str) -> bool:
+    """True when a Job's ``metadata`` (a client model or API JSON) has a controller
+    ownerReference to the object whose uid is ``owner``: it is that ModelBackfill's Job."""
+    refs = metadata.get("ownerReferences") if isinstance(metadata, dict) else metadata.owner_references
+    for ref in refs or []:
+        uid, controller = (ref.get("uid"), ref.get("controller")) if isinstance(ref, dict) else (ref.uid, ref.controller)
+        if controller and uid == owner:
+            return True
+    return False
+
 
 FINALIZER = "modelbackfill.ai.flexinfer/finalizer"
 PLURAL = "modelbackfills"
@@ -406,8 +428,7 @@ class Actor:
                     self._note_unexplained(cmd, world)
                 else:
                     self._note_terminating(cmd, world)
-                b = world.backfills.get(cmd.key)
-                self.delete_job(cmd.key, cmd.job_name, job_uid(world, cmd.key, cmd.job_name), b.uid if b is not None else "")
+                self.delete_job(cmd.key, cmd.job_name, job_uid(world, cmd.key, cmd.job_name), owner_uid(world, cmd.key))
         elif t is SuspendJob:
             if self.due("suspend", cmd.key[0], cmd.job_name):
                 b = world.backfills.get(cmd.key)
@@ -533,8 +554,7 @@ class Actor:
                 except Exception as read_exc:  # noqa: BLE001 - a transient refusal, retried
                     reject(409, "AlreadyExists", f"Job {job_name} exists and could not be read: {_first_line(read_exc)}", False)
                     return
-                owners = existing.metadata.owner_references or []
-                if not any(o.uid == uid and o.controller for o in owners):
+                if not controlled_by(existing.metadata, uid):
                     reject(409, "AlreadyExists", f"Job {job_name} exists and is not owned by this ModelBackfill", False)
                     return
                 job_uid = existing.metadata.uid
@@ -591,11 +611,11 @@ class Actor:
                 self._preempt_failed(c.key)  # not yet: ask again after the pause
                 continue
             self.window.begin()
-            self._pool.submit(self._again_one, c, suspend, job_uid(world, c.key, c.job_name))
+            self._pool.submit(self._again_one, c, suspend, job_uid(world, c.key, c.job_name), owner_uid(world, c.key))
 
-    def _again_one(self, c: Any, suspend: bool, uid: str) -> None:
+    def _again_one(self, c: Any, suspend: bool, uid: str, owner: str) -> None:
         try:
-            error = self._try_delete(c.key, c.job_name, suspend, uid, getattr(c, "uid", ""))
+            error = self._try_delete(c.key, c.job_name, suspend, uid, owner)
         finally:
             self.window.end()
         if error is not None:
@@ -724,21 +744,33 @@ class Actor:
 
     def _own_job_uid(self, ns: str, name: str, job_name: str, owner: str) -> str:
         """The uid of Job ``job_name`` if ModelBackfill ``owner`` (a uid) controls it; "" when it
-        does not exist or is someone else's (logged). Raises ApiException other than 404."""
+        does not exist or is someone else's (logged). The delete's discipline: its timeout, one
+        immediate resend on a fresh connection, the answer read raw (no client models). Raises
+        ApiException other than 404, urllib3 errors when the resend fails too."""
         try:
-            job = self.batch.read_namespaced_job(job_name, ns, _request_timeout=self.delete_timeout)
+            try:
+                meta = self._read_meta(ns, job_name)
+            except urllib3.exceptions.HTTPError:  # timed out or broken: a fresh connection, at once
+                meta = self._read_meta(ns, job_name)
         except ApiException as exc:
             if exc.status != 404:
                 raise
             return ""
-        meta = job.metadata
-        if any(o.uid == owner and o.controller for o in meta.owner_references or []):
-            return str(meta.uid or "")
+        if controlled_by(meta, owner):
+            return str(meta.get("uid") or "")
         log.warning(
             f"Job {job_name} is not owned by this ModelBackfill: not deleted (the attempt's own Job was never created)",
             extra={"backfill": f"{ns}/{name}", "decision": "AttemptCancelled"},
         )
         return ""
+
+    def _read_meta(self, ns: str, job_name: str) -> dict[str, Any]:
+        """One GET of a Job with the delete's timeout; its ``metadata`` (API JSON), read raw."""
+        resp = self.batch.read_namespaced_job(job_name, ns, _request_timeout=self.delete_timeout, _preload_content=False)
+        try:
+            return json.loads(resp.data).get("metadata") or {}
+        finally:
+            resp.release_conn()
 
     def _delete_call(self, ns: str, job_name: str, uid: str = "") -> None:
         """One DELETE of a Job (Background propagation, ``delete_timeout`` seconds; with ``uid``,

@@ -295,7 +295,9 @@ class Controller:
         When the spool overflows again within :data:`OVERFLOW_RELIST_WINDOW` seconds of the
         previous such relist (the relists themselves do not fit in ``spool_max_records``), the
         next one waits like a failed watch: ``backoff_initial_seconds``, doubling up to
-        ``backoff_max_seconds`` (it relisted every watcher about every 40 ms, for ever)."""
+        ``backoff_max_seconds`` (it relisted every watcher about every 40 ms, for ever). The
+        watches stay open during that pause (:meth:`Watcher.halt_watch` ``after``), so what they
+        deliver still cancels at once."""
         now, s = time.monotonic(), self.settings
         if now - self._overflow_relist_at < OVERFLOW_RELIST_WINDOW:
             self._overflow_pause = min(max(2 * self._overflow_pause, s.backoff_initial_seconds), s.backoff_max_seconds)

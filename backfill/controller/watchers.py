@@ -113,7 +113,7 @@ class Watcher(threading.Thread):
         #: this kind's signals cannot be read and nothing is admitted (fail-closed).
         self.failing: str | None = None
         self._relist_wanted = False  # halt_watch(relist=True): list again before the next watch
-        self._relist_not_before = 0.0  # halt_watch(after=...): monotonic time of that relist
+        self._relist_timer: threading.Timer | None = None  # a paced relist pending (halt_watch after=...)
         if list_call is None:
             namespaced, cluster, args, kwargs = kind.list_functions(api)
             if namespace:
@@ -149,9 +149,6 @@ class Watcher(threading.Thread):
                 break
         backoff = self.settings.backoff_initial_seconds
         while not self.stop_event.is_set():
-            pause = self._relist_not_before - time.monotonic()
-            if pause > 0 and self.stop_event.wait(pause):
-                break
             try:
                 # a relist asked for from here on asks for another (it may have missed this one)
                 self._relist_wanted = False
@@ -329,10 +326,21 @@ class Watcher(threading.Thread):
 
     def halt_watch(self, relist: bool = False, after: float = 0.0) -> None:
         """Close the open watch connection (best effort); with ``relist``, the watcher lists
-        again before it watches again (however the closed watch ends), not before ``after``
-        seconds from now (the controller paces relists that overflow the spool again)."""
+        again before it watches again (however the closed watch ends). With ``after`` > 0 (the
+        controller pacing relists that overflow the spool again) that happens ``after`` seconds
+        from now, on a timer: the watch stays open meanwhile, so what it delivers (a Model's
+        ``lastActiveTime``, a GamingSession) still cancels at once."""
+        if after > 0:
+            pending = self._relist_timer
+            if pending is not None and pending.is_alive():
+                return  # one paced relist at a time: asking again does not bring it closer
+            if not self.stop_event.is_set():
+                timer = threading.Timer(after, self.halt_watch, kwargs={"relist": relist})
+                timer.daemon = True
+                self._relist_timer = timer
+                timer.start()
+            return
         if relist:
-            self._relist_not_before = time.monotonic() + after
             self._relist_wanted = True
         resp = self._resp
         if resp is not None:

@@ -503,7 +503,9 @@ def unexplained_stop(a: Attempt | None) -> tuple[datetime, int] | None:
         return None
     if ended_unexplained(a):
         return a.ended_at, a.end_pos  # type: ignore[return-value]
-    if a.lifecycle == SUSPENDED and a.cancel_reason == JOB_SUSPENDED and a.segment_ended_at is not None:
+    if a.segment_ended_at is not None and a.segment_reason == JOB_SUSPENDED:
+        # Suspended for no logged reason: still Suspended, or ended since (its Job deleted, a
+        # spec change) with no run after the suspension: the doubt stays the same.
         return a.segment_ended_at, a.segment_pos
     return None
 

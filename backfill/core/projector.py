@@ -16,7 +16,7 @@ The phase machine (seed 000 "Expected phases"):
 
 - **WaitingForIdle**: the model is not Ready, a gate holds (gaming intent on the model's node,
   an unexpired GPU lease on its node or shared group, another backfill active on the same model
-  or node) or the continuous idle window is incomplete. ``idleSince`` is the latest of: the end
+  or node, the Model naming no node) or the continuous idle window is incomplete. ``idleSince`` is the latest of: the end
   of the model's last foreground busy span, the time it became Ready, the end of a gate on its
   node or group. Any foreground request moves it, so a retry after a preemption needs a fresh
   full idle window. Admission happens at ``idleSince + idleFor``, never earlier.
@@ -60,6 +60,7 @@ from .verdict import (
     IDLE_WINDOW_MESSAGE,
     INVALID_TEMPLATE,
     JOB_REJECTED,
+    MODEL_NODE_UNKNOWN,
     MODEL_NOT_FOUND,
     MODEL_NOT_READY,
     NODE_CHANGED,
@@ -81,7 +82,8 @@ __all__ = [
     "evaluate", "status_of", "CREATE_BACKOFF_INITIAL", "CREATE_BACKOFF_MAX", "create_backoff", "fold", "fold_all",
     "only_position_moved", "BLOCKED", "CONCURRENT_BACKFILL", "CREATE_RETRYING", "DELETED", "FAILED",
     "FOREGROUND_DEMAND", "GAMING_INTENT", "GPU_LEASE_ACTIVE", "GPU_REQUEST_FORBIDDEN", "IDLE_WINDOW",
-    "IDLE_WINDOW_MESSAGE", "INVALID_TEMPLATE", "JOB_REJECTED", "MODEL_NOT_FOUND", "MODEL_NOT_READY", "NODE_CHANGED",
+    "IDLE_WINDOW_MESSAGE", "INVALID_TEMPLATE", "JOB_REJECTED", "MODEL_NODE_UNKNOWN", "MODEL_NOT_FOUND", "MODEL_NOT_READY",
+    "NODE_CHANGED",
     "PHASES", "PREEMPTION_REASONS", "REPEAT_DUE", "REPEAT_SCHEDULED", "SPEC_CHANGED", "SUCCEEDED", "SUSPENDED",
     "SUSPENDED_PHASE", "TEMPLATE_NOT_FOUND", "WAITING", "Verdict",
 ]  # fmt: skip

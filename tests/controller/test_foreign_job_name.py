@@ -83,3 +83,26 @@ def test_a_delete_under_a_known_uid_leaves_a_later_job_of_the_same_name(kube, st
     # collector runs here; an orphaning delete would leave it held by the orphan finalizer).
     controller.actor.delete_job((kube.ns, "reused"), name, foreign_uid)
     wait_for(lambda: kube.job(name) is None, timeout=5, what="the Job deleted under its own uid")
+
+
+def test_a_job_of_ours_recreated_under_an_ended_attempts_name_is_deleted(kube, start_controller):
+    """A review: attempt 1 succeeded and its Job went; a Job the ModelBackfill owns appears again
+    under that name (another controller on another log). It is unexplained and deleted under its
+    own uid, not under attempt 1's (whose precondition would fail and be taken for done)."""
+    from .test_contender_wakeup import _end
+    from .test_unexplained_jobs import _foreign_job
+
+    kube.cronjob("model-eval-gauntlet")
+    kube.model("gemma")
+    kube.backfill("oneshot", idleFor="2s")  # one-shot: nothing is admitted after the success
+    controller = start_controller()
+    name = wait_for(lambda: next(iter(kube.jobs()), None), timeout=20, what="attempt 1's Job").metadata.name
+    _end(kube, name, "succeeded")
+    wait_for(lambda: kube.status("oneshot").get("phase") == "Succeeded", timeout=10, what="Succeeded")
+    kube.batch.delete_namespaced_job(name, kube.ns, propagation_policy="Background")  # a TTL controller's cleanup
+    wait_for(
+        lambda: [e for _, e in log_of(controller) if isinstance(e, ev.JobDeleted) and e.name == name],
+        timeout=10, what="the deletion in the log",
+    )  # fmt: skip
+    _foreign_job(kube, "oneshot", name)
+    wait_for(lambda: kube.job(name) is None, timeout=10, what="the unexplained Job under attempt 1's name deleted")

@@ -339,6 +339,18 @@ def test_an_unexplained_suspension_ends_the_segment_and_the_job_is_resumed_when_
     assert (resume.attempt, resume.segment, resume.job_name) == (1, 2, job)
 
 
+def test_the_fresh_window_of_an_unexplained_suspension_outlives_its_jobs_deletion():
+    """A review: the suspended Job deleted by someone 10 s after the unexplained suspension ended
+    the attempt, and attempt 2 was admitted at once; the doubt (a preemption whose cause was
+    lost) is the same, so the wait runs a full idleFor from the suspension: 800 + 10m."""
+    log, job = _running_resumable()
+    log.job("JobSuspended", job, 800, completed_indexes="0-1", episode="rv1")
+    log.job("JobDeleted", job, 810)
+    assert _attempt(log).lifecycle == "Idle"
+    assert log.decide(811) == [WakeAt(KEY, t(800 + IDLE))]
+    assert _one(log.decide(800 + IDLE), Admit).attempt == 2
+
+
 def test_a_suspension_observed_while_a_delete_condition_holds_is_not_a_segment_end():
     """Only a condition ``decide`` *suspends* for explains an observed suspension: for a Delete
     declaration the same demand deletes, so the observation changes nothing."""
