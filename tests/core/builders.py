@@ -72,3 +72,16 @@ class Log:
     def job(self, kind, name, at, backfill="b", **kw):
         cls = getattr(ev, kind)
         return self.add(cls(at=t(at), namespace=NS, backfill=backfill, name=name, uid=f"uid-{name}", **kw))
+
+
+def run_rows_of(log: Log) -> list:
+    """The run rows the log's events produce, last version of each (the loop's upserts), in
+    identity order."""
+    from backfill.core.runs import run_rows
+
+    world, rows = World(), {}
+    for pos, e in log.events:
+        before, world = world, fold(world, e, pos)
+        for r in run_rows(before, world, e):
+            rows[r.identity] = r
+    return [rows[k] for k in sorted(rows)]

@@ -16,7 +16,7 @@ from backfill.core.runs import previous_row, run_rows
 from backfill.core.spec import SpecProblem, parse_spec
 from backfill.core.state import CANCELLING, RUNNING, STARTING, SUSPENDED, SUSPENDING
 
-from .builders import NS, TEMPLATE, Log, t
+from .builders import NS, TEMPLATE, Log, run_rows_of, t
 
 INDEXED = {"spec": {"completionMode": "Indexed", "completions": 5, "parallelism": 1, **TEMPLATE["spec"]}}
 KEY = (NS, "b")
@@ -33,17 +33,7 @@ def _attempt(log: Log):
     return log.world.backfills[KEY].attempt
 
 
-def _rows(log: Log):
-    """The run rows the log's events produce, last version of each (the loop's upserts)."""
-    from backfill.core.projector import fold
-    from backfill.core.state import World
-
-    world, rows = World(), {}
-    for pos, e in log.events:
-        before, world = world, fold(world, e, pos)
-        for r in run_rows(before, world, e):
-            rows[r.identity] = r
-    return [rows[k] for k in sorted(rows)]
+_rows = run_rows_of  # the run rows the log's events produce, last version of each
 
 
 def suspended_log(preemption="Suspend"):

@@ -5,20 +5,8 @@ from __future__ import annotations
 
 from backfill.core import events as ev
 from backfill.core.commands import Admit
-from backfill.core.projector import fold
-from backfill.core.runs import run_rows
-from backfill.core.state import World
 
-from .builders import NS, Log, t
-
-
-def _rows(log: Log) -> list:
-    world, rows = World(), {}
-    for pos, e in log.events:
-        before, world = world, fold(world, e, pos)
-        for r in run_rows(before, world, e):
-            rows[r.identity] = r
-    return [rows[k] for k in sorted(rows)]
+from .builders import NS, Log, run_rows_of as _rows, t
 
 
 def test_the_row_of_a_live_attempt_ends_when_its_backfill_is_gone():
