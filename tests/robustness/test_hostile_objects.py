@@ -215,7 +215,8 @@ def test_32_env_values_of_10_kb_are_a_valid_declaration():
 def test_hostile_cronjob_template_never_stalls_the_good_one(template):
     c = Cluster()
     good_setup(c)
-    c.model({"metadata": meta("bad-model", "bm"), "spec": {}, "status": {"phase": "Ready"}}, at(0))
+    c.model({"metadata": meta("bad-model", "bm"), "spec": {"nodeSelector": {"kubernetes.io/hostname": "bad-node"}},
+             "status": {"phase": "Ready"}}, at(0))  # fmt: skip
     c.cronjob({"metadata": meta("bad-cj", "bcj"), "spec": {"jobTemplate": template}}, at(0))
     c.backfill({"metadata": meta("bad", "bb"), "spec": {"modelRef": "bad-model", "templateRef": "bad-cj", "idleFor": "1m"}}, at(0))
     for s in (0, 61, 10**6):
