@@ -439,10 +439,10 @@ class Actor:
                     extra={"backfill": f"{cmd.key[0]}/{cmd.key[1]}", "position": a.cancel_pos if a is not None else None,
                            "decision": "AttemptCancelled"},
                 )  # fmt: skip
-                self.suspend_job(cmd.key, cmd.job_name, True)
+                self.suspend_job(cmd.key, cmd.job_name, True, job_uid(world, cmd.key, cmd.job_name), owner_uid(world, cmd.key))
         elif t is ResumeJob:
             if self.due("resume", cmd.key[0], cmd.job_name):
-                self.suspend_job(cmd.key, cmd.job_name, False)
+                self.suspend_job(cmd.key, cmd.job_name, False, job_uid(world, cmd.key, cmd.job_name), owner_uid(world, cmd.key))
         elif t is ReleaseFinalizer:
             self.release_finalizer(cmd, world)
         else:  # pragma: no cover - Admit, Resume, Block, Unblock are batched by execute; Cancel is the preemptor's
@@ -702,7 +702,7 @@ class Actor:
         (re-sent by the preemptor's retry and by the next decide's DeleteJob / SuspendJob)."""
         try:
             if suspend:
-                self.suspend_job(key, job_name, True)
+                self.suspend_job(key, job_name, True, uid, owner)
             else:
                 self.delete_job(key, job_name, uid, owner)
             return None
@@ -742,7 +742,7 @@ class Actor:
                 raise
             self._observed(ev.JobDeleted(at=self.clock(), namespace=ns, backfill=name, name=job_name, uid=uid))
 
-    def _own_job_uid(self, ns: str, name: str, job_name: str, owner: str) -> str:
+    def _own_job_uid(self, ns: str, name: str, job_name: str, owner: str, verb: str = "deleted") -> str:
         """The uid of Job ``job_name`` if ModelBackfill ``owner`` (a uid) controls it; "" when it
         does not exist or is someone else's (logged). The delete's discipline: its timeout, one
         immediate resend on a fresh connection, the answer read raw (no client models). Raises
@@ -759,7 +759,7 @@ class Actor:
         if controlled_by(meta, owner):
             return str(meta.get("uid") or "")
         log.warning(
-            f"Job {job_name} is not owned by this ModelBackfill: not deleted (the attempt's own Job was never created)",
+            f"Job {job_name} is not owned by this ModelBackfill: not {verb} (the attempt's own Job was never created)",
             extra={"backfill": f"{ns}/{name}", "decision": "AttemptCancelled"},
         )
         return ""
@@ -787,29 +787,58 @@ class Actor:
         resp.read()  # drained, so the connection goes back to the pool clean
         resp.release_conn()
 
-    def suspend_job(self, key: tuple[str, str], job_name: str, suspend: bool) -> None:
-        """Set the Job's ``spec.suspend`` (a strategic-merge PATCH of that one field); a 404
-        observes ``JobDeleted``.
+    def suspend_job(self, key: tuple[str, str], job_name: str, suspend: bool, uid: str = "", owner: str = "") -> None:
+        """Set our Job's ``spec.suspend``, never another's of the same name; a 404 observes
+        ``JobDeleted``.
+
+        ``uid`` known: a JSON patch whose first operation tests ``/metadata/uid`` (the PATCH has
+        no preconditions of its own), so a Job created under the same name by someone else after
+        ours went is neither suspended nor resumed: the API server refuses the patch (422), a GET
+        confirms the Job of that name is not ours, and ours is observed gone (``JobDeleted`` with
+        ``uid``). ``uid`` unknown and ``owner`` given: the Job is read first, as for
+        :meth:`delete_job`. (Resuming a suspended Job of someone else's would start work the log
+        cannot explain; an adversarial review.)
 
         ``suspend=True`` is the preemption of a resumable declaration (issue 11): exactly the
         delete's discipline, so it stops the pods as fast: the fence (``_guard`` here and the
         client's), the delete's client-side timeout, one immediate resend on a fresh
         connection when the first send times out or breaks (setting the field twice is
-        harmless), the answer drained raw like the delete's. ``suspend=False`` is a recorded resume (the call's normal timeout).
-        Raises what the API server answers otherwise (the re-issue retries it)."""
+        harmless), the answer drained raw like the delete's. ``suspend=False`` is a recorded
+        resume (the call's normal timeout). Raises what the API server answers otherwise (the
+        re-issue retries it)."""
         ns, name = key
         self._guard()
-        body = {"spec": {"suspend": suspend}}
         timeout = self.delete_timeout if suspend else self.timeout
         try:
+            if not uid and owner:
+                uid = self._own_job_uid(ns, name, job_name, owner, "suspended" if suspend else "resumed")
+                if not uid:
+                    self._observed(ev.JobDeleted(at=self.clock(), namespace=ns, backfill=name, name=job_name))
+                    return
+            body: Any = (
+                [{"op": "test", "path": "/metadata/uid", "value": uid}, {"op": "add", "path": "/spec/suspend", "value": suspend}]
+                if uid
+                else {"spec": {"suspend": suspend}}
+            )
             try:
                 self._patch_call(ns, job_name, body, timeout)
             except urllib3.exceptions.HTTPError:  # timed out or broken: a fresh connection, at once
                 self._patch_call(ns, job_name, body, timeout)
         except ApiException as exc:
+            if exc.status != 404 and not (exc.status == 422 and uid and self._replaced(ns, job_name, uid)):
+                raise
+            self._observed(ev.JobDeleted(at=self.clock(), namespace=ns, backfill=name, name=job_name, uid=uid))
+
+    def _replaced(self, ns: str, job_name: str, uid: str) -> bool:
+        """After a 422 to a uid-tested patch: True when no Job named ``job_name`` has ``uid`` any
+        more (gone, or another object under that name), False when it is still ours (the 422 was
+        for something else: raised by the caller). One GET, the delete's timeout."""
+        try:
+            return self._read_meta(ns, job_name).get("uid") != uid
+        except ApiException as exc:
             if exc.status != 404:
                 raise
-            self._observed(ev.JobDeleted(at=self.clock(), namespace=ns, backfill=name, name=job_name))
+            return True
 
     def resume_many(self, cmds: list[Resume], world: World) -> None:
         """Record every ``AttemptResumed`` in one append (durable before any call: a resume is an
@@ -832,14 +861,15 @@ class Actor:
             self._event(ns, name, c.uid, "Resumed", f"idle window complete; resuming Job {c.job_name} (attempt {c.attempt}, segment {c.segment})")
             self.due("resume", ns, c.job_name)  # the first resume is this one
             try:
-                self.suspend_job(c.key, c.job_name, False)
+                self.suspend_job(c.key, c.job_name, False, job_uid(world, c.key, c.job_name), owner_uid(world, c.key))
             except NotLeader:
                 raise
             except Exception as exc:  # noqa: BLE001 - re-issued by the next decide (ResumeJob)
                 log.error(f"resuming Job {c.job_name} failed (re-issued): {_first_line(exc)}", extra={"backfill": f"{ns}/{name}"})
 
-    def _patch_call(self, ns: str, job_name: str, body: dict, timeout: float) -> None:
-        """One PATCH of a Job's spec, its answer drained raw like :meth:`_delete_call`'s."""
+    def _patch_call(self, ns: str, job_name: str, body: Any, timeout: float) -> None:
+        """One PATCH of a Job's spec (a dict: strategic merge; a list: JSON patch), its answer
+        drained raw like :meth:`_delete_call`'s."""
         resp = self.batch.patch_namespaced_job(job_name, ns, body, _request_timeout=timeout, _preload_content=False)
         resp.read()
         resp.release_conn()

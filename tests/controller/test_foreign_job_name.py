@@ -106,3 +106,58 @@ def test_a_job_of_ours_recreated_under_an_ended_attempts_name_is_deleted(kube, s
     )  # fmt: skip
     _foreign_job(kube, "oneshot", name)
     wait_for(lambda: kube.job(name) is None, timeout=10, what="the unexplained Job under attempt 1's name deleted")
+
+
+def _suspend_of(kube, name: str):
+    job = kube.job(name)
+    return None if job is None else bool(job.spec.suspend)
+
+
+def test_a_suspend_or_resume_under_a_known_uid_leaves_a_later_job_of_the_same_name(kube, start_controller):
+    """A review of the uid-guarded DELETE: the suspending cancel and the resume of a resumable
+    declaration (issue 11) PATCHed by name. Our Job went and someone created another under its
+    name: a suspend re-issued from a state that still knew ours must not suspend it, a resume
+    must not start a Job someone created suspended. The patch tests our uid first; the API
+    server refuses it (422) and ours is observed gone (``JobDeleted`` with its uid)."""
+    kube.cronjob("model-eval-gauntlet")
+    kube.model("gemma")
+    kube.backfill("patched", idleFor="2s")
+    controller = start_controller()
+    ours = wait_for(lambda: next(iter(kube.jobs()), None), timeout=20, what="our Job")
+    name, our_uid, key = ours.metadata.name, ours.metadata.uid, (kube.ns, "patched")
+    kube.batch.delete_namespaced_job(name, kube.ns, propagation_policy="Background")
+    wait_for(lambda: kube.job(name) is None, timeout=10, what="our Job gone")
+    foreign_uid = _plain_job(kube, name)
+
+    def deletions() -> list[str]:
+        return [e.uid for _, e in log_of(controller) if isinstance(e, ev.JobDeleted) and e.name == name]
+
+    before = len(deletions())
+    controller.actor.suspend_job(key, name, True, our_uid)
+    assert _suspend_of(kube, name) is False and kube.job(name).metadata.uid == foreign_uid, "the later Job was suspended"
+    wait_for(lambda: deletions()[before:] == [our_uid], timeout=5, what="ours observed gone, under its uid")
+
+    kube.batch.patch_namespaced_job(name, kube.ns, {"spec": {"suspend": True}})  # its owner suspends it
+    controller.actor.suspend_job(key, name, False, our_uid)
+    assert _suspend_of(kube, name) is True, "someone else's suspended Job was resumed"
+
+    # Under the Job's own uid the patch goes through (the test operation passes).
+    controller.actor.suspend_job(key, name, False, foreign_uid)
+    assert _suspend_of(kube, name) is False
+
+
+def test_a_suspend_with_no_known_uid_reads_the_owner_first(kube, start_controller):
+    """The log never saw our create confirmed (no uid): as for the delete, the Job is read first
+    and left alone when this ModelBackfill does not control it; ours is observed absent."""
+    kube.cronjob("model-eval-gauntlet")
+    kube.model("gemma", phase="Pending")
+    mbf = kube.backfill("unconfirmed", idleFor="2s")
+    name = job_name("unconfirmed", mbf["metadata"]["uid"], 1)
+    _plain_job(kube, name)
+    controller = start_controller()
+    controller.actor.suspend_job((kube.ns, "unconfirmed"), name, True, "", mbf["metadata"]["uid"])
+    assert _suspend_of(kube, name) is False, "a Job not ours was suspended"
+    wait_for(
+        lambda: [e.uid for _, e in log_of(controller) if isinstance(e, ev.JobDeleted) and e.name == name] == [""],
+        timeout=5, what="our attempt's Job observed absent",
+    )  # fmt: skip
