@@ -42,7 +42,7 @@ from .state import (
     World,
 )
 from .timefmt import plus_seconds
-from .verdict import FOREGROUND_DEMAND, GPU_REQUEST_FORBIDDEN, INVALID_TEMPLATE, JOB_DELETED, JOB_REJECTED, JOB_SUSPENDED, PREEMPTION_REASONS
+from .verdict import FOREGROUND_DEMAND, GPU_REQUEST_FORBIDDEN, INVALID_TEMPLATE, JOB_DELETED, JOB_REJECTED, JOB_SUSPENDED, cancel_result
 
 #: Back-off of a Job create the API server refused transiently (``JobCreateRejected``), seconds:
 #: 10, 20, 40, ... at most 300, and never sooner than the server's ``Retry-After``.
@@ -406,7 +406,7 @@ def _unexplained(w: World, e: ev._JobEvent, pos: int) -> World:
 
 
 def _end(b: BackfillState, a: Attempt, at: datetime, result: str, reason: str, pos: int) -> BackfillState:
-    a = a._replace(lifecycle=IDLE, ended_at=at, result=result, end_reason=reason, end_pos=pos)
+    a = a.ended(at, result, reason, pos)
     if result == "succeeded":
         return b._replace(attempt=a, succeeded_at=at, succeeded_generation=a.generation)
     if result in ("failed", "deadline_exceeded"):
@@ -470,8 +470,7 @@ def _fold_job_deleted(w: World, e: ev.JobDeleted, pos: int) -> World:
         # the attempt is over and the next admission creates a new Job.
         return _put_backfill(w, _end(b, a, e.at, "cancelled", JOB_DELETED, pos), pos)
     if a.lifecycle == CANCELLING or a.lifecycle == SUSPENDING:
-        result = "preempted" if a.cancel_reason in PREEMPTION_REASONS else "cancelled"
-        return _put_backfill(w, _end(b, a, e.at, result, a.cancel_reason, pos), pos)
+        return _put_backfill(w, _end(b, a, e.at, cancel_result(a.cancel_reason), a.cancel_reason, pos), pos)
     hit = conditions.first_hit(conditions.CANCEL_CHECKS, w, conditions.subject(w, b, a), e.at)
     if hit is not None:
         # Gone while a cancel condition held (what ``decide`` cancels for, the same table): ended
@@ -482,7 +481,7 @@ def _fold_job_deleted(w: World, e: ev.JobDeleted, pos: int) -> World:
         # A foreground preemption restarts the idle window at the cancel (:func:`_busy_at_least`);
         # its decision may never reach the log (its leader died with it spooled), so at the
         # latest at the deletion.
-        result = "preempted" if hit.reason in PREEMPTION_REASONS else "cancelled"
+        result = cancel_result(hit.reason)
         if hit.reason == FOREGROUND_DEMAND:
             w = _busy_at_least(w, (b.namespace, a.model), e.at, pos)
         a = a._replace(cancel_reason=hit.reason, cancel_message=hit.message, cancel_pos=hit.cause)
@@ -529,8 +528,7 @@ def _late_cancel(a: Attempt, e: ev.AttemptCancelled, pos: int) -> Attempt | None
     changes nothing, as any stale decision)."""
     if e.suspend or a.number != e.attempt or not ended_unexplained(a):
         return None
-    result = "preempted" if e.reason in PREEMPTION_REASONS else "cancelled"
-    return _cancel_decided(a, e, pos)._replace(lifecycle=IDLE, result=result, end_reason=e.reason)
+    return _cancel_decided(a, e, pos)._replace(lifecycle=IDLE, result=cancel_result(e.reason), end_reason=e.reason)
 
 
 def revived(w: World, key: Key) -> World | None:

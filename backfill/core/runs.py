@@ -37,8 +37,7 @@ from typing import Any
 
 from . import events as ev
 from . import indexes
-from .state import IDLE
-from .verdict import DELETED, PREEMPTION_REASONS
+from .verdict import DELETED, cancel_result
 
 #: Bounded results of an ended attempt (seed: completions_total{result}).
 RESULTS = ("succeeded", "failed", "preempted", "deadline_exceeded", "cancelled")
@@ -134,7 +133,7 @@ def row_of(b: Any, a: Any) -> RunRow:
     if a.segment_ended_at is not None:
         # the segment ended suspended; a delete that ended the attempt later ran nothing
         ended, reason, deciding = a.segment_ended_at, a.segment_reason, a.segment_pos
-        result = "preempted" if reason in PREEMPTION_REASONS else "cancelled"  # unexplained: JobSuspended
+        result = cancel_result(reason)  # unexplained: JobSuspended
     else:
         ended, result, reason = a.ended_at, a.result, a.end_reason or a.cancel_reason
         if result in ("preempted", "cancelled") and a.cancel_pos:
@@ -212,8 +211,7 @@ def _deleted_row(before: Any, after: Any, event: ev.BackfillDeleted) -> list[Run
     if a is None or not a.live:
         return []
     reason = a.cancel_reason or DELETED
-    result = "preempted" if reason in PREEMPTION_REASONS else "cancelled"
-    return [row_of(b0, a._replace(lifecycle=IDLE, ended_at=event.at, result=result, end_reason=reason, end_pos=after.position))]
+    return [row_of(b0, a.ended(event.at, cancel_result(reason), reason, after.position))]
 
 
 def previous_row(before: Any, row: RunRow) -> RunRow | None:

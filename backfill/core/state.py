@@ -191,6 +191,13 @@ class Attempt(NamedTuple):
         """True while the Job is observed suspended (resumable by the next admission)."""
         return self.lifecycle == SUSPENDED
 
+    def ended(self, at: datetime, result: str, reason: str, pos: int) -> "Attempt":
+        """This attempt ended at ``at`` (UTC) with ``result`` (one of
+        :data:`backfill.core.runs.RESULTS`) for ``reason``, by the event at position ``pos``:
+        Idle, no longer live. The one place an attempt's end is written (the fold's Job-end
+        handlers, and the run row of a ModelBackfill deleted with its attempt live)."""
+        return self._replace(lifecycle=IDLE, ended_at=at, result=result, end_reason=reason, end_pos=pos)
+
 
 class CreateRejection(NamedTuple):
     """The latest refused Job create of a backfill (event ``JobCreateRejected``).

@@ -57,6 +57,13 @@ REPEAT_DUE_MESSAGE = "the repeat is due after the cooldown; waiting for a contin
 #: priority"); other cancels end the attempt as ``cancelled``.
 PREEMPTION_REASONS = frozenset({FOREGROUND_DEMAND, GAMING_INTENT, GPU_LEASE_ACTIVE, CONCURRENT_BACKFILL})
 
+
+def cancel_result(reason: str | None) -> str:
+    """The result of an attempt (or segment) a cancel for ``reason`` ended: ``preempted`` for
+    :data:`PREEMPTION_REASONS`, else ``cancelled`` (seed: completions_total{result}). The one
+    place this rule is written (the fold, and the run rows)."""
+    return "preempted" if reason in PREEMPTION_REASONS else "cancelled"
+
 #: Cancel reasons that *suspend* the Job of a declaration with ``spec.preemption: Suspend``
 #: (issue 11): exactly the preemptions. They are temporary priorities of someone else on the
 #: model or node, after which the same work may go on. Every other cancel (deletion,
