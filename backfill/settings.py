@@ -173,10 +173,10 @@ class Settings(BaseSettings):
     # Database sessions (applied by backfill.store.make_engine to every pooled connection;
     # 0 disables a timeout). A paused or partitioned replica cannot hold the log's write lock
     # for longer than the idle-in-transaction timeout, and no call waits on a lock forever.
-    db_lock_timeout_seconds: float = Field(default=2.0, ge=0, le=PG_MAX_TIMEOUT_SECONDS, description="PostgreSQL lock_timeout: longest wait for any lock (the log's write lock included), seconds; at most 2147483.647 (PostgreSQL's limit, 2^31-1 ms).")
-    db_statement_timeout_seconds: float = Field(default=10.0, ge=0, le=PG_MAX_TIMEOUT_SECONDS, description="PostgreSQL statement_timeout: longest single statement, seconds; at most 2147483.647 (PostgreSQL's limit, 2^31-1 ms).")
-    db_idle_in_transaction_timeout_seconds: float = Field(default=10.0, ge=0, le=PG_MAX_TIMEOUT_SECONDS, description="PostgreSQL idle_in_transaction_session_timeout: a session idle inside a transaction longer than this is ended by the server (its locks released), seconds; at most 2147483.647 (PostgreSQL's limit, 2^31-1 ms).")
-    db_connect_timeout_seconds: int = Field(default=10, ge=0, description="libpq connect_timeout: longest wait to open a connection, whole seconds.")
+    db_lock_timeout_seconds: float = Field(default=2.0, ge=0, le=PG_MAX_TIMEOUT_SECONDS, description="PostgreSQL lock_timeout: longest wait for any lock (the log's write lock included), seconds; 0 is off, a positive value below 1 ms is 1 ms; at most 2147483.647 (PostgreSQL's limit, 2^31-1 ms).")
+    db_statement_timeout_seconds: float = Field(default=10.0, ge=0, le=PG_MAX_TIMEOUT_SECONDS, description="PostgreSQL statement_timeout: longest single statement, seconds; 0 is off, a positive value below 1 ms is 1 ms; at most 2147483.647 (PostgreSQL's limit, 2^31-1 ms).")
+    db_idle_in_transaction_timeout_seconds: float = Field(default=10.0, ge=0, le=PG_MAX_TIMEOUT_SECONDS, description="PostgreSQL idle_in_transaction_session_timeout: a session idle inside a transaction longer than this is ended by the server (its locks released), seconds; 0 is off, a positive value below 1 ms is 1 ms; at most 2147483.647 (PostgreSQL's limit, 2^31-1 ms).")
+    db_connect_timeout_seconds: int = Field(default=10, ge=1, le=1_000_000_000, description="libpq connect_timeout: longest wait to open a connection, whole seconds; at least 1 (libpq waits for ever at 0, and at least 2 s).")
 
     # Storage
     event_partition_size: int = Field(default=1_000_000, ge=1000, description="Positions per partition of the events table (the unit backfill db prune drops).")

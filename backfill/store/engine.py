@@ -63,7 +63,11 @@ def normalize_url(url: str) -> str:
 
 
 def _ms(seconds: float) -> int:
-    return max(0, round(seconds * 1000))
+    """``seconds`` as PostgreSQL's whole milliseconds; 0 stays 0 (off), a positive value below
+    a millisecond is 1 ms (rounded to 0 it would turn the timeout off: a wait for ever)."""
+    if seconds <= 0:
+        return 0
+    return max(1, round(seconds * 1000))
 
 
 def session_options(settings: Settings | None = None, *, timeouts: bool = True) -> tuple[str, int]:
@@ -81,7 +85,7 @@ def session_options(settings: Settings | None = None, *, timeouts: bool = True) 
     statement = _ms(s.db_statement_timeout_seconds) if timeouts else 0
     idle = _ms(s.db_idle_in_transaction_timeout_seconds) if timeouts else 0
     options = f"-clock_timeout={lock} -cstatement_timeout={statement} -cidle_in_transaction_session_timeout={idle}"
-    return options, int(s.db_connect_timeout_seconds)
+    return options, int(s.db_connect_timeout_seconds)  # >= 1 (settings): libpq waits for ever at 0
 
 
 def make_engine(

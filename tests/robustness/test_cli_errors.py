@@ -173,6 +173,8 @@ PG_MAX = "Input should be less than or equal to 2147483.647"
         ("BACKFILL_DB_STATEMENT_TIMEOUT_SECONDS", "3000000", PG_MAX),
         ("BACKFILL_DB_LOCK_TIMEOUT_SECONDS", "3000000", PG_MAX),
         ("BACKFILL_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS", "2147483.648", PG_MAX),
+        # libpq waits for ever to connect at 0 ("no call waits for ever", README)
+        ("BACKFILL_DB_CONNECT_TIMEOUT_SECONDS", "0", "Input should be greater than or equal to 1"),
         # smaller than one relist: every relist overflowed the spool and relisted again (a storm)
         ("BACKFILL_SPOOL_MAX_RECORDS", "30", "Input should be greater than or equal to 10000"),
     ],
@@ -194,6 +196,16 @@ def test_the_largest_postgresql_timeouts_are_accepted():
     assert session_options(s)[0] == (
         "-clock_timeout=2147483647 -cstatement_timeout=2147483647 -cidle_in_transaction_session_timeout=2147483647"
     )
+
+
+def test_a_postgresql_timeout_below_a_millisecond_is_one_millisecond_not_off():
+    """0.0004 s rounded to 0 ms, which PostgreSQL reads as no timeout at all: the opposite of
+    what was asked (found by a trial). 0 itself stays off, as documented."""
+    from backfill.settings import Settings
+    from backfill.store.engine import session_options
+
+    s = Settings(db_lock_timeout_seconds=0.0004, db_statement_timeout_seconds=0.0015, db_idle_in_transaction_timeout_seconds=0)
+    assert session_options(s)[0] == "-clock_timeout=1 -cstatement_timeout=2 -cidle_in_transaction_session_timeout=0"
 
 
 def test_a_model_level_check_names_every_variable_it_involves(tmp_path):
