@@ -25,6 +25,7 @@ from typing import Any, Mapping
 from backfill.core import events as ev
 from backfill.core import indexes
 from backfill.core.jobtemplate import backfill_of_job
+from backfill.core.storable import nul_path, unstorable_message, without_nul
 from backfill.core.timefmt import parse_rfc3339, plus_seconds
 
 Pair = tuple[Any, str]
@@ -60,6 +61,14 @@ def _time(value: Any) -> datetime | None:
 def _ident(obj: Mapping[str, Any]) -> tuple[str, str, str, str]:
     m = _meta(obj)
     return m.get("namespace", "") or "", m.get("name", "") or "", m.get("uid", "") or "", str(m.get("resourceVersion", ""))
+
+
+def _storable(content: dict[str, Any], path: str) -> tuple[dict[str, Any], str]:
+    """``(content, "")``, or, when a NUL character is in it (the log cannot store one,
+    :mod:`backfill.core.storable`), ``(content with U+FFFD for each NUL, the Blocked message)``:
+    content copied into a Job is never changed silently."""
+    where = nul_path(content, path)
+    return (content, "") if not where else (without_nul(content), unstorable_message(where))
 
 
 def model_node(obj: Mapping[str, Any]) -> str:
@@ -124,6 +133,7 @@ class Translator:
         if kind == DELETED:
             return [(ev.BackfillDeleted(at=now, namespace=ns, name=name, uid=uid), f"mbf/{uid}/deleted")]
         m = _meta(obj)
+        spec, unstorable = _storable(dict(obj.get("spec") or {}), "spec")
         out: list[Pair] = [
             (
                 ev.BackfillApplied(
@@ -132,7 +142,8 @@ class Translator:
                     name=name,
                     uid=uid,
                     generation=int(m.get("generation") or 0),
-                    spec=dict(obj.get("spec") or {}),
+                    spec=spec,
+                    unstorable=unstorable,
                 ),
                 f"mbf/{uid}/gen/{int(m.get('generation') or 0)}",
             )
@@ -310,8 +321,10 @@ class Translator:
         template = spec.get("jobTemplate") if isinstance(spec, Mapping) else None
         # Not an object (a hostile or broken CronJob): an empty template, which the projector
         # blocks as invalid, never an exception that would skip the object.
-        template = dict(template) if isinstance(template, Mapping) else {}
-        return [(ev.CronJobSeen(at=now, namespace=ns, name=name, job_template=template), f"cronjob/{uid}/{rv}")]
+        template, unstorable = _storable(dict(template) if isinstance(template, Mapping) else {}, "spec.jobTemplate")
+        return [
+            (ev.CronJobSeen(at=now, namespace=ns, name=name, job_template=template, unstorable=unstorable), f"cronjob/{uid}/{rv}")
+        ]
 
     # -- owned Jobs ---------------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ import msgspec
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, TypeAdapter
 
 from .records import EventRecord
+from .storable import JSON_NUL, NUL, storable_json, without_nul
 
 
 #: A timezone-aware timestamp; naive datetimes are rejected. Producers (watchers, ingest,
@@ -174,6 +175,9 @@ class BackfillApplied(_BackfillEvent):
     type: Literal["BackfillApplied"] = "BackfillApplied"
     generation: int
     spec: dict[str, Any]
+    #: Why ``spec`` is not the object's as stored (a NUL character, which the log cannot hold,
+    #: replaced: :mod:`backfill.core.storable`); the declaration is then InvalidSpec with it.
+    unstorable: str = ""
 
 
 class BackfillDeleting(_BackfillEvent):
@@ -193,6 +197,9 @@ class CronJobSeen(_CronJobEvent):
 
     type: Literal["CronJobSeen"] = "CronJobSeen"
     job_template: dict[str, Any]
+    #: Why ``job_template`` is not the object's as stored (as ``BackfillApplied.unstorable``);
+    #: the template is then InvalidTemplate with it.
+    unstorable: str = ""
 
 
 class CronJobMissing(_CronJobEvent):
@@ -513,13 +520,19 @@ def encode(event: _Event, key: str | None = None) -> EventRecord:
     key = key or event.natural_key()
     if not key:
         raise ValueError(f"{type(event).__name__} needs an explicit idempotency key")
+    data = event.model_dump_json()
+    stream = event.stream
+    if JSON_NUL in data:  # the log stores no NUL (backfill.core.storable): U+FFFD instead
+        data = storable_json(data)
+    if NUL in stream or NUL in key:
+        stream, key = without_nul(stream), without_nul(key)
     return EventRecord(
         type=event.type,  # type: ignore[attr-defined]
         version=type(event).version,
-        stream=event.stream,
+        stream=stream,
         idempotency_key=key,
         at=event.at,
-        data=event.model_dump_json(),
+        data=data,
     )
 
 

@@ -22,7 +22,7 @@ from . import conditions
 from . import events as ev
 from . import indexes
 from .jobtemplate import gpu_requests, template_problem
-from .spec import parse_spec
+from .spec import INVALID_SPEC, SpecProblem, parse_spec
 from .state import (
     LIVE,
     CANCELLING,
@@ -321,7 +321,7 @@ def _fold_applied(w: World, e: ev.BackfillApplied, pos: int) -> World:
     else:
         b = old
         old_index_model = _model_key(old)
-    parsed = parse_spec(e.spec)
+    parsed = parse_spec(e.spec) if not e.unstorable else SpecProblem(INVALID_SPEC, e.unstorable)
     spec, problem = (parsed, None) if not hasattr(parsed, "reason") else (None, parsed)
     b = b._replace(generation=e.generation, raw_spec=dict(e.spec), spec=spec, problem=problem)
     index = _reindex(w.model_index, key, old_index_model, _model_key(b))
@@ -344,8 +344,8 @@ def _fold_deleted(w: World, e: ev.BackfillDeleted, pos: int) -> World:
     return w._replace(position=pos, backfills=_drop(w.backfills, key), model_index=index, **_live_changes(w, key, None))
 
 
-def _template_check(name: str, job_template: Mapping[str, Any]) -> tuple[str, str] | None:
-    problem = template_problem(job_template)
+def _template_check(name: str, job_template: Mapping[str, Any], unstorable: str = "") -> tuple[str, str] | None:
+    problem = unstorable or template_problem(job_template)
     if problem:
         return (INVALID_TEMPLATE, f"CronJob {name}: {problem}")
     gpus = gpu_requests(job_template)
@@ -356,9 +356,10 @@ def _template_check(name: str, job_template: Mapping[str, Any]) -> tuple[str, st
 
 def _fold_cronjob_seen(w: World, e: ev.CronJobSeen, pos: int) -> World:
     old = w.templates.get((e.namespace, e.name))
-    if old is not None and old.job_template == e.job_template:
+    check = _template_check(e.name, e.job_template, e.unstorable)
+    if old is not None and old.job_template == e.job_template and old.problem == check:
         return _at(w, pos)  # the same template (a CronJob status update): it keeps its position
-    t = Template(e.job_template, pos, _template_check(e.name, e.job_template))
+    t = Template(e.job_template, pos, check)
     return w._replace(position=pos, templates=_set(w.templates, (e.namespace, e.name), t))
 
 

@@ -1,0 +1,81 @@
+"""What the event log can store: no NUL character (U+0000) anywhere.
+
+PostgreSQL holds no NUL in ``text`` and none in ``jsonb`` (``\\u0000`` is refused:
+``UntranslatableCharacter``), yet a Kubernetes object may carry one in any string (the API
+server stores JSON). Found by an adversarial trial: one GamingSession whose ``spec.nodeName``
+ended in ``\\u0000``, in any namespace, made every append fail; the spool kept the record at its
+head, and no ModelBackfill anywhere was admitted again until a restart (and at once again after
+it while the object existed).
+
+Two rules, each written once:
+
+- :func:`backfill.core.events.encode` (every record the log stores passes it) replaces each NUL
+  by U+FFFD (the replacement character) in the payload, the stream and the key. Lossy only in a
+  character no name, node, mode, group or reason the controller compares can hold (the API server
+  validates names; a string with a NUL never equals one without), so decisions are the same.
+- Content the controller *copies into a Job* (a ModelBackfill's ``spec``, a CronJob's
+  ``jobTemplate``) is not silently changed: the translator records where the NUL was
+  (``unstorable`` on ``BackfillApplied`` / ``CronJobSeen``) and the declaration is ``Blocked``
+  (``InvalidSpec`` / ``InvalidTemplate``) with that message. No process can be given a NUL in an
+  argument or an environment value either (C strings end at the first one).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+NUL = "\x00"
+#: U+FFFD REPLACEMENT CHARACTER: what a NUL becomes in the log.
+REPLACEMENT = "\ufffd"
+#: A NUL as JSON writes it: a payload without this substring holds no NUL (the converse need not
+#: hold: an escaped backslash followed by ``u0000`` is checked exactly by :func:`without_nul`).
+JSON_NUL = "\\u0000"
+
+
+def nul_path(value: Any, path: str) -> str:
+    """The path (``path`` then ``.key`` / ``[index]``) of the first key or string in ``value``
+    (JSON-shaped: dicts, lists, scalars) that holds a NUL, or "" when none does."""
+    if isinstance(value, str):
+        return path if NUL in value else ""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            sub = f"{path}.{k}"
+            if isinstance(k, str) and NUL in k:
+                return sub
+            found = nul_path(v, sub)
+            if found:
+                return found
+        return ""
+    if isinstance(value, list):
+        for i, v in enumerate(value):
+            found = nul_path(v, f"{path}[{i}]")
+            if found:
+                return found
+    return ""
+
+
+def without_nul(value: Any) -> Any:
+    """``value`` (JSON-shaped) with every NUL in its keys and strings replaced by U+FFFD; a new
+    structure (the input is not changed)."""
+    if isinstance(value, str):
+        return value.replace(NUL, REPLACEMENT)
+    if isinstance(value, dict):
+        return {(k.replace(NUL, REPLACEMENT) if isinstance(k, str) else k): without_nul(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [without_nul(v) for v in value]
+    return value
+
+
+def unstorable_message(path: str) -> str:
+    """The ``Blocked`` message for content with a NUL at ``path``."""
+    return (
+        f"{path.replace(NUL, REPLACEMENT)} contains a NUL character (U+0000): the event log cannot store it "
+        "(PostgreSQL holds none) and no container can be given it"
+    )
+
+
+def storable_json(data: str) -> str:
+    """``data`` (a JSON text) with every NUL in its strings and keys replaced by U+FFFD."""
+    import json
+
+    return json.dumps(without_nul(json.loads(data)), ensure_ascii=False, separators=(",", ":"))
