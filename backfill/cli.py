@@ -192,6 +192,7 @@ def simulate(
         "e.g. 60s); the cost against an exact signal is printed.",
     ),
     shards: int = typer.Option(1, "--shards", min=1, max=10000, help="The job is N equal shards; a preemption keeps the finished ones (1 = not resumable)."),
+    max_attempts: int = typer.Option(5_000_000, "--max-attempts", min=1, help="Refuse a trace that could need more attempts than this (an upper bound computed first)."),
     seed: int = typer.Option(7, "--seed", help="Synthetic workload: random seed."),
     synthetic_models: int = typer.Option(4, "--synthetic-models", min=1, max=1000, help="Synthetic workload: models."),
     days: float = typer.Option(2.0, "--days", min=0.01, max=366, help="Synthetic workload: days."),
@@ -222,6 +223,7 @@ def simulate(
         tr = tr.filtered(model)
     except TraceError as exc:
         raise CLIError(str(exc)) from None
+    _check_attempts(tr.requests, params, max_attempts)
     if plot is not None:
         plot = _plot_path(plot)
     if store:
@@ -288,6 +290,22 @@ def _check_params(params: Any) -> None:
         raise CLIError("--repeat-after must be 0 (one-shot) or at least 1m (seed contract)")
     if params.job * 1e6 / params.shards < 1:
         raise CLIError(f"--shards {params.shards}: a shard of --job {format_duration(params.job)} would be shorter than 1us")
+
+
+def _check_attempts(requests: Any, params: Any, max_attempts: int) -> None:
+    """Refuse (one-line CLIError) a trace whose simulation could admit more than
+    ``max_attempts`` attempts (:func:`backfill.sim.cluster.attempts_bound`): hours of work and
+    gigabytes, e.g. a trace whose timestamps span millennia."""
+    from .sim.cluster import attempts_bound
+
+    bound = attempts_bound(requests, params)
+    if bound > max_attempts:
+        span = max((r[-1][0] - r[0][0] for r in requests.values() if r), default=0.0)
+        raise CLIError(
+            f"the trace could need up to {bound:,} attempts (a model's requests span {span / 86400:,.0f} days, "
+            f"--job {format_duration(params.job)} + --repeat-after {format_duration(params.repeat_after)}); "
+            f"more than --max-attempts {max_attempts:,}: narrow the trace (--model, a shorter span), or raise --max-attempts"
+        )
 
 
 _PLOT_FORMATS = (".png", ".svg", ".pdf", ".jpg", ".jpeg")
@@ -419,6 +437,7 @@ def recommend(
     max_waste: Optional[float] = typer.Option(0.1, "--max-waste", help="Largest wasted share of background running time, 0..1."),
     max_preemptions_per_day: Optional[float] = typer.Option(2.0, "--max-preemptions-per-day", help="Largest preemptions per day."),
     max_overlap: Optional[str] = typer.Option(None, "--max-overlap", help="Largest total foreground overlap (Go duration; default: no limit)."),
+    max_attempts: int = typer.Option(5_000_000, "--max-attempts", min=1, help="Refuse a history that could need more attempts than this per simulation (an upper bound computed first)."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write the trade-off plot here (PNG, SVG, PDF)."),
     as_json: bool = typer.Option(False, "--json", help="Print the sweep and the recommendation as JSON."),
 ) -> None:
@@ -447,6 +466,7 @@ def recommend(
     )
     for n in shard_counts:
         _check_params(SimParams(**(base.__dict__ | {"shards": n})))
+    _check_attempts({i.model: i.requests for i in inputs}, base, max_attempts)
     t0 = time.perf_counter()
     sweeps = [sweep_model(i.model, i.requests, base, idle_fors, shard_counts, limits) for i in inputs]
     elapsed = time.perf_counter() - t0
@@ -567,7 +587,7 @@ def replay(
     backfill: Optional[str] = typer.Option(None, "--backfill", help="Only decisions of NAMESPACE/NAME."),
     since: Optional[str] = typer.Option(None, "--since", help="Only print and check decisions made at or after this time (RFC 3339; no zone = UTC)."),
     until: Optional[str] = typer.Option(None, "--until", help="Only print and check decisions made before this time (RFC 3339; no zone = UTC)."),
-    limit: int = typer.Option(50, "--limit", min=0, help="Print the most recent N trail rows (0 = none)."),
+    limit: int = typer.Option(50, "--limit", min=0, max=2**63 - 1, help="Print the most recent N trail rows (0 = none)."),
 ) -> None:
     """Re-fold the log, print the decision trail, and fail on the first divergent decision.
 
@@ -712,7 +732,7 @@ def runs(
     model: Optional[str] = typer.Option(None, "--model", help="Only runs of this model."),
     result: Optional[ResultFilter] = typer.Option(None, "--result", help="Only runs with this result (running = not ended yet)."),
     since: Optional[str] = typer.Option(None, "--since", help="Runs admitted at or after this time (RFC 3339; no zone = UTC)."),
-    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the most recent N runs (printed oldest first)."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, max=2**63 - 1, help="Only the most recent N runs (printed oldest first)."),
     output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o", help="Output format."),
 ) -> None:
     """Run history (one row per Job attempt; per run segment of a resumable one) with filters, as a table, CSV or JSON."""

@@ -14,10 +14,9 @@ def rfc3339(value: datetime | None) -> str | None:
         return None
     if value.tzinfo is None:
         raise ValueError("naive datetime: every time inside is timezone-aware UTC")
-    v = value.astimezone(timezone.utc)
-    if v.microsecond:
-        return v.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    return v.strftime("%Y-%m-%dT%H:%M:%SZ")
+    # isoformat, not strftime("%Y"): glibc writes the year 1 as "1", not "0001" (a trial:
+    # ``replay --since 0001-01-01T00:00:00Z`` printed "1-01-01T00:00:00Z", not RFC 3339).
+    return value.astimezone(timezone.utc).replace(tzinfo=None).isoformat() + "Z"
 
 
 def parse_rfc3339(text: str) -> datetime:

@@ -36,6 +36,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from collections.abc import Mapping, Sequence
 from typing import Any, Callable
 
 from ..core import events as ev
@@ -154,6 +155,30 @@ def sim_node(model: str) -> str:
     """The simulated node of ``model``: one node per model (a node must be known for admission,
     and one per model keeps the per-node contender gate from coupling models)."""
     return "node-" + backfill_name(model)[3:]
+
+
+#: The most attempts a ``simulate`` or ``recommend`` run admits by default (``--max-attempts``):
+#: about 33x the whole Alibaba trace at ``--repeat-after 1m`` (151,771 by :func:`attempts_bound`,
+#: 90,801 simulated), minutes of work. A trace whose timestamps span millennia (a typo, a bad
+#: export) would otherwise run for hours and take gigabytes (an adversarial trial).
+MAX_ATTEMPTS = 5_000_000
+
+
+def attempts_bound(requests: Mapping[str, Sequence[tuple[float, float]]], params: SimParams) -> int:
+    """An upper bound on the attempts a simulation of ``requests`` (per model, sorted
+    ``(arrival_s, service_s)``) with ``params`` admits: per model, two per request (a request
+    preempts at most one attempt, and the attempt finishing a preempted job's last shards may
+    succeed early) plus one, plus, when it repeats, one per ``min(job, max_run) + repeat_after``
+    of the span between its first and last request (nothing is admitted after the last)."""
+    cycle = min(params.job, params.max_run) + params.repeat_after
+    total = 0
+    for reqs in requests.values():
+        if not reqs:
+            continue
+        total += 2 * len(reqs) + 1
+        if params.repeat_after:
+            total += int((reqs[-1][0] - reqs[0][0]) // cycle)
+    return total
 
 
 _NO_BACKFILL = frozenset({ev.ForegroundRequest, ev.ModelReady, ev.BackfillApplied, ev.CronJobSeen})

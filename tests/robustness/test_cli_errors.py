@@ -111,6 +111,13 @@ def test_bad_arguments_already_handled(tmp_path, args):
     _assert_one_line_error(_run(args, tmp_path))
 
 
+@pytest.mark.parametrize("args", [["runs", "--limit", "9" * 23], ["replay", "--limit", "9" * 23]])
+def test_a_limit_past_a_bigint_is_an_argument_error_not_a_database_error(tmp_path, args):
+    """A trial: ``runs --limit 99999999999999999999999`` reached PostgreSQL ("bigint out of range")."""
+    line = _assert_one_line_error(_run([*args, "--database-url", CLOSED], tmp_path))
+    assert line == "backfill: error: Invalid value for '--limit': Input should be less than or equal to 9223372036854775807"
+
+
 @pytest.mark.parametrize("target", ["adir", ""])
 def test_plot_reports_the_file_it_wrote(traces, target):
     """matplotlib appends '.png' to a name without a suffix; the CLI must not claim another path."""

@@ -61,6 +61,17 @@ def test_content_length_beyond_ssize_t(server):
     assert not appended
 
 
+@pytest.mark.parametrize("digits", [19, 23, 4300])
+def test_a_content_length_of_many_digits_is_too_large_not_malformed(server, digits):
+    """A trial: 23 digits were 400 "must be a non-negative integer" while 10 digits were 413."""
+    port, appended = server
+    status, body = _exchange(
+        port, b"POST /v1/foreground HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok\r\n"
+        b"Content-Type: application/json\r\nContent-Length: " + b"9" * digits + b"\r\n\r\n", b"{}", timeout=3)
+    assert (status, body["error"]) == (413, "payload_too_large")
+    assert not appended
+
+
 def test_oversized_content_length_answered_without_waiting_for_the_body(server):
     """Content-Length over the limit: 413 at once, not a handler blocked reading 100 MB."""
     port, _ = server

@@ -1,0 +1,79 @@
+"""``simulate`` and ``recommend`` refuse a trace that could need more than ``--max-attempts``
+attempts (an adversarial trial: a two-row trace from 1971 to 9000 ran for minutes and took
+3 GB before it was killed). The bound must hold: no simulation admits more than it says."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from backfill.cli import main
+from backfill.sim.cluster import SimParams, attempts_bound, simulate
+from backfill.sim.traces import Trace
+
+from .test_simulate import ALIBABA
+
+HEAVY = SimParams(idle_for=1800, max_run=1800, repeat_after=60, job=900)
+
+
+@st.composite
+def traces(draw):
+    requests = {}
+    for m in range(draw(st.integers(1, 3))):
+        arrivals = sorted(draw(st.lists(st.integers(0, 20_000), min_size=1, max_size=25)))
+        requests[f"m{m}"] = [(float(t), float(draw(st.integers(0, 600)))) for t in arrivals]
+    return Trace("random", requests)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    traces(),
+    st.sampled_from([60, 300, 1800]),  # idleFor
+    st.sampled_from([60, 900, 4000]),  # job
+    st.sampled_from([120, 1800]),  # maxRunDuration
+    st.sampled_from([0, 60, 600]),  # repeatAfter
+    st.sampled_from([1, 4]),  # shards
+    st.sampled_from([0.0, 5.0]),  # cancel latency
+)
+def test_no_simulation_admits_more_attempts_than_the_bound(trace, idle_for, job, max_run, repeat_after, shards, delta):
+    p = SimParams(idle_for=idle_for, max_run=max_run, repeat_after=repeat_after, job=job, shards=shards, cancel_latency=delta)
+    attempts = {(r.backfill, r.attempt) for r in simulate(trace, p).runs}
+    assert len(attempts) <= attempts_bound(trace.requests, p)
+
+
+def test_the_bound_on_the_whole_alibaba_trace():
+    from backfill.sim.traces import read_trace
+
+    t = read_trace(ALIBABA, "alibaba-genai")
+    # Independently: per model, 2 per request + 1 + one per 15m job + 1m cooldown of its span.
+    expected = sum(2 * len(r) + 1 + int((r[-1][0] - r[0][0]) // 960) for r in t.requests.values() if r)
+    assert attempts_bound(t.requests, HEAVY) == expected
+
+
+def _wide(tmp_path: Path) -> Path:
+    p = tmp_path / "wide.csv"
+    p.write_text("model,timestamp\nm,1971-01-02T00:00:00Z\nm,9000-12-30T00:00:00Z\n")
+    return p
+
+
+def test_a_trace_spanning_millennia_is_one_line_error_not_hours(tmp_path, capsys):
+    args = ["--trace", str(_wide(tmp_path)), "--format", "csv", "--job", "1m", "--repeat-after", "1m"]
+    for cmd in (["simulate", "--no-store", "--idle-for", "1m"], ["recommend"]):
+        assert main([*cmd, *args]) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        span = (datetime(9000, 12, 30) - datetime(1971, 1, 2)).total_seconds()
+        n = 2 * 2 + 1 + int(span // 120)  # two requests, one model; a 1m job + 1m cooldown per cycle
+        assert line.startswith(f"backfill: error: the trace could need up to {n:,} attempts"), line
+        assert "more than --max-attempts 5,000,000" in line
+
+
+def test_max_attempts_raises_the_limit(tmp_path, capsys):
+    p = tmp_path / "year.csv"
+    p.write_text("model,timestamp\nm,2026-01-01T00:00:00Z\nm,2026-01-03T00:00:00Z\n")  # 2 days: 1,445 at most
+    base = ["simulate", "--no-store", "--trace", str(p), "--format", "csv", "--idle-for", "1m", "--job", "1m", "--repeat-after", "1m"]
+    assert main([*base, "--max-attempts", "1000"]) == 2
+    assert "up to 1,445 attempts" in capsys.readouterr().err
+    assert main([*base, "--max-attempts", "1445"]) == 0
