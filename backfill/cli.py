@@ -466,7 +466,8 @@ def recommend(
     )
     for n in shard_counts:
         _check_params(SimParams(**(base.__dict__ | {"shards": n})))
-    _check_attempts({i.model: i.requests for i in inputs}, base, max_attempts)
+    for i in inputs:  # each model is swept on its own: the bound is per simulation
+        _check_attempts({i.model: i.requests}, base, max_attempts)
     t0 = time.perf_counter()
     sweeps = [sweep_model(i.model, i.requests, base, idle_fors, shard_counts, limits) for i in inputs]
     elapsed = time.perf_counter() - t0

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from .ingest import PATH as INGEST_PATH, response_headers
+from .ingest import PATH as INGEST_PATH, declared_length, response_headers
 
 log = logging.getLogger("backfill.controller.http")
 
@@ -165,14 +165,11 @@ def make_server(
                                  "detail": "send the body with a Content-Length header (no Transfer-Encoding)"},
                            {"Connection": "close"})
                 return
-            declared = self.headers["Content-Length"].strip()
-            if not (declared.isascii() and declared.isdigit()):
+            length = declared_length(self.headers["Content-Length"])
+            if length is None:
                 self.close_connection = True
                 self._json(400, {"error": "bad_request", "detail": "Content-Length must be a non-negative integer"})
                 return
-            # 19 digits or more: larger than any limit (not converted: int() of a huge digit string
-            # is refused or slow); 413 like any other oversized length (a trial: 23 digits got 400)
-            length = int(declared) if len(declared) <= 18 else 1 << 62
             limit = getattr(ingest, "max_body_bytes", 1 << 20)
             # Never read more than the limit: an oversized declared length is refused unread
             # (the ingest endpoint answers 413 from the header) and the connection closed.

@@ -93,6 +93,24 @@ _RFC3339 = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{
 # --------------------------------------------------------------------------- schema
 
 
+
+#: A Content-Length of more significant digits than this is larger than any body limit.
+_LENGTH_DIGITS = 18
+
+
+def declared_length(header: str | None) -> int | None:
+    """A ``Content-Length`` header's value in bytes, None when absent or not a non-negative
+    decimal integer. A value of more than 18 significant digits is returned as ``2**62`` (over
+    any limit: a 413), never converted (``int()`` refuses more than 4300 digits: a trial's
+    hostile header got a 500)."""
+    if header is None:
+        return None
+    text = header.strip()
+    if not (text.isascii() and text.isdigit()):
+        return None
+    digits = text.lstrip("0")
+    return int(digits or "0") if len(digits) <= _LENGTH_DIGITS else 1 << 62
+
 class ForegroundReport(BaseModel):
     """One report: ``count`` foreground requests on ``namespace/model`` at ``time``."""
 
@@ -325,10 +343,8 @@ class IngestEndpoint:
         if charset not in ("utf-8", "utf8"):
             return _error(415, "unsupported_media_type", f"charset must be utf-8, got {charset!r}")
 
-        declared = h.get("content-length")
-        if len(body) > self.max_body_bytes or (
-            declared is not None and declared.strip().isdigit() and int(declared) > self.max_body_bytes
-        ):
+        declared = declared_length(h.get("content-length"))
+        if len(body) > self.max_body_bytes or (declared is not None and declared > self.max_body_bytes):
             return _error(413, "payload_too_large", f"body over {self.max_body_bytes} bytes", limit=self.max_body_bytes)
 
         try:

@@ -177,7 +177,7 @@ class BackfillApplied(_BackfillEvent):
     spec: dict[str, Any]
     #: Why ``spec`` is not the object's as stored (a NUL character, which the log cannot hold,
     #: replaced: :mod:`backfill.core.storable`); the declaration is then InvalidSpec with it.
-    unstorable: str = ""
+    unstorable: str = Field(default="", exclude_if=lambda v: not v)  # absent when empty: rows as before
 
 
 class BackfillDeleting(_BackfillEvent):
@@ -199,7 +199,7 @@ class CronJobSeen(_CronJobEvent):
     job_template: dict[str, Any]
     #: Why ``job_template`` is not the object's as stored (as ``BackfillApplied.unstorable``);
     #: the template is then InvalidTemplate with it.
-    unstorable: str = ""
+    unstorable: str = Field(default="", exclude_if=lambda v: not v)  # absent when empty: rows as before
 
 
 class CronJobMissing(_CronJobEvent):

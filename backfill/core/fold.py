@@ -356,10 +356,9 @@ def _template_check(name: str, job_template: Mapping[str, Any], unstorable: str 
 
 def _fold_cronjob_seen(w: World, e: ev.CronJobSeen, pos: int) -> World:
     old = w.templates.get((e.namespace, e.name))
-    check = _template_check(e.name, e.job_template, e.unstorable)
-    if old is not None and old.job_template == e.job_template and old.problem == check:
+    if old is not None and old.job_template == e.job_template and old.unstorable == e.unstorable:
         return _at(w, pos)  # the same template (a CronJob status update): it keeps its position
-    t = Template(e.job_template, pos, check)
+    t = Template(e.job_template, pos, _template_check(e.name, e.job_template, e.unstorable), e.unstorable)
     return w._replace(position=pos, templates=_set(w.templates, (e.namespace, e.name), t))
 
 

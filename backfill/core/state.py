@@ -119,6 +119,7 @@ class Template(NamedTuple):
     job_template: Mapping[str, Any] | None
     pos: int
     problem: tuple[str, str] | None = None  # (reason, message) if it cannot be copied, computed at fold
+    unstorable: str = ""  # CronJobSeen.unstorable: a NUL was replaced (then problem is InvalidTemplate)
 
 
 class Attempt(NamedTuple):

@@ -12,7 +12,10 @@ Two rules, each written once:
 - :func:`backfill.core.events.encode` (every record the log stores passes it) replaces each NUL
   by U+FFFD (the replacement character) in the payload, the stream and the key. Lossy only in a
   character no name, node, mode, group or reason the controller compares can hold (the API server
-  validates names; a string with a NUL never equals one without), so decisions are the same.
+  validates names; a string with a NUL never equals one without), so decisions are the same,
+  unless another object holds a literal U+FFFD where this one held the NUL: then the stored
+  strings are equal where the watched ones were not (and two keys may collide). The preemptor
+  folds the watched form before it is stored; ``backfill replay`` the stored one.
 - Content the controller *copies into a Job* (a ModelBackfill's ``spec``, a CronJob's
   ``jobTemplate``) is not silently changed: the translator records where the NUL was
   (``unstorable`` on ``BackfillApplied`` / ``CronJobSeen``) and the declaration is ``Blocked``

@@ -168,9 +168,11 @@ def attempts_bound(requests: Mapping[str, Sequence[tuple[float, float]]], params
     """An upper bound on the attempts a simulation of ``requests`` (per model, sorted
     ``(arrival_s, service_s)``) with ``params`` admits: per model, two per request (a request
     preempts at most one attempt, and the attempt finishing a preempted job's last shards may
-    succeed early) plus one, plus, when it repeats, one per ``min(job, max_run) + repeat_after``
-    of the span between its first and last request (nothing is admitted after the last)."""
-    cycle = min(params.job, params.max_run) + params.repeat_after
+    succeed early) plus one, plus, when it repeats, one per ``min(job as simulated, max_run) +
+    repeat_after`` of the span between its first and last request (nothing is admitted after
+    the last)."""
+    # the job as simulated: ``shards`` shards of ``shard_us`` (rounded: may be shorter than ``job``)
+    cycle = min(params.shards * params.shard_us() / 1e6, params.job, params.max_run) + params.repeat_after
     total = 0
     for reqs in requests.values():
         if not reqs:

@@ -61,15 +61,23 @@ def test_content_length_beyond_ssize_t(server):
     assert not appended
 
 
-@pytest.mark.parametrize("digits", [19, 23, 4300])
+@pytest.mark.parametrize("digits", [19, 23, 4300, 4301, 20000])
 def test_a_content_length_of_many_digits_is_too_large_not_malformed(server, digits):
-    """A trial: 23 digits were 400 "must be a non-negative integer" while 10 digits were 413."""
+    """A trial: 23 digits were 400 "must be a non-negative integer" while 10 digits were 413;
+    a review: past 4300 digits the endpoint's own int() raised (500)."""
     port, appended = server
     status, body = _exchange(
         port, b"POST /v1/foreground HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok\r\n"
         b"Content-Type: application/json\r\nContent-Length: " + b"9" * digits + b"\r\n\r\n", b"{}", timeout=3)
     assert (status, body["error"]) == (413, "payload_too_large")
     assert not appended
+
+
+def test_leading_zeros_do_not_make_a_length_large(server):
+    port, appended = server
+    status, _ = _exchange(
+        port, HEAD + b"Content-Length: " + b"0" * 30 + str(len(GOOD)).encode() + b"\r\n\r\n", GOOD, timeout=3)
+    assert status == 202 and len(appended) == 1
 
 
 def test_oversized_content_length_answered_without_waiting_for_the_body(server):

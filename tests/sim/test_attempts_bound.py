@@ -44,6 +44,16 @@ def test_no_simulation_admits_more_attempts_than_the_bound(trace, idle_for, job,
     assert len(attempts) <= attempts_bound(trace.requests, p)
 
 
+def test_the_bound_counts_the_job_as_simulated_not_as_asked():
+    """A review: 10,000 shards of 1.49 us each make a 14.9 ms job 14.9 ms... rounded to 1 us
+    each: 10 ms as simulated, so more cycles fit than ``--job`` says."""
+    p = SimParams(idle_for=60, repeat_after=60, job=0.0149, shards=10_000)
+    trace = Trace("two", {"m": [(0.0, 0.0), (600.0, 0.0)]})
+    attempts = {(r.backfill, r.attempt) for r in simulate(trace, p).runs}
+    assert len(attempts) <= attempts_bound(trace.requests, p)
+    assert attempts_bound(trace.requests, p) == 2 * 2 + 1 + int(600 // (10_000 * 1e-6 + 60))
+
+
 def test_the_bound_on_the_whole_alibaba_trace():
     from backfill.sim.traces import read_trace
 
