@@ -120,3 +120,68 @@ def test_admission_and_the_controller_agree_on_durations(case):
 
     spec = {**BASE, **(BAD[case][0] if case in BAD else GOOD[case])}
     assert isinstance(parse_spec(spec), SpecProblem if case in BAD else Spec), case
+
+
+def _renamed_crd(schema_of, group: str) -> dict:
+    """The shipped CRD under another API group (a test's own: the session's real CRD is left
+    alone), its schema passed through ``schema_of``."""
+    crd = yaml.safe_load(CRD.read_text())
+    crd["metadata"]["name"] = f"{PLURAL}.{group}"
+    crd["spec"]["group"] = group
+    for v in crd["spec"]["versions"]:
+        v["schema"]["openAPIV3Schema"] = schema_of(v["schema"]["openAPIV3Schema"])
+    return crd
+
+
+def _without_rules(schema):
+    if isinstance(schema, dict):
+        return {k: _without_rules(v) for k, v in schema.items() if k not in ("x-kubernetes-validations", "pattern")}
+    if isinstance(schema, list):
+        return [_without_rules(v) for v in schema]
+    return schema
+
+
+def test_an_object_stored_before_the_duration_rules_can_still_release_its_finalizer(kube_api, kube_namespace):
+    """A trial: ``idleFor: 9999999999999999h`` stored under an older CRD (no rules), then the
+    CRD upgraded: the duration rule *errors* on it (``type conversion error``), an error is not
+    ratcheted, and the API server refused every change of the object, even the removal of its
+    finalizer: Terminating for ever. The rules skip an unchanged value (``optionalOldSelf``);
+    a new or changed value past Go's largest is still refused."""
+    import time
+
+    group = "crdupgrade.flexinfer"
+    ext = client.ApiextensionsV1Api(kube_api)
+    custom = client.CustomObjectsApi(kube_api)
+
+    def apply(crd: dict) -> None:
+        try:
+            current = ext.read_custom_resource_definition(crd["metadata"]["name"])
+            crd["metadata"]["resourceVersion"] = current.metadata.resource_version
+            ext.replace_custom_resource_definition(crd["metadata"]["name"], crd)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            ext.create_custom_resource_definition(crd)
+        time.sleep(1.5)  # established, and the new schema served
+
+    body = {"apiVersion": f"{group}/{VERSION}", "kind": "ModelBackfill",
+            "metadata": {"name": "huge", "finalizers": ["test.flexinfer/hold"]},
+            "spec": {**BASE, "idleFor": "9999999999999999h"}}  # fmt: skip
+    try:
+        apply(_renamed_crd(_without_rules, group))
+        custom.create_namespaced_custom_object(group, VERSION, kube_namespace, PLURAL, body)
+        apply(_renamed_crd(lambda s: s, group))
+        custom.delete_namespaced_custom_object(group, VERSION, kube_namespace, PLURAL, "huge")
+        custom.patch_namespaced_custom_object(group, VERSION, kube_namespace, PLURAL, "huge", {"metadata": {"finalizers": None}})
+        with pytest.raises(ApiException) as gone:
+            custom.get_namespaced_custom_object(group, VERSION, kube_namespace, PLURAL, "huge")
+        assert gone.value.status == 404
+        # the rule still refuses the value in a new object
+        with pytest.raises(ApiException) as refused:
+            custom.create_namespaced_custom_object(group, VERSION, kube_namespace, PLURAL, {**body, "metadata": {"name": "huge2"}})
+        assert refused.value.status == 422 and "spec.idleFor" in refused.value.body
+    finally:
+        try:
+            ext.delete_custom_resource_definition(f"{PLURAL}.{group}")
+        except ApiException:
+            pass
