@@ -26,6 +26,13 @@ from .core.durations import DurationError, format_duration, parse_duration
 from .core.timefmt import rfc3339
 from .settings import Settings
 
+#: The most attempts a ``simulate`` or ``recommend`` run admits by default (``--max-attempts``):
+#: about 33x the whole Alibaba trace at ``--repeat-after 1m`` (151,771 by
+#: :func:`backfill.sim.cluster.attempts_bound`, 90,801 simulated), minutes of work. A trace whose
+#: timestamps span millennia (a typo, a bad export) would otherwise run for hours and take
+#: gigabytes (an adversarial trial).
+MAX_ATTEMPTS = 5_000_000
+
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
@@ -192,7 +199,7 @@ def simulate(
         "e.g. 60s); the cost against an exact signal is printed.",
     ),
     shards: int = typer.Option(1, "--shards", min=1, max=10000, help="The job is N equal shards; a preemption keeps the finished ones (1 = not resumable)."),
-    max_attempts: int = typer.Option(5_000_000, "--max-attempts", min=1, help="Refuse a trace that could need more attempts than this (an upper bound computed first)."),
+    max_attempts: int = typer.Option(MAX_ATTEMPTS, "--max-attempts", min=1, help="Refuse a trace that could need more attempts than this (an upper bound computed first)."),
     seed: int = typer.Option(7, "--seed", help="Synthetic workload: random seed."),
     synthetic_models: int = typer.Option(4, "--synthetic-models", min=1, max=1000, help="Synthetic workload: models."),
     days: float = typer.Option(2.0, "--days", min=0.01, max=366, help="Synthetic workload: days."),
@@ -437,7 +444,7 @@ def recommend(
     max_waste: Optional[float] = typer.Option(0.1, "--max-waste", help="Largest wasted share of background running time, 0..1."),
     max_preemptions_per_day: Optional[float] = typer.Option(2.0, "--max-preemptions-per-day", help="Largest preemptions per day."),
     max_overlap: Optional[str] = typer.Option(None, "--max-overlap", help="Largest total foreground overlap (Go duration; default: no limit)."),
-    max_attempts: int = typer.Option(5_000_000, "--max-attempts", min=1, help="Refuse a history that could need more attempts than this per simulation (an upper bound computed first)."),
+    max_attempts: int = typer.Option(MAX_ATTEMPTS, "--max-attempts", min=1, help="Refuse a history that could need more attempts than this per simulation (an upper bound computed first)."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write the trade-off plot here (PNG, SVG, PDF)."),
     as_json: bool = typer.Option(False, "--json", help="Print the sweep and the recommendation as JSON."),
 ) -> None:

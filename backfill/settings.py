@@ -170,9 +170,10 @@ class Settings(BaseSettings):
     )
     poll_fallback_seconds: float = Field(default=1.0, gt=0, description="Event-log polling when no NOTIFY arrives, seconds.")
 
-    # Database sessions (applied by backfill.store.make_engine to every pooled connection;
-    # 0 turns one of the three server-side timeouts off; the connect timeout is at least 1 s). A paused or partitioned replica cannot hold the log's write lock
-    # for longer than the idle-in-transaction timeout, and no call waits on a lock forever.
+    # Database sessions (applied by backfill.store.make_engine to every pooled connection; 0
+    # turns one of the three server-side timeouts off; the connect timeout is at least 1 s). A
+    # paused or partitioned replica cannot hold the log's write lock for longer than the
+    # idle-in-transaction timeout, and no call waits on a lock forever.
     db_lock_timeout_seconds: float = Field(default=2.0, ge=0, le=PG_MAX_TIMEOUT_SECONDS, description="PostgreSQL lock_timeout: longest wait for any lock (the log's write lock included), seconds; 0 is off, a positive value below 1 ms is 1 ms; at most 2147483.647 (PostgreSQL's limit, 2^31-1 ms).")
     db_statement_timeout_seconds: float = Field(default=10.0, ge=0, le=PG_MAX_TIMEOUT_SECONDS, description="PostgreSQL statement_timeout: longest single statement, seconds; 0 is off, a positive value below 1 ms is 1 ms; at most 2147483.647 (PostgreSQL's limit, 2^31-1 ms).")
     db_idle_in_transaction_timeout_seconds: float = Field(default=10.0, ge=0, le=PG_MAX_TIMEOUT_SECONDS, description="PostgreSQL idle_in_transaction_session_timeout: a session idle inside a transaction longer than this is ended by the server (its locks released), seconds; 0 is off, a positive value below 1 ms is 1 ms; at most 2147483.647 (PostgreSQL's limit, 2^31-1 ms).")

@@ -33,7 +33,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 import urllib3
 from kubernetes import client
@@ -64,7 +64,7 @@ from .cancelwindow import CancelWindow
 from .crash import crash_point
 
 log = logging.getLogger("backfill.controller.actor")
-
+_T = TypeVar("_T")
 
 
 def job_uid(world: World, key: tuple[str, str], job_name: str) -> str:
@@ -178,6 +178,16 @@ class StatusWriter:
                 with self._cond:
                     self._busy = False
                     self._cond.notify_all()
+
+
+def _once_more(call: Callable[..., _T], *args: Any) -> _T:
+    """``call(*args)``, sent once more at once when the first send times out or breaks (urllib3
+    errors; the pool gives the resend a fresh connection): a dead pooled connection must not
+    hold a cancel for a whole timeout. The resend's errors, and any ApiException, propagate."""
+    try:
+        return call(*args)
+    except urllib3.exceptions.HTTPError:
+        return call(*args)
 
 
 class Actor:
@@ -726,21 +736,33 @@ class Actor:
         ns, name = key
         self._guard()
         try:
-            if not uid and owner:
-                uid = self._own_job_uid(ns, name, job_name, owner)
-                if not uid:
-                    self._observed(ev.JobDeleted(at=self.clock(), namespace=ns, backfill=name, name=job_name))
-                    return
+            target = self._target_uid(key, job_name, uid, owner, "deleted")
+            if target is None:
+                return
+            uid = target
             crash_point("cancel/delete-sent")
-            try:
-                self._delete_call(ns, job_name, uid)
-            except urllib3.exceptions.HTTPError:  # timed out or broken: a fresh connection, at once
-                self._delete_call(ns, job_name, uid)
+            _once_more(self._delete_call, ns, job_name, uid)
             crash_point("cancel/delete-answered")
         except ApiException as exc:
             if exc.status != 404 and not (exc.status == 409 and uid):  # 409: the uid precondition failed
                 raise
             self._observed(ev.JobDeleted(at=self.clock(), namespace=ns, backfill=name, name=job_name, uid=uid))
+
+    def _target_uid(self, key: tuple[str, str], job_name: str, uid: str, owner: str, verb: str) -> str | None:
+        """The uid a call on Job ``job_name`` is made under (:meth:`delete_job`,
+        :meth:`suspend_job`): ``uid`` when known, or when no ``owner`` is given (by name alone);
+        else the Job's own uid if ModelBackfill ``owner`` controls it (:meth:`_own_job_uid`).
+        None when our attempt's Job is not there (absent, or another's under its name, left
+        alone: ``verb`` says how in the log): ``JobDeleted`` is observed and nothing is sent.
+        Raises as :meth:`_own_job_uid`."""
+        if uid or not owner:
+            return uid
+        ns, name = key
+        uid = self._own_job_uid(ns, name, job_name, owner, verb)
+        if not uid:
+            self._observed(ev.JobDeleted(at=self.clock(), namespace=ns, backfill=name, name=job_name))
+            return None
+        return uid
 
     def _own_job_uid(self, ns: str, name: str, job_name: str, owner: str, verb: str = "deleted") -> str:
         """The uid of Job ``job_name`` if ModelBackfill ``owner`` (a uid) controls it; "" when it
@@ -748,10 +770,7 @@ class Actor:
         immediate resend on a fresh connection, the answer read raw (no client models). Raises
         ApiException other than 404, urllib3 errors when the resend fails too."""
         try:
-            try:
-                meta = self._read_meta(ns, job_name)
-            except urllib3.exceptions.HTTPError:  # timed out or broken: a fresh connection, at once
-                meta = self._read_meta(ns, job_name)
+            meta = _once_more(self._read_meta, ns, job_name)
         except ApiException as exc:
             if exc.status != 404:
                 raise
@@ -810,20 +829,16 @@ class Actor:
         self._guard()
         timeout = self.delete_timeout if suspend else self.timeout
         try:
-            if not uid and owner:
-                uid = self._own_job_uid(ns, name, job_name, owner, "suspended" if suspend else "resumed")
-                if not uid:
-                    self._observed(ev.JobDeleted(at=self.clock(), namespace=ns, backfill=name, name=job_name))
-                    return
+            target = self._target_uid(key, job_name, uid, owner, "suspended" if suspend else "resumed")
+            if target is None:
+                return
+            uid = target
             body: Any = (
                 [{"op": "test", "path": "/metadata/uid", "value": uid}, {"op": "add", "path": "/spec/suspend", "value": suspend}]
                 if uid
                 else {"spec": {"suspend": suspend}}
             )
-            try:
-                self._patch_call(ns, job_name, body, timeout)
-            except urllib3.exceptions.HTTPError:  # timed out or broken: a fresh connection, at once
-                self._patch_call(ns, job_name, body, timeout)
+            _once_more(self._patch_call, ns, job_name, body, timeout)
         except ApiException as exc:
             if exc.status != 404 and not (exc.status == 422 and uid and self._replaced(ns, job_name, uid)):
                 raise

@@ -90,10 +90,6 @@ NOT_LEADER_RETRY_AFTER_SECONDS = 1
 _RFC3339 = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$")
 
 
-# --------------------------------------------------------------------------- schema
-
-
-
 #: A Content-Length of more significant digits than this is larger than any body limit.
 _LENGTH_DIGITS = 18
 
@@ -110,6 +106,10 @@ def declared_length(header: str | None) -> int | None:
         return None
     digits = text.lstrip("0")
     return int(digits or "0") if len(digits) <= _LENGTH_DIGITS else 1 << 62
+
+
+# --------------------------------------------------------------------------- schema
+
 
 class ForegroundReport(BaseModel):
     """One report: ``count`` foreground requests on ``namespace/model`` at ``time``."""

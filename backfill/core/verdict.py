@@ -64,6 +64,7 @@ def cancel_result(reason: str | None) -> str:
     place this rule is written (the fold, and the run rows)."""
     return "preempted" if reason in PREEMPTION_REASONS else "cancelled"
 
+
 #: Cancel reasons that *suspend* the Job of a declaration with ``spec.preemption: Suspend``
 #: (issue 11): exactly the preemptions. They are temporary priorities of someone else on the
 #: model or node, after which the same work may go on. Every other cancel (deletion,

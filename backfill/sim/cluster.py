@@ -157,13 +157,6 @@ def sim_node(model: str) -> str:
     return "node-" + backfill_name(model)[3:]
 
 
-#: The most attempts a ``simulate`` or ``recommend`` run admits by default (``--max-attempts``):
-#: about 33x the whole Alibaba trace at ``--repeat-after 1m`` (151,771 by :func:`attempts_bound`,
-#: 90,801 simulated), minutes of work. A trace whose timestamps span millennia (a typo, a bad
-#: export) would otherwise run for hours and take gigabytes (an adversarial trial).
-MAX_ATTEMPTS = 5_000_000
-
-
 def attempts_bound(requests: Mapping[str, Sequence[tuple[float, float]]], params: SimParams) -> int:
     """An upper bound on the attempts a simulation of ``requests`` (per model, sorted
     ``(arrival_s, service_s)``) with ``params`` admits: per model, two per request (a request
