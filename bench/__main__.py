@@ -9,7 +9,7 @@ Groups, in the order they run (``--only`` takes these names):
 - ``store``: :mod:`bench.bench_store`, EventStore.append vs a raw binary COPY of the same rows,
   the raw read rate, and the compiled decode path vs pydantic validation;
 - ``fold``: :mod:`bench.bench_core`, fold in memory at 100, 1,000 and 10,000 ModelBackfills and
-  the ratio 10k / 100 (flatness);
+  the ratio 10k / 100 (flatness), one event at a time (``fold``) and in a batch (``fold_all``);
 - ``simulate``: ``simulate`` of the whole Alibaba trace with ``--repeat-after 1m``;
 - ``replay``: full replay from PostgreSQL (read + decode + fold) of that simulation's events vs
   the raw read of the same rows, and ``backfill replay``'s audit of them (every decision checked);

@@ -1,0 +1,81 @@
+"""``Controller.catch_up`` folds runs of foreground requests with the batch fold (issue 10) and
+still gives what folding one event at a time gives: the same world, the same woken backfills and
+the same run rows (middle tier: the in-memory store, no apiserver)."""
+
+from __future__ import annotations
+
+import random
+
+from kubernetes import client
+
+from backfill.controller.loop import Controller
+from backfill.controller.metrics import Metrics
+from backfill.core.events import encode
+from backfill.core.projector import affected, fold, only_position_moved
+from backfill.core.runs import run_rows
+from backfill.core.state import World
+from backfill.settings import Settings
+from backfill.sim.cluster import SimParams, simulate
+from backfill.sim.traces import Trace
+from backfill.store.memory import MemoryBackend, MemoryEventStore, MemoryRunStore
+
+
+def _trace() -> Trace:
+    # 6 models over two days: bursts of requests (long runs of ForegroundRequest in the log)
+    # between quiet spells (admissions, Job facts and cancels between the runs).
+    rnd = random.Random(11)
+    requests = {}
+    for m in range(6):
+        t, reqs = 0.0, []
+        while t < 2 * 86400:
+            burst = rnd.randrange(1, 400)
+            for _ in range(burst):
+                reqs.append((t, rnd.choice([0.0, 0.5, 3.0])))
+                t += rnd.choice([0.1, 1.0, 5.0])
+            t += rnd.choice([600.0, 3600.0, 7200.0])
+        requests[f"model-{m}"] = reqs
+    return Trace("bursts", requests)
+
+
+def test_catch_up_equals_folding_one_event_at_a_time():
+    result = simulate(_trace(), SimParams(idle_for=300, max_run=1800, repeat_after=60, job=900, cancel_latency=2))
+    log = [(pos, e) for pos, e, _ in result.events]
+    kinds = {type(e).__name__ for _, e in log}
+    assert {"ForegroundRequest", "AttemptAdmitted", "JobSucceeded", "AttemptCancelled", "JobDeleted"} <= kinds
+    assert len(log) > 5000  # more than one read batch (5,000): a run may span two batches
+
+    # the reference: the per-event loop (fold, affected unless only the position moved,
+    # run_rows), over the same chunks the controller catches up on
+    rnd = random.Random(5)
+    chunks, i = [], 0
+    while i < len(log):
+        n = rnd.choice([1, 3, 40, 700, 6000])
+        chunks.append((i, min(len(log), i + n)))
+        i += n
+    world, rows, expected_keys = World(), {}, []
+    for lo, hi in chunks:
+        keys = set()
+        for pos, e in log[lo:hi]:
+            before, world = world, fold(world, e, pos)
+            if not only_position_moved(before, world):
+                keys.update(affected(world, e))
+            for row in run_rows(before, world, e):
+                rows[row.identity] = row
+        expected_keys.append(keys)
+
+    backend = MemoryBackend()
+    events, runs = MemoryEventStore(backend), MemoryRunStore(backend)
+    c = Controller(Settings(), client.ApiClient(), events, runs, Metrics())
+    only_requests = 0
+    try:
+        for (lo, hi), keys in zip(chunks, expected_keys):
+            assert events.append([encode(e, k) for _, e, k in result.events[lo:hi]]) == [pos for pos, _ in log[lo:hi]]
+            assert c.catch_up() == keys, (lo, hi)
+            only_requests += keys != set() and all(type(e).__name__ == "ForegroundRequest" for _, e in log[lo:hi])
+    finally:
+        c.spool.stop(0.5)
+        c.actor.close()
+    assert only_requests >= 10  # chunks whose woken backfills come from requests alone
+    assert c.world == world and c.position == log[-1][0]
+    assert {r.identity: r for r in runs.query()} == rows
+    assert runs.get_checkpoint("runs") == log[-1][0]
