@@ -620,17 +620,25 @@ def replay(
     t0 = time.perf_counter()
     n = 0
     try:
-        start = None
-        if lo is not None:
-            first = projection.first_position_at(es, lo)
-            if first is not None:
+        start, unreadable = None, None
+        pruned = es.pruned_up_to()  # a pruned log is folded from a snapshot at or after the prune, never from 0
+        if lo is not None or pruned:
+            first = projection.first_position_at(es, lo) if lo is not None else None
+            if first is not None or pruned:
                 try:
-                    start = projection.latest(es, before=first - 1)
+                    start = projection.latest(es, before=first - 1 if first is not None else None if lo is not None else pruned)
                 except ValueError as exc:
+                    unreadable = str(exc)
                     err.print(f"ignoring the snapshot: {exc}", highlight=False)
+        if start is None and pruned:
+            raise CLIError(f"schema {schema}: {projection.unrebuildable(es, unreadable) or f'the event log was pruned up to position {pruned}'}")
         auditor = Auditor(backfill=key, world=start) if start is not None else Auditor(backfill=key)  # type: ignore[arg-type]
         if start is not None:
-            err.print(f"starting from the snapshot at position {start.position}", highlight=False)
+            err.print(
+                f"starting from the snapshot at position {start.position}"
+                + (f" (the log was pruned up to position {pruned}: decisions before the snapshot are not checked)" if pruned else ""),
+                highlight=False,
+            )
         with paused_gc():
             try:
                 window = _Window(auditor, lo, hi)
@@ -875,6 +883,57 @@ def db_prune(
     )
     if result.stopped:
         out.print(f"kept the rest: {result.stopped}", highlight=False, soft_wrap=True)
+
+
+@db_app.command("restore")
+def db_restore(
+    files: list[Path] = typer.Argument(..., help="The CSV files backfill db prune --export wrote (all of them, in one call)."),
+    database_url: Optional[str] = DatabaseOpt,
+    schema: str = typer.Option("backfill", "--schema", envvar="BACKFILL_SCHEMA", help="PostgreSQL schema."),
+    missing_start_ok: bool = typer.Option(
+        False, "--missing-start-ok", help="The files start above position 1 and the positions before them were never stored (not pruned)."
+    ),
+) -> None:
+    """Load the events a prune exported back into the event log (before the ones it retains).
+
+    The way back when a release cannot start on a pruned log (its state's code version changed:
+    it must refold the log from position 1). All or nothing; the log then starts at position 1
+    again, and a later prune drops the restored events again once a snapshot covers them.
+    """
+    from sqlalchemy.pool import NullPool
+
+    from .store import EventStore, make_engine
+    from .store.retention import RestoreError, restore
+
+    for f in files:
+        if not f.is_file():
+            raise CLIError(f"{f}: not a file")
+    url, probe_engine = _store(database_url, schema, probe=True)
+    probe_engine.dispose()
+    engine = make_engine(url, schema, timeouts=False, poolclass=NullPool)  # a large export may take long to load
+    es = EventStore(engine)
+    try:
+        with es.begin() as tx:
+            tx.lock()  # the log's write lock: no append or partition change in between
+            result = restore(tx.connection, files, missing_start_ok=missing_start_ok)
+    except RestoreError as exc:
+        raise CLIError(f"db restore: {exc}") from None
+    except OSError as exc:
+        raise CLIError(f"db restore: {_db_error(exc)}") from None
+    except Exception as exc:  # database errors (a file that is not such a CSV, missing tables): one line
+        if isinstance(exc, CLIError):
+            raise
+        raise CLIError(f"db restore: {_schema_error(exc, schema)}") from None
+    finally:
+        es.close()
+        engine.dispose()
+    out.print(
+        f"restored {result.events:,} events (positions {result.first}-{result.last}) into partition {result.partition.name} "
+        f"(positions {result.partition.lo}-{result.partition.hi - 1}) of schema {schema}, with {result.keys:,} idempotency keys; "
+        "the log starts at position 1 again: a controller without a snapshot of its own release refolds it from there",
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 # ----------------------------------------------------------------------------- controller

@@ -389,24 +389,22 @@ class Controller:
         """Refold the log, then start the preemptor, the watchers, the log notifier and the loop."""
         t0 = time.monotonic()
         self._runs_checkpoint = self.runs.get_checkpoint(RUNS_CHECKPOINT)
+        unreadable = None
         try:
             snap = snapshots.latest(self.events)
         except (ValueError, AttributeError) as exc:  # unreadable, or a store without snapshots
+            unreadable = f"{type(exc).__name__}: {exc}"
             log.warning(f"no usable snapshot ({exc}); refolding the log from the start")
             snap = None
         if snap is not None:
             self.world, self.position, self.snapshot_position = snap, snap.position, snap.position
             log.info(f"loaded the snapshot at position {snap.position}", extra={"position": snap.position})
         else:
-            first = getattr(self.events, "first_position", lambda: 0)()
-            if first > 1:
+            why = snapshots.unrebuildable(self.events, unreadable)
+            if why is not None:
                 from . import ControllerConfigError
 
-                raise ControllerConfigError(
-                    f"the event log was pruned (it starts at position {first}) and holds no snapshot of this release "
-                    f"(version {snapshots.code_version()}): start the release that pruned it once more to write one, or "
-                    "load the exported events back before starting this one"
-                )
+                raise ControllerConfigError(why)
         with paused_gc():
             self.catch_up()
         self._runs_checkpoint = 0

@@ -66,7 +66,7 @@ from sqlalchemy.engine import Engine
 
 from backfill.core.records import EventRecord, StoredEvent
 from backfill.store.engine import engine_schema
-from backfill.store.retention import DEFAULT_PARTITION_SIZE, ensure_partitions
+from backfill.store.retention import DEFAULT_PARTITION_SIZE, ensure_partitions, list_partitions
 
 _COLUMNS = "position, recorded_at, type, version, stream, idempotency_key, at, data::text"
 _COPY_SQL = "COPY events (position, type, version, stream, idempotency_key, at, data) FROM STDIN (FORMAT BINARY)"
@@ -531,11 +531,32 @@ class EventStore:
         with self._raw() as conn:
             return _snapshot(conn, name, version, int(position))
 
+    def snapshot_from(self, name: str, position: int, version: str) -> tuple[int, bytes] | None:
+        """``(position, payload)`` of the oldest snapshot ``name`` of code ``version`` at or
+        after ``position`` (the first a pruned log can be folded from), or None."""
+        with self._raw() as conn:
+            row = conn.execute(
+                "SELECT position, payload FROM snapshots WHERE name = %s AND code_version = %s AND position >= %s "
+                "ORDER BY position LIMIT 1",
+                (name, str(version), int(position)),
+            ).fetchone()
+        return (int(row[0]), bytes(row[1])) if row else None
+
     def first_position(self) -> int:
-        """The smallest stored position (0 when the log is empty); above 1 after a prune."""
+        """The smallest stored position (0 when the log is empty); above 1 after a prune, and
+        also when the first appends rolled back (the position sequence is not transactional)."""
         with self._raw() as conn:
             row = conn.execute("SELECT coalesce(min(position), 0) FROM events").fetchone()
         return int(row[0])  # type: ignore[index]
+
+    def pruned_up_to(self) -> int:
+        """The last position ``backfill db prune`` dropped, 0 when it never dropped any: the
+        first partition's first position minus one (partitions start at position 1 and only a
+        prune drops one; :mod:`backfill.store.retention`). Unlike ``first_position() - 1`` it
+        is not moved by an append that rolled back, which leaves a gap, not a prune."""
+        with self._raw() as conn:
+            parts = list_partitions(conn)
+        return parts[0].lo - 1 if parts and parts[0].lo > 1 else 0
 
     # -- lifecycle ----------------------------------------------------------------------------
 

@@ -92,7 +92,13 @@ class EventLog(Protocol):
         """The greatest committed position (0 when empty)."""
 
     def first_position(self) -> int:
-        """The smallest stored position (0 when empty; above 1 once old events were pruned)."""
+        """The smallest stored position (0 when empty; above 1 once old events were pruned, or
+        when the first appends rolled back: positions are not transactional)."""
+
+    def pruned_up_to(self) -> int:
+        """The last position ``backfill db prune`` dropped (0: nothing was ever pruned). Every
+        event after it is retained and none at or before it is; a gap left by an append that
+        rolled back is not a prune."""
 
     def count(self) -> int:
         """Number of stored events."""
@@ -124,6 +130,9 @@ class Snapshots(Protocol):
 
     def snapshot_before(self, name: str, position: int, version: str) -> tuple[int, bytes] | None:
         """The newest snapshot ``name`` of ``version`` at or before ``position``, or None."""
+
+    def snapshot_from(self, name: str, position: int, version: str) -> tuple[int, bytes] | None:
+        """The oldest snapshot ``name`` of ``version`` at or after ``position``, or None."""
 
 
 @runtime_checkable

@@ -274,6 +274,10 @@ class MemoryEventStore:
         with self._b.state:
             return self._b.positions[0] if self._b.positions else 0
 
+    def pruned_up_to(self) -> int:
+        """0: the in-memory log is never pruned (``backfill db prune`` is PostgreSQL's)."""
+        return 0
+
     def count(self) -> int:
         """Number of stored events."""
         with self._b.state:
@@ -324,6 +328,14 @@ class MemoryEventStore:
     def snapshot_before(self, name: str, position: int, version: str) -> tuple[int, bytes] | None:
         """The newest snapshot ``name`` of ``version`` at or before ``position``, or None."""
         return self._snapshot(name, version, int(position))
+
+    def snapshot_from(self, name: str, position: int, version: str) -> tuple[int, bytes] | None:
+        """The oldest snapshot ``name`` of ``version`` at or after ``position``, or None."""
+        with self._b.state:
+            for s in self._b.snapshots.get(name, []):
+                if s.version == str(version) and s.position >= int(position):
+                    return s.position, s.payload
+        return None
 
     def close(self) -> None:
         """Nothing to release."""

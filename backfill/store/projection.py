@@ -72,8 +72,25 @@ def load_world(payload: bytes) -> World:
 
 
 def latest(events: Any, before: int | None = None) -> World | None:
-    """The newest snapshot of this code version (at or before position ``before``), or None."""
-    found = events.load_snapshot(PROJECTION, code_version()) if before is None else events.snapshot_before(PROJECTION, before, code_version())
+    """The snapshot of this code version to fold the log from, or None (fold from position 0).
+
+    Without ``before``: the newest; with it: the newest at or before position ``before``
+    (``replay --since``). On a pruned log (``events.pruned_up_to()`` = P > 0) only a snapshot at
+    or after P can be continued by what the log retains (the events up to P are gone): an older
+    one is never returned (folding on from it would silently miss them), and with ``before`` the
+    oldest snapshot at or after P stands in for the newest before it. So None on a pruned log
+    means the projection cannot be rebuilt (:func:`unrebuildable` says why, for an error).
+
+    Raises:
+        ValueError: the snapshot found is unreadable or is not at its stated position.
+    """
+    version = code_version()
+    pruned = events.pruned_up_to()
+    found = events.load_snapshot(PROJECTION, version) if before is None else events.snapshot_before(PROJECTION, before, version)
+    if found is not None and found[0] < pruned:
+        found = None
+    if found is None and before is not None and pruned:
+        found = events.snapshot_from(PROJECTION, pruned, version)
     if found is None:
         return None
     position, payload = found
@@ -81,6 +98,36 @@ def latest(events: Any, before: int | None = None) -> World | None:
     if world.position != position:
         raise ValueError(f"snapshot at position {position} holds a projection folded up to {world.position}")
     return world
+
+
+def unrebuildable(events: Any, unreadable: str | None = None) -> str | None:
+    """Why this release cannot rebuild the projection from ``events`` (one sentence, for an
+    error), or None when it can fold the log from a snapshot or from its start.
+
+    It cannot when the log was pruned and no snapshot of this code version at or after the last
+    pruned position exists (a release that changes the state's version after a prune;
+    ``docs/storage.md``), or when one exists but cannot be read (``unreadable``: the error
+    :func:`latest` raised): the events before it are gone, so refolding instead would build a
+    state that silently misses them.
+    """
+    pruned = events.pruned_up_to()
+    if not pruned:
+        return None
+    gone = f"the event log was pruned up to position {pruned}"
+    if unreadable is not None:
+        return f"{gone} and this release's snapshot cannot be read ({unreadable}), so the events a rebuild needs are gone: {_WAYS_BACK}"
+    if events.snapshot_from(PROJECTION, pruned, code_version()) is not None:
+        return None
+    return (
+        f"{gone} and holds no snapshot of this release's projection (code version {code_version()}) at or after it, "
+        f"so the events a rebuild needs are gone: {_WAYS_BACK}"
+    )
+
+
+_WAYS_BACK = (
+    "run the release that wrote the snapshot (backfill db prune printed its code version), or load the events "
+    "prune exported back with `backfill db restore FILE` and start again (docs/storage.md, Upgrading after a prune)"
+)
 
 
 def save(events: Any, world: World, keep: int | None = None) -> None:

@@ -238,6 +238,100 @@ def prune(
     return PruneResult(tuple(dropped), events, exported, stopped)
 
 
+class RestoreError(ValueError):
+    """A restore refused before writing anything; the message says why (one line)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreResult:
+    """What :func:`restore` loaded: ``events`` rows at positions ``first``..``last`` into the
+    new partition ``partition`` (positions 1 to the last pruned one), and ``keys`` idempotency
+    keys (a key re-appended after the prune keeps its newer position)."""
+
+    events: int
+    first: int
+    last: int
+    partition: Partition
+    keys: int
+
+
+_COLUMNS = "position, recorded_at, type, version, stream, idempotency_key, at, data"
+
+
+def restore(conn: psycopg.Connection[Any], sources: Sequence[Path], *, missing_start_ok: bool = False) -> RestoreResult:
+    """Load the events ``backfill db prune --export`` wrote back into the log, below what it
+    retains, so that it starts at position 1 again: the way back for a release that cannot
+    start from the snapshots of a pruned log (a change of the state's code version,
+    ``docs/storage.md``). All or nothing, inside the caller's transaction, which must hold the
+    log's write lock (:meth:`backfill.store.eventlog.AppendTransaction.lock`).
+
+    The rows go into one new partition, positions 1 to the last pruned position (so
+    ``pruned_up_to()`` is 0 again, and a later prune drops it whole once a snapshot covers it).
+    Their idempotency keys go back into ``event_keys``, except a key re-appended since the prune
+    (it keeps its newer position).
+
+    Args:
+        conn: a psycopg connection on the store's schema, inside the caller's transaction.
+        sources: the export files (CSV with a header line, as prune writes them: one file per
+            prune, or one appended to by several), read in order, together.
+        missing_start_ok: the rows start above position 1 and the positions before them were
+            never stored (the log's first appends rolled back), not pruned without an export:
+            restore anyway. Otherwise that is refused, since a refold from position 1 would then
+            silently miss the events not given.
+
+    Returns:
+        a :class:`RestoreResult`.
+
+    Raises:
+        RestoreError: the log was never pruned; no rows; a position given twice; a position the
+            log retains; a missing start (see ``missing_start_ok``). Nothing is written.
+        OSError: a file cannot be read. psycopg.Error: a file that is not such a CSV.
+    """
+    parts = list_partitions(conn)
+    pruned = parts[0].lo - 1 if parts and parts[0].lo > 1 else 0
+    if not pruned:
+        raise RestoreError("the event log was never pruned (its first partition starts at position 1): nothing to restore")
+    conn.execute(
+        "CREATE TEMP TABLE restored_events (position bigint, recorded_at timestamptz, type text, version smallint, "
+        "stream text, idempotency_key text, at timestamptz, data jsonb) ON COMMIT DROP"
+    )
+    for source in sources:
+        with open(source, "rb") as fh, conn.cursor() as cur, cur.copy(f"COPY restored_events ({_COLUMNS}) FROM STDIN (FORMAT csv, HEADER)") as copy:
+            while chunk := fh.read(1 << 20):
+                copy.write(chunk)
+    n, first, last, distinct, nulls = conn.execute(
+        "SELECT count(*), min(position), max(position), count(DISTINCT position), count(*) FILTER (WHERE num_nulls("
+        f"{_COLUMNS}) > 0) FROM restored_events"
+    ).fetchone()  # type: ignore[misc]
+    names = ", ".join(str(p) for p in sources)
+    if not n:
+        raise RestoreError(f"{names}: no events")
+    if nulls:
+        raise RestoreError(f"{names}: {nulls} row(s) with an empty column: not an export of backfill db prune")
+    if distinct != n:
+        twice = conn.execute("SELECT position FROM restored_events GROUP BY position HAVING count(*) > 1 ORDER BY 1 LIMIT 1").fetchone()[0]  # type: ignore[index]
+        raise RestoreError(f"{names}: position {twice} is given twice (the same export given twice?)")
+    if last > pruned:
+        raise RestoreError(
+            f"{names}: position {last} is not a pruned one (the log was pruned up to position {pruned} and retains the rest)"
+        )
+    if first > 1 and not missing_start_ok:
+        raise RestoreError(
+            f"{names}: the events start at position {first}, so positions 1-{first - 1} are missing (pruned into another "
+            "export? give every file at once); if they were never stored (the log's first appends rolled back), "
+            "pass --missing-start-ok"
+        )
+    part = Partition(partition_name(1), 1, pruned + 1)
+    conn.execute(f'CREATE TABLE "{part.name}" (LIKE events INCLUDING DEFAULTS)')
+    conn.execute(f'INSERT INTO "{part.name}" ({_COLUMNS}) SELECT {_COLUMNS} FROM restored_events')
+    conn.execute(f'ALTER TABLE events ATTACH PARTITION "{part.name}" FOR VALUES FROM ({part.lo}) TO ({part.hi})')
+    keys = conn.execute(
+        "INSERT INTO event_keys (idempotency_key, position) SELECT idempotency_key, position FROM restored_events "
+        "ON CONFLICT (idempotency_key) DO NOTHING"
+    ).rowcount
+    return RestoreResult(int(n), int(first), int(last), part, int(keys))
+
+
 def relation_sizes(conn: psycopg.Connection[Any], names: Sequence[str] = ("events", "event_keys", "snapshots", "runs")) -> dict[str, int]:
     """``pg_total_relation_size`` (bytes: heap, TOAST and indexes) of each named table; for the
     partitioned ``events``, the sum over its partitions."""
@@ -257,11 +351,14 @@ __all__ = [
     "DEFAULT_PARTITION_SIZE",
     "Partition",
     "PruneResult",
+    "RestoreError",
+    "RestoreResult",
     "partition_name",
     "is_partition_name",
     "include_name",
     "list_partitions",
     "ensure_partitions",
     "prune",
+    "restore",
     "relation_sizes",
 ]

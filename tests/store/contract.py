@@ -492,6 +492,17 @@ class StoreContract:
         positions = stores.events.append([record(f"f/{i}") for i in range(3)])
         assert stores.events.first_position() == positions[0]
         assert stores.events.count() == 3
+        assert stores.events.pruned_up_to() == 0  # only ``backfill db prune`` moves it (tests/store/test_restore.py)
+
+    def test_snapshot_from_a_position(self, stores: Stores) -> None:
+        for p in (100, 200, 300):
+            stores.events.save_snapshot("projector", p, "v", f"at {p}".encode(), keep=10)
+        stores.events.save_snapshot("projector", 150, "other", b"x", keep=10)
+        assert stores.events.snapshot_from("projector", 1, "v") == (100, b"at 100")
+        assert stores.events.snapshot_from("projector", 101, "v") == (200, b"at 200")
+        assert stores.events.snapshot_from("projector", 300, "v") == (300, b"at 300")
+        assert stores.events.snapshot_from("projector", 301, "v") is None
+        assert stores.events.snapshot_from("projector", 120, "other") == (150, b"x")
 
     # -- wait ---------------------------------------------------------------------------------
 

@@ -1,0 +1,80 @@
+"""Start-up on a log that starts above position 1 (real apiserver, real PostgreSQL).
+
+- A fresh log whose first appends rolled back starts at, say, position 4: the controller took
+  that for a pruned log and refused to start ("the event log was pruned ... holds no snapshot").
+- A pruned log with no snapshot of the starting release (a change of the state's code version)
+  cannot be rebuilt: the controller refuses, naming the way back; after ``backfill db restore``
+  of the prune's export it starts and folds the log from position 1.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from kubernetes import client
+
+from backfill.cli import main
+from backfill.controller import ControllerConfigError
+from backfill.controller.loop import Controller
+from backfill.controller.metrics import Metrics
+from backfill.core import events as ev
+from backfill.core.events import encode
+from backfill.core.projector import fold_all
+from backfill.core.state import World
+from backfill.settings import Settings
+from backfill.store import EventStore, RunStore, projection
+
+from .conftest import now_s
+
+
+def _requests(namespace: str, n: int, start) -> list:
+    """``n`` foreground requests on Model ``m`` a minute apart, each busy for 30 s."""
+    return [
+        ev.ForegroundRequest(at=start + timedelta(minutes=i), namespace=namespace, model="m", source="ingest", busy_until=start + timedelta(minutes=i, seconds=30))
+        for i in range(n)
+    ]
+
+
+def test_a_log_whose_first_appends_rolled_back_is_not_taken_for_a_pruned_one(start_controller, pg_engine, kube_namespace):
+    es = EventStore(pg_engine)
+    reqs = _requests(kube_namespace, 5, now_s() - timedelta(hours=2))
+    with pytest.raises(RuntimeError):
+        with es.begin() as tx:
+            tx.append([encode(e, f"req/{i}") for i, e in enumerate(reqs[:3])])
+            raise RuntimeError("the connection dropped")
+    es.append([encode(e, f"req/{i}") for i, e in enumerate(reqs)])
+    assert es.first_position() == 4
+    c = start_controller()  # used to raise ControllerConfigError: "the event log was pruned (it starts at position 4)"
+    assert c.world.models[(kube_namespace, "m")].busy_until == reqs[-1].busy_until
+
+
+def test_a_pruned_log_without_a_snapshot_of_this_release_refuses_until_the_export_is_restored(
+    start_controller, pg_schema, pg_engine, kube_namespace, tmp_path, monkeypatch, capsys
+):
+    url, schema = pg_schema
+    es = EventStore(pg_engine, partition_size=20)
+    reqs = _requests(kube_namespace, 70, now_s() - timedelta(hours=3))
+    es.append([encode(e, f"req/{i}") for i, e in enumerate(reqs)])
+    projection.save(es, fold_all(World(), enumerate(reqs, 1)))  # the snapshot of the release that prunes
+    export = tmp_path / "events.csv"
+    assert main(["db", "prune", "--database-url", url, "--schema", schema, "--before", "2999-01-01T00:00:00Z", "--export", str(export)]) == 0
+    assert es.pruned_up_to() == 60
+
+    monkeypatch.setattr(projection, "code_version", lambda: "7-the-next-release")  # its state has another shape
+    c = Controller(Settings(namespace=kube_namespace), client.ApiClient(), es, RunStore(pg_engine), Metrics())
+    with pytest.raises(ControllerConfigError) as refused:
+        try:
+            c.start()
+        finally:
+            c.stop(timeout=1.0)
+    assert "pruned up to position 60" in str(refused.value) and "backfill db restore" in str(refused.value)
+
+    capsys.readouterr()
+    assert main(["db", "restore", str(export), "--database-url", url, "--schema", schema]) == 0
+    assert "restored 60 events (positions 1-60)" in capsys.readouterr().out
+    c = start_controller()
+    # folded from position 1: every request is in the state, none of them from a snapshot
+    assert c.snapshot_position == 0 and c.position >= 70
+    assert c.world.models[(kube_namespace, "m")].busy_until == reqs[-1].busy_until
+    assert c.world.models[(kube_namespace, "m")].busy_pos == 70

@@ -1,0 +1,175 @@
+"""After ``backfill db prune``: ``backfill replay`` starts from a snapshot the pruned log can
+continue (it reported every decision after the prune as divergent), a rolled-back first append
+is not taken for a prune, and ``backfill db restore`` loads an export back so that a release
+with another state version can refold the log from position 1 (issue 10, retention)."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from backfill.cli import main
+from backfill.core.events import decode_many, encode
+from backfill.core.projector import fold_all
+from backfill.core.state import World
+from backfill.sim.cluster import SimParams, simulate
+from backfill.sim.traces import Trace
+from backfill.store import projection
+from backfill.store.eventlog import EventStore
+from tests.store.contract import record
+
+pytestmark = pytest.mark.db
+
+LATER = "2999-01-01T00:00:00Z"
+
+
+def _log():
+    """A simulated log: 3 models, 60 requests each, a repeating job: about 2,300 events with
+    about 700 admissions spread over the whole log."""
+    reqs = {f"m{i}": [(float(t * 4000 + i), 1.0) for t in range(60)] for i in range(3)}
+    return simulate(Trace("spread", reqs), SimParams(idle_for=600, max_run=1800, repeat_after=600, job=300)).events
+
+
+def _cli(pg_schema, *args: str) -> int:
+    url, schema = pg_schema
+    return main([*args, "--database-url", url, "--schema", schema])
+
+
+def _pruned(pg_schema, pg_engine, tmp_path: Path, capsys):
+    """The log stored (partitions of 50), a snapshot of this release at its middle, pruned
+    with an export; returns (store, log, export file)."""
+    log = _log()
+    es = EventStore(pg_engine, partition_size=50)
+    es.append([encode(e, k) for _, e, k in log])
+    projection.save(es, fold_all(World(), [(p, e) for p, e, _ in log][: len(log) // 2]))
+    export = tmp_path / "pruned.csv"
+    assert _cli(pg_schema, "db", "prune", "--before", LATER, "--export", str(export)) == 0
+    capsys.readouterr()
+    assert es.pruned_up_to() == 1150 and es.first_position() == 1151  # 23 partitions of 50, below the snapshot at 1155
+    return es, log, export
+
+
+def _decisions(log, after: int = 0) -> int:
+    return sum(1 for p, e, _ in log if p > after and type(e).__name__ in ("AttemptAdmitted", "AttemptCancelled"))
+
+
+def _replayed(capsys) -> str:
+    err = capsys.readouterr().err
+    return " ".join(err.split())
+
+
+def test_replay_of_a_pruned_log_starts_from_a_snapshot_it_can_continue(pg_schema, pg_engine, tmp_path, capsys):
+    es, log, _ = _pruned(pg_schema, pg_engine, tmp_path, capsys)
+    # before: folded from an empty world, every decision after the prune diverged (exit 1)
+    assert _cli(pg_schema, "replay", "--limit", "0") == 0
+    err = _replayed(capsys)
+    snap = len(log) // 2
+    assert f"starting from the snapshot at position {snap} (the log was pruned up to position 1150" in err
+    assert f"checked {_decisions(log, snap)} decisions" in err and "divergen" not in err
+    # --since before the prune: the snapshot before it is gone; the one after the prune stands in
+    assert _cli(pg_schema, "replay", "--limit", "0", "--since", "1970-01-01T00:00:00Z") == 0
+    assert f"starting from the snapshot at position {snap}" in _replayed(capsys)
+
+
+def test_replay_and_start_of_a_pruned_log_without_a_snapshot_of_this_release_refuse(pg_schema, pg_engine, tmp_path, capsys, monkeypatch):
+    es, _, _ = _pruned(pg_schema, pg_engine, tmp_path, capsys)
+    monkeypatch.setattr(projection, "code_version", lambda: "7-a-later-release")
+    assert projection.latest(es) is None
+    why = projection.unrebuildable(es)
+    assert why is not None and "pruned up to position 1150" in why and "backfill db restore" in why
+    assert _cli(pg_schema, "replay", "--limit", "0") == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("backfill: error: ") and "7-a-later-release" in lines[0]
+
+
+def test_a_first_append_that_rolled_back_is_not_a_prune(pg_engine):
+    es = EventStore(pg_engine, partition_size=50)
+    with pytest.raises(RuntimeError):
+        with es.begin() as tx:
+            tx.append([record(f"lost/{i}") for i in range(3)])
+            raise RuntimeError("the connection dropped")
+    es.append([record("kept/1")])
+    # the position sequence is not transactional: the log starts at 4, and was never pruned
+    assert es.first_position() == 4 and es.pruned_up_to() == 0
+    assert projection.unrebuildable(es) is None
+
+
+def test_restore_loads_the_export_back_and_a_later_release_refolds_from_position_1(pg_schema, pg_engine, tmp_path, capsys, monkeypatch):
+    es, log, export = _pruned(pg_schema, pg_engine, tmp_path, capsys)
+    key_of = {p: k for p, _, k in log}
+    assert [int(r["position"]) for r in csv.DictReader(export.open())] == list(range(1, 1151))
+    monkeypatch.setattr(projection, "code_version", lambda: "7-a-later-release")
+    assert _cli(pg_schema, "db", "restore", str(export)) == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "restored 1,150 events (positions 1-1150) into partition events_p000000000001 (positions 1-1150)" in printed
+    assert "with 1,150 idempotency keys" in printed
+    assert es.pruned_up_to() == 0 and es.first_position() == 1 and es.count() == len(log)
+    assert projection.unrebuildable(es) is None  # the later release refolds from position 1
+    rows = [row for batch in es.read_payloads(0) for row in batch]
+    assert [r[0] for r in rows] == [p for p, _, _ in log]
+    refolded = fold_all(World(), zip([r[0] for r in rows], decode_many([(t, v, d) for _, t, v, d in rows])))
+    assert refolded == fold_all(World(), [(p, e) for p, e, _ in log])
+    # the keys are back: a re-delivered old event is not appended again
+    assert es.append([encode(log[10][1], key_of[11])]) == [None]
+    # and replay checks every decision of the whole log again
+    assert _cli(pg_schema, "replay", "--limit", "0") == 0
+    err = _replayed(capsys)
+    assert f"checked {_decisions(log)} decisions" in err and "starting from the snapshot" not in err
+    # a prune can drop the restored partition again once a snapshot of this release covers it
+    projection.save(es, refolded)
+    assert _cli(pg_schema, "db", "prune", "--before", LATER) == 0
+    # (the restored partition of 1,150 positions, then the 23 full ones of 50 after it)
+    assert "dropped 24 partition(s)" in capsys.readouterr().out and es.pruned_up_to() == 2300
+
+
+def _one_error(capsys) -> str:
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("backfill: error: db restore: "), lines
+    return lines[0]
+
+
+def test_restore_refuses_what_would_leave_a_wrong_log_and_writes_nothing(pg_schema, pg_engine, tmp_path, capsys):
+    es, log, export = _pruned(pg_schema, pg_engine, tmp_path, capsys)
+    count = es.count()
+    text = export.read_text().splitlines(keepends=True)
+    header, body = text[0], text[1:]
+    # the same export twice
+    assert _cli(pg_schema, "db", "restore", str(export), str(export)) == 2
+    assert "position 1 is given twice" in _one_error(capsys)
+    # a partial export: the first 100 positions missing
+    partial = tmp_path / "partial.csv"
+    partial.write_text(header + "".join(body[100:]))
+    assert _cli(pg_schema, "db", "restore", str(partial)) == 2
+    assert "start at position 101, so positions 1-100 are missing" in _one_error(capsys)
+    # a retained position (a row of the live log): never overwritten
+    retained = tmp_path / "retained.csv"
+    row = body[-1].split(",", 1)
+    retained.write_text(header + "".join(body) + f"1151,{row[1]}")
+    assert _cli(pg_schema, "db", "restore", str(retained)) == 2
+    assert "position 1151 is not a pruned one (the log was pruned up to position 1150" in _one_error(capsys)
+    # not an export at all
+    junk = tmp_path / "junk.csv"
+    junk.write_text("a,b\n1,2\n")
+    assert _cli(pg_schema, "db", "restore", str(junk)) == 2
+    _one_error(capsys)
+    assert _cli(pg_schema, "db", "restore", str(tmp_path / "missing.csv")) == 2
+    assert "not a file" in capsys.readouterr().err
+    assert es.count() == count and es.pruned_up_to() == 1150  # nothing written by any of them
+    # a log that was never pruned (here: after the restore) has nothing to restore
+    assert _cli(pg_schema, "db", "restore", str(export)) == 0
+    capsys.readouterr()
+    assert _cli(pg_schema, "db", "restore", str(export)) == 2
+    assert "never pruned" in _one_error(capsys)
+    assert es.count() == len(log)
+
+
+def test_restore_with_a_missing_start_acknowledged(pg_schema, pg_engine, tmp_path, capsys):
+    es, log, export = _pruned(pg_schema, pg_engine, tmp_path, capsys)
+    text = export.read_text().splitlines(keepends=True)
+    partial = tmp_path / "partial.csv"
+    partial.write_text(text[0] + "".join(text[101:]))  # as if positions 1-100 had never been stored
+    assert _cli(pg_schema, "db", "restore", "--missing-start-ok", str(partial)) == 0
+    assert "restored 1,050 events (positions 101-1150)" in " ".join(capsys.readouterr().out.split())
+    assert es.pruned_up_to() == 0 and es.first_position() == 101 and es.count() == len(log) - 100
