@@ -346,7 +346,7 @@ def _write_simulation(database_url: str | None, schema: str, result: Any) -> str
         reset(url, schema)
         engine = make_engine(url, schema)
         records = [encode(e, k) for _, e, k in result.events]
-        es = EventStore(engine)
+        es = EventStore(engine, partition_size=_settings(database_url=database_url or None).event_partition_size)
         positions = es.append(records)
         expected = [p for p, _, _ in result.events]
         if positions != expected:
@@ -603,7 +603,9 @@ def replay(
     made inside [--since, --until) and of --backfill are printed, checked and counted. Without
     --since folding starts at the first event; with it, from the newest snapshot of the
     projection before that time (when this code version wrote one), so a decision made on a
-    state before the snapshot is reported unverifiable.
+    state before the snapshot is reported unverifiable. A pruned log (backfill db prune) is
+    folded from a snapshot at or after the last pruned position, never from its first event:
+    the decisions before that snapshot are not checked (it says so and how many).
     """
     from .core.audit import WINDOW, Auditor
     from .core.events import EventDecodeError
@@ -633,15 +635,18 @@ def replay(
         if start is None and pruned:
             raise CLIError(f"schema {schema}: {projection.unrebuildable(es, unreadable) or f'the event log was pruned up to position {pruned}'}")
         auditor = Auditor(backfill=key, world=start) if start is not None else Auditor(backfill=key)  # type: ignore[arg-type]
-        if start is not None:
-            err.print(
-                f"starting from the snapshot at position {start.position}"
-                + (f" (the log was pruned up to position {pruned}: decisions before the snapshot are not checked)" if pruned else ""),
-                highlight=False,
-            )
         with paused_gc():
             try:
                 window = _Window(auditor, lo, hi)
+                if start is not None:
+                    unchecked = ""
+                    if pruned:  # the retained decisions before the snapshot: named, not silently left out
+                        held = window.count(projection.payloads(es, pruned), upto=start.position)
+                        unchecked = (
+                            f" (the log was pruned up to position {pruned}: {held} decision(s){window.text()} "
+                            "recorded before the snapshot are not checked)"
+                        )
+                    err.print(f"starting from the snapshot at position {start.position}{unchecked}", highlight=False)
                 n = projection.replay(es, window, after=start.position if start is not None else 0)
             except EventDecodeError as exc:
                 raise CLIError(f"schema {schema}: {exc}") from None
@@ -707,14 +712,27 @@ class _Window:
         self.inside: set[int] = set()
         self._decisions = frozenset(DECISIONS)
 
-    def feed_many(self, pairs: list) -> None:
+    def _inside(self, pairs: list) -> list[int]:
         lo, hi, key, decisions = self.lo, self.hi, self.auditor.backfill, self._decisions
-        for position, e in pairs:
-            if type(e) in decisions and (lo is None or e.at >= lo) and (hi is None or e.at < hi) and (
-                key is None or (e.namespace, e.backfill) == key
-            ):
-                self.inside.add(position)
+        return [
+            position
+            for position, e in pairs
+            if type(e) in decisions and (lo is None or e.at >= lo) and (hi is None or e.at < hi) and (key is None or (e.namespace, e.backfill) == key)
+        ]
+
+    def feed_many(self, pairs: list) -> None:
+        self.inside.update(self._inside(pairs))
         self.auditor.feed_many(pairs)
+
+    def count(self, batches: Any, upto: int) -> int:
+        """How many decisions of this window the ``(position, event)`` batches hold up to
+        position ``upto`` (read, not fed: those before a snapshot replay starts from)."""
+        n = 0
+        for batch in batches:
+            n += len(self._inside([pair for pair in batch if pair[0] <= upto]))
+            if not batch or batch[-1][0] >= upto:
+                break
+        return n
 
     def text(self) -> str:
         """`` made at or after X and before Y`` (empty without a window)."""
@@ -929,7 +947,9 @@ def db_restore(
         engine.dispose()
     out.print(
         f"restored {result.events:,} events (positions {result.first}-{result.last}) into partition {result.partition.name} "
-        f"(positions {result.partition.lo}-{result.partition.hi - 1}) of schema {schema}, with {result.keys:,} idempotency keys; "
+        f"(positions {result.partition.lo}-{result.partition.hi - 1}) of schema {schema}, with {result.keys:,} idempotency keys"
+        + (f" ({result.repeated:,} rows given more than once, loaded once)" if result.repeated else "")
+        + "; "
         "the log starts at position 1 again: a controller without a snapshot of its own release refolds it from there",
         highlight=False,
         soft_wrap=True,

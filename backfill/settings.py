@@ -189,7 +189,7 @@ class Settings(BaseSettings):
     snapshot_every_seconds: float = Field(
         default=900.0, gt=0, description="... or after this many seconds when anything new was folded, seconds."
     )
-    snapshot_keep: int = Field(default=3, ge=1, description="Snapshots kept per projection; older ones are deleted when a new one is saved.")
+    snapshot_keep: int = Field(default=3, ge=1, description="Snapshots kept per projection of the running code version (plus the newest of every other version, for a rollback); older ones are deleted when a new one is saved.")
 
     @model_validator(mode="after")
     def _database_url_from_file(self) -> "Settings":

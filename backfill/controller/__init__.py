@@ -101,7 +101,7 @@ def run(
         configure_logging: install the JSON log formatter on the root logger.
     """
     from backfill.core.perf import freeze_heap
-    from backfill.store import EventStore, RunStore, make_engine, resolve_database_url
+    from backfill.store import open_store
 
     from .http import make_server, serve_in_thread
     from .kube import api_client
@@ -112,12 +112,12 @@ def run(
     if configure_logging:
         setup_logging()
     log = logging.getLogger("backfill.controller")
-    url, note = resolve_database_url(settings)
-    if note:
-        log.info(note)
-    engine = make_engine(url, schema, settings=settings)
-    events = EventStore(engine, poll=settings.poll_fallback_seconds)
-    runs = RunStore(engine)
+    # The one factory of the store (a trial: building it here as well had left
+    # BACKFILL_EVENT_PARTITION_SIZE unapplied: partitions stayed at the default size).
+    store = open_store(settings, schema)
+    if store.note:
+        log.info(store.note)
+    events, runs = store.events, store.runs
     api = api_client(settings)
     identity = settings.identity or f"{socket.gethostname()}-{os.getpid()}"
     leader: LeaderElector | None = None
@@ -201,6 +201,5 @@ def run(
             leader.stop()
         server.shutdown()
         server.server_close()
-        events.close()
-        engine.dispose()
+        store.close()
         log.info("controller stopped")

@@ -40,7 +40,9 @@ def _client(load: Any) -> client.ApiClient:
 
 
 def api_client(settings: Settings) -> client.ApiClient:
-    """An ApiClient for the configured cluster.
+    """An ApiClient for the configured cluster: ``settings.kubeconfig`` (``--kubeconfig``,
+    ``BACKFILL_KUBECONFIG``), else the first existing file of ``$KUBECONFIG``, else the in-cluster
+    service account, else ``~/.kube/config`` (controller-runtime's order).
 
     Raises:
         KubeConfigError: the kubeconfig is missing or invalid, or no configuration is found.
@@ -52,13 +54,20 @@ def api_client(settings: Settings) -> client.ApiClient:
         if not path.is_file():
             raise KubeConfigError(f"kubeconfig {path} is not a file")
         return _from_file(path)
+    env = os.environ.get("KUBECONFIG", "")
+    if env:  # as kubectl and controller-runtime: before the in-cluster configuration (a trial: ignored)
+        listed = [Path(p).expanduser() for p in env.split(os.pathsep) if p]
+        for path in listed:
+            if path.is_file():
+                return _from_file(path)  # the first file of the list (kubectl merges them; one is the norm)
+        raise KubeConfigError(f"KUBECONFIG={env}: no such file")
     try:
         return _client(lambda cfg: config.load_incluster_config(client_configuration=cfg))
     except ConfigException:
         pass
     default = Path("~/.kube/config").expanduser()
     if not default.is_file():
-        raise KubeConfigError("no Kubernetes configuration: not in a cluster, no --kubeconfig and no ~/.kube/config")
+        raise KubeConfigError("no Kubernetes configuration: not in a cluster, no --kubeconfig, no KUBECONFIG and no ~/.kube/config")
     return _from_file(default)
 
 

@@ -112,9 +112,12 @@ def save_snapshot(
     conn: psycopg.Connection[Any], name: str, position: int, version: str, payload: bytes, keep: int = DEFAULT_SNAPSHOT_KEEP
 ) -> None:
     """Store snapshot ``name`` at ``position`` by code ``version``, set checkpoint ``name`` to
-    ``position`` and keep only the newest ``keep`` snapshots of ``name`` (by position, any
-    version), all inside the caller's transaction. Saving the same (name, version, position)
-    again replaces its payload."""
+    ``position`` and keep of ``name`` only the newest ``keep`` snapshots of ``version`` and the
+    newest one of every other version (by position), all inside the caller's transaction. The
+    other versions' newest stay so that a rollback to the release that wrote one can start from
+    it (a trial: the upgraded release's snapshots pushed the older release's out, and after a
+    prune the rollback could not start). Saving the same (name, version, position) again
+    replaces its payload."""
     if keep < 1:
         raise ValueError("keep must be >= 1")
     if not isinstance(payload, (bytes, bytearray, memoryview)):
@@ -126,10 +129,12 @@ def save_snapshot(
     )
     set_checkpoint(conn, name, position)
     conn.execute(
-        "DELETE FROM snapshots WHERE name = %s AND (position, created_at) < ("
-        "SELECT position, created_at FROM snapshots WHERE name = %s "
-        "ORDER BY position DESC, created_at DESC OFFSET %s LIMIT 1) ",
-        (name, name, keep - 1),
+        "DELETE FROM snapshots s WHERE s.name = %(name)s AND CASE WHEN s.code_version = %(version)s "
+        "THEN (s.position, s.created_at) < (SELECT position, created_at FROM snapshots WHERE name = %(name)s "
+        "AND code_version = %(version)s ORDER BY position DESC, created_at DESC OFFSET %(skip)s LIMIT 1) "
+        "ELSE EXISTS (SELECT 1 FROM snapshots t WHERE t.name = s.name AND t.code_version = s.code_version "
+        "AND (t.position, t.created_at) > (s.position, s.created_at)) END",
+        {"name": name, "version": str(version), "skip": keep - 1},
     )
 
 

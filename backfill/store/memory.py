@@ -91,7 +91,10 @@ class MemoryBackend:
                 kept = [s for s in self.snapshots.get(snap.name, []) if (s.version, s.position) != (snap.version, snap.position)]
                 kept.append(snap)
                 kept.sort(key=lambda s: (s.position, s.created_at))
-                self.snapshots[snap.name] = kept[-keep:]
+                # the newest ``keep`` of the writing version, and the newest of every other one
+                others = {s.version: s for s in kept if s.version != snap.version}
+                mine = [s for s in kept if s.version == snap.version][-keep:]
+                self.snapshots[snap.name] = sorted(mine + list(others.values()), key=lambda s: (s.position, s.created_at))
             if notify and pending.events:
                 self.state.notify_all()
 

@@ -125,7 +125,8 @@ def unrebuildable(events: Any, unreadable: str | None = None) -> str | None:
 
 
 _WAYS_BACK = (
-    "run the release that wrote the snapshot (backfill db prune printed its code version), or load the events "
+    "run the release that wrote the snapshot (backfill db prune printed its code version; `backfill db shell`: "
+    "SELECT code_version, position FROM snapshots), or load the events "
     "prune exported back with `backfill db restore FILE` and start again (docs/storage.md, Upgrading after a prune)"
 )
 

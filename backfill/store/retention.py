@@ -245,14 +245,16 @@ class RestoreError(ValueError):
 @dataclass(frozen=True, slots=True)
 class RestoreResult:
     """What :func:`restore` loaded: ``events`` rows at positions ``first``..``last`` into the
-    new partition ``partition`` (positions 1 to the last pruned one), and ``keys`` idempotency
-    keys (a key re-appended after the prune keeps its newer position)."""
+    new partition ``partition`` (positions 1 to the last pruned one), ``keys`` idempotency
+    keys (a key re-appended after the prune keeps its newer position), and ``repeated`` rows
+    the files gave more than once (loaded once)."""
 
     events: int
     first: int
     last: int
     partition: Partition
     keys: int
+    repeated: int = 0
 
 
 _COLUMNS = "position, recorded_at, type, version, stream, idempotency_key, at, data"
@@ -273,7 +275,8 @@ def restore(conn: psycopg.Connection[Any], sources: Sequence[Path], *, missing_s
     Args:
         conn: a psycopg connection on the store's schema, inside the caller's transaction.
         sources: the export files (CSV with a header line, as prune writes them: one file per
-            prune, or one appended to by several), read in order, together.
+            prune, or one appended to by several), read together; a row given more than once
+            (a prune after a restore exports the restored rows again) is loaded once.
         missing_start_ok: the rows start above position 1 and the positions before them were
             never stored (the log's first appends rolled back), not pruned without an export:
             restore anyway. Otherwise that is refused, since a refold from position 1 would then
@@ -283,9 +286,10 @@ def restore(conn: psycopg.Connection[Any], sources: Sequence[Path], *, missing_s
         a :class:`RestoreResult`.
 
     Raises:
-        RestoreError: the log was never pruned; no rows; a position given twice; a position the
-            log retains; a missing start (see ``missing_start_ok``). Nothing is written.
-        OSError: a file cannot be read. psycopg.Error: a file that is not such a CSV.
+        RestoreError: the log was never pruned; a file that is not such a CSV; no rows; a
+            position given twice with different contents; a position the log retains; a missing
+            start (see ``missing_start_ok``). Nothing is written.
+        OSError: a file cannot be read.
     """
     parts = list_partitions(conn)
     pruned = parts[0].lo - 1 if parts and parts[0].lo > 1 else 0
@@ -296,12 +300,22 @@ def restore(conn: psycopg.Connection[Any], sources: Sequence[Path], *, missing_s
         "stream text, idempotency_key text, at timestamptz, data jsonb) ON COMMIT DROP"
     )
     for source in sources:
-        with open(source, "rb") as fh, conn.cursor() as cur, cur.copy(f"COPY restored_events ({_COLUMNS}) FROM STDIN (FORMAT csv, HEADER)") as copy:
-            while chunk := fh.read(1 << 20):
-                copy.write(chunk)
+        try:
+            with open(source, "rb") as fh, conn.cursor() as cur, cur.copy(
+                f"COPY restored_events ({_COLUMNS}) FROM STDIN (FORMAT csv, HEADER)"
+            ) as copy:
+                while chunk := fh.read(1 << 20):
+                    copy.write(chunk)
+        except psycopg.Error as exc:  # a file in another format: say so, not only what the server says
+            why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise RestoreError(f"{source}: not an export of backfill db prune (CSV with a header line: {_COLUMNS}): {why}") from None
+    # The same row given more than once is loaded once: an export file appended to by a prune
+    # after a restore holds the restored rows twice, and so do two files of overlapping prunes.
+    conn.execute("CREATE TEMP TABLE restored_rows ON COMMIT DROP AS SELECT DISTINCT * FROM restored_events")
+    given = conn.execute("SELECT count(*) FROM restored_events").fetchone()[0]  # type: ignore[index]
     n, first, last, distinct, nulls = conn.execute(
         "SELECT count(*), min(position), max(position), count(DISTINCT position), count(*) FILTER (WHERE num_nulls("
-        f"{_COLUMNS}) > 0) FROM restored_events"
+        f"{_COLUMNS}) > 0) FROM restored_rows"
     ).fetchone()  # type: ignore[misc]
     names = ", ".join(str(p) for p in sources)
     if not n:
@@ -309,8 +323,8 @@ def restore(conn: psycopg.Connection[Any], sources: Sequence[Path], *, missing_s
     if nulls:
         raise RestoreError(f"{names}: {nulls} row(s) with an empty column: not an export of backfill db prune")
     if distinct != n:
-        twice = conn.execute("SELECT position FROM restored_events GROUP BY position HAVING count(*) > 1 ORDER BY 1 LIMIT 1").fetchone()[0]  # type: ignore[index]
-        raise RestoreError(f"{names}: position {twice} is given twice (the same export given twice?)")
+        twice = conn.execute("SELECT position FROM restored_rows GROUP BY position HAVING count(*) > 1 ORDER BY 1 LIMIT 1").fetchone()[0]  # type: ignore[index]
+        raise RestoreError(f"{names}: position {twice} is given twice with different contents (exports of two different logs?)")
     if last > pruned:
         raise RestoreError(
             f"{names}: position {last} is not a pruned one (the log was pruned up to position {pruned} and retains the rest)"
@@ -323,13 +337,13 @@ def restore(conn: psycopg.Connection[Any], sources: Sequence[Path], *, missing_s
         )
     part = Partition(partition_name(1), 1, pruned + 1)
     conn.execute(f'CREATE TABLE "{part.name}" (LIKE events INCLUDING DEFAULTS)')
-    conn.execute(f'INSERT INTO "{part.name}" ({_COLUMNS}) SELECT {_COLUMNS} FROM restored_events')
+    conn.execute(f'INSERT INTO "{part.name}" ({_COLUMNS}) SELECT {_COLUMNS} FROM restored_rows')
     conn.execute(f'ALTER TABLE events ATTACH PARTITION "{part.name}" FOR VALUES FROM ({part.lo}) TO ({part.hi})')
     keys = conn.execute(
-        "INSERT INTO event_keys (idempotency_key, position) SELECT idempotency_key, position FROM restored_events "
+        "INSERT INTO event_keys (idempotency_key, position) SELECT idempotency_key, position FROM restored_rows "
         "ON CONFLICT (idempotency_key) DO NOTHING"
     ).rowcount
-    return RestoreResult(int(n), int(first), int(last), part, int(keys))
+    return RestoreResult(int(n), int(first), int(last), part, int(keys), int(given) - int(n))
 
 
 def relation_sizes(conn: psycopg.Connection[Any], names: Sequence[str] = ("events", "event_keys", "snapshots", "runs")) -> dict[str, int]:

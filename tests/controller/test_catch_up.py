@@ -10,6 +10,7 @@ from kubernetes import client
 
 from backfill.controller.loop import Controller
 from backfill.controller.metrics import Metrics
+from backfill.core import events as ev
 from backfill.core.events import encode
 from backfill.core.projector import affected, fold, only_position_moved
 from backfill.core.runs import run_rows
@@ -18,6 +19,7 @@ from backfill.settings import Settings
 from backfill.sim.cluster import SimParams, simulate
 from backfill.sim.traces import Trace
 from backfill.store.memory import MemoryBackend, MemoryEventStore, MemoryRunStore
+from backfill.store.projection import code_version
 
 
 def _trace() -> Trace:
@@ -79,3 +81,26 @@ def test_catch_up_equals_folding_one_event_at_a_time():
     assert c.world == world and c.position == log[-1][0]
     assert {r.identity: r for r in runs.query()} == rows
     assert runs.get_checkpoint("runs") == log[-1][0]
+
+
+def test_a_snapshot_moves_the_runs_checkpoint_in_a_quiet_cluster():
+    # A trial: with no run row changing (every declaration done, suspended or Blocked), the
+    # ``runs`` checkpoint stayed where the last row change left it and blocked every prune.
+    log = simulate(_trace(), SimParams(idle_for=300, max_run=1800, repeat_after=0, job=900)).events  # one-shot: few rows
+    backend = MemoryBackend()
+    events, runs = MemoryEventStore(backend), MemoryRunStore(backend)
+    events.append([encode(e, k) for _, e, k in log])
+    c = Controller(Settings(snapshot_every_events=1), client.ApiClient(), events, runs, Metrics())
+    try:
+        c.catch_up()
+        last_row = runs.get_checkpoint("runs")
+        quiet = [ev.ForegroundRequest(at=log[-1][1].at, namespace="sim", model="model-0", source="ingest") for _ in range(50)]
+        head = events.append([encode(e, f"quiet/{i}") for i, e in enumerate(quiet)])[-1]
+        c.catch_up()
+        assert runs.get_checkpoint("runs") == last_row < head  # no row changed: catch-up leaves it
+        c._maybe_snapshot()
+        assert events.load_snapshot("projection", code_version())[0] == head
+        assert runs.get_checkpoint("runs") == head
+    finally:
+        c.spool.stop(0.5)
+        c.actor.close()

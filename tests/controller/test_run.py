@@ -53,6 +53,7 @@ def test_run_wires_leader_http_and_loop(kube_cluster, kube_api, kube_namespace, 
         lease_namespace=kube_namespace,
         watch_timeout_seconds=5,
         ingest_token_file=token_file,
+        event_partition_size=1000,  # a trial: run() built its own store and left the default (1,000,000)
     )
     stop = threading.Event()
     t = threading.Thread(target=run, args=(settings, schema), kwargs={"stop": stop, "configure_logging": False}, daemon=True)
@@ -73,6 +74,19 @@ def test_run_wires_leader_http_and_loop(kube_cluster, kube_api, kube_namespace, 
         stop.set()
         t.join(timeout=15)
     assert not t.is_alive()
+    from backfill.store import make_engine
+    from backfill.store.retention import list_partitions
+
+    engine = make_engine(url, schema)
+    try:
+        fairy = engine.raw_connection()
+        try:
+            parts = list_partitions(fairy.driver_connection)
+        finally:
+            fairy.close()
+    finally:
+        engine.dispose()
+    assert parts and all(p.hi - p.lo == 1000 for p in parts), parts  # BACKFILL_EVENT_PARTITION_SIZE applied
 
 
 def test_controller_command_bad_settings(capsys, tmp_path):

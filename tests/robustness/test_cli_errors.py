@@ -254,6 +254,18 @@ def test_a_kubeconfig_that_is_not_yaml_is_named_with_its_reason(tmp_path):
     assert f"kubeconfig {bad}: not valid YAML: mapping values are not allowed here" in line, line
 
 
+def test_the_controller_reads_KUBECONFIG_as_kubectl_does(tmp_path):
+    """A trial: the README's try-out exports KUBECONFIG for kubectl and the controller; the
+    controller ignored it ("no Kubernetes configuration: ... no ~/.kube/config")."""
+    bad = tmp_path / "envtest.kubeconfig"
+    bad.write_text("# Notes\nsee: this: file\n")
+    env = {"KUBECONFIG": f"{tmp_path / 'absent'}{os.pathsep}{bad}", "HOME": str(tmp_path)}
+    line = _assert_one_line_error(_run(["controller"], tmp_path, env), controller=True)
+    assert f"kubeconfig {bad}: not valid YAML" in line, line  # the first file of the list that exists
+    line = _assert_one_line_error(_run(["controller"], tmp_path, {"KUBECONFIG": "/nonexistent/a", "HOME": str(tmp_path)}), controller=True)
+    assert "KUBECONFIG=/nonexistent/a: no such file" in line, line
+
+
 @pytest.mark.parametrize(
     "text, reason",
     [

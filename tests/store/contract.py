@@ -465,6 +465,21 @@ class StoreContract:
         assert stores.events.load_snapshot("projector", "v") == (70, b"replaced")
         assert stores.events.snapshot_before("projector", 50, "v") == (50, b"5")
 
+    def test_the_newest_snapshot_of_every_other_version_is_kept_for_a_rollback(self, stores: Stores) -> None:
+        for p in (10, 20, 30):
+            stores.events.save_snapshot("projector", p, "v6", f"v6 {p}".encode(), keep=2)
+        for p in (40, 50, 60, 70):
+            stores.events.save_snapshot("projector", p, "v7", f"v7 {p}".encode(), keep=2)
+        # v7 keeps its newest 2; v6, the release before, keeps its newest (it pushed all out)
+        assert stores.events.load_snapshot("projector", "v6") == (30, b"v6 30")
+        assert stores.events.snapshot_before("projector", 29, "v6") is None
+        assert stores.events.snapshot_before("projector", 59, "v7") is None
+        assert stores.events.snapshot_from("projector", 0, "v7") == (60, b"v7 60")
+        stores.events.save_snapshot("projector", 80, "v6", b"v6 80", keep=2)  # rolled back: v7's newest stays
+        assert stores.events.snapshot_from("projector", 0, "v7") == (70, b"v7 70")
+        assert stores.events.load_snapshot("projector", "v6") == (80, b"v6 80")
+        assert stores.events.snapshot_before("projector", 79, "v6") == (30, b"v6 30")
+
     def test_snapshot_inside_an_append_transaction_is_atomic(self, stores: Stores) -> None:
         with pytest.raises(RuntimeError):
             with stores.events.begin() as tx:
@@ -495,9 +510,9 @@ class StoreContract:
         assert stores.events.pruned_up_to() == 0  # only ``backfill db prune`` moves it (tests/store/test_restore.py)
 
     def test_snapshot_from_a_position(self, stores: Stores) -> None:
+        stores.events.save_snapshot("projector", 150, "other", b"x", keep=10)
         for p in (100, 200, 300):
             stores.events.save_snapshot("projector", p, "v", f"at {p}".encode(), keep=10)
-        stores.events.save_snapshot("projector", 150, "other", b"x", keep=10)
         assert stores.events.snapshot_from("projector", 1, "v") == (100, b"at 100")
         assert stores.events.snapshot_from("projector", 101, "v") == (200, b"at 200")
         assert stores.events.snapshot_from("projector", 300, "v") == (300, b"at 300")
