@@ -622,16 +622,15 @@ def replay(
     t0 = time.perf_counter()
     n = 0
     try:
-        start, unreadable = None, None
+        start, unreadable = None, []
         pruned = es.pruned_up_to()  # a pruned log is folded from a snapshot at or after the prune, never from 0
         if lo is not None or pruned:
             first = projection.first_position_at(es, lo) if lo is not None else None
             if first is not None or pruned:
-                try:
-                    start = projection.latest(es, before=first - 1 if first is not None else None if lo is not None else pruned)
-                except ValueError as exc:
-                    unreadable = str(exc)
-                    err.print(f"ignoring the snapshot: {exc}", highlight=False)
+                before = first - 1 if first is not None else None if lo is not None else pruned
+                start = projection.latest(es, before=before, unreadable=unreadable)
+                for problem in unreadable:
+                    err.print(f"ignoring {problem}", highlight=False)
         if start is None and pruned:
             raise CLIError(f"schema {schema}: {projection.unrebuildable(es, unreadable) or f'the event log was pruned up to position {pruned}'}")
         auditor = Auditor(backfill=key, world=start) if start is not None else Auditor(backfill=key)  # type: ignore[arg-type]

@@ -389,13 +389,10 @@ class Controller:
         """Refold the log, then start the preemptor, the watchers, the log notifier and the loop."""
         t0 = time.monotonic()
         self._runs_checkpoint = self.runs.get_checkpoint(RUNS_CHECKPOINT)
-        unreadable = None
-        try:
-            snap = snapshots.latest(self.events)
-        except (ValueError, AttributeError) as exc:  # unreadable, or a store without snapshots
-            unreadable = f"{type(exc).__name__}: {exc}"
-            log.warning(f"no usable snapshot ({exc}); refolding the log from the start")
-            snap = None
+        unreadable: list[str] = []
+        snap = snapshots.latest(self.events, unreadable=unreadable)
+        for problem in unreadable:
+            log.warning(f"passed over an unreadable snapshot: {problem}")
         if snap is not None:
             self.world, self.position, self.snapshot_position = snap, snap.position, snap.position
             log.info(f"loaded the snapshot at position {snap.position}", extra={"position": snap.position})

@@ -71,51 +71,78 @@ def load_world(payload: bytes) -> World:
     return world
 
 
-def latest(events: Any, before: int | None = None) -> World | None:
+def latest(events: Any, before: int | None = None, unreadable: list[str] | None = None) -> World | None:
     """The snapshot of this code version to fold the log from, or None (fold from position 0).
 
     Without ``before``: the newest; with it: the newest at or before position ``before``
     (``replay --since``). On a pruned log (``events.pruned_up_to()`` = P > 0) only a snapshot at
     or after P can be continued by what the log retains (the events up to P are gone): an older
     one is never returned (folding on from it would silently miss them), and with ``before`` the
-    oldest snapshot at or after P stands in for the newest before it. So None on a pruned log
-    means the projection cannot be rebuilt (:func:`unrebuildable` says why, for an error).
+    oldest snapshot at or after P stands in for the newest before it. A snapshot that cannot be
+    read is passed over for the next candidate (older, then, with ``before``, newer) when
+    ``unreadable`` is given, which gets one line per such snapshot (a trial: a truncated newest
+    snapshot made the controller refuse to start on a pruned log though an older readable one
+    covered the prune). None on a pruned log means the projection cannot be rebuilt
+    (:func:`unrebuildable` says why, for an error).
 
     Raises:
-        ValueError: the snapshot found is unreadable or is not at its stated position.
+        ValueError: a snapshot is unreadable or is not at its stated position, and
+            ``unreadable`` is None.
     """
     version = code_version()
     pruned = events.pruned_up_to()
-    found = events.load_snapshot(PROJECTION, version) if before is None else events.snapshot_before(PROJECTION, before, version)
-    if found is not None and found[0] < pruned:
-        found = None
-    if found is None and before is not None and pruned:
-        found = events.snapshot_from(PROJECTION, pruned, version)
-    if found is None:
-        return None
-    position, payload = found
-    world = load_world(bytes(payload))
-    if world.position != position:
-        raise ValueError(f"snapshot at position {position} holds a projection folded up to {world.position}")
-    return world
+    for position, payload in _candidates(events, version, before, pruned):
+        try:
+            world = load_world(bytes(payload))
+            if world.position != position:
+                raise ValueError(f"snapshot at position {position} holds a projection folded up to {world.position}")
+            return world
+        except ValueError as exc:
+            if unreadable is None:
+                raise
+            unreadable.append(f"the snapshot at position {position}: {exc}")
+    return None
 
 
-def unrebuildable(events: Any, unreadable: str | None = None) -> str | None:
+def _candidates(events: Any, version: str, before: int | None, pruned: int) -> Iterator[tuple[int, bytes]]:
+    """``(position, payload)`` of the snapshots :func:`latest` may start from, best first: the
+    newest at or before ``before`` (None: the newest of all), then older ones, none below
+    ``pruned``; then, with ``before`` on a pruned log, those after ``before``, oldest first."""
+    upto = before
+    while True:
+        found = events.load_snapshot(PROJECTION, version) if upto is None else events.snapshot_before(PROJECTION, upto, version)
+        if found is None or found[0] < pruned:
+            break
+        yield found
+        upto = found[0] - 1
+    if before is None or not pruned:
+        return
+    since = max(pruned, before + 1)
+    while (found := events.snapshot_from(PROJECTION, since, version)) is not None:
+        yield found
+        since = found[0] + 1
+
+
+def unrebuildable(events: Any, unreadable: list[str] | None = None) -> str | None:
     """Why this release cannot rebuild the projection from ``events`` (one sentence, for an
     error), or None when it can fold the log from a snapshot or from its start.
 
     It cannot when the log was pruned and no snapshot of this code version at or after the last
     pruned position exists (a release that changes the state's version after a prune;
-    ``docs/storage.md``), or when one exists but cannot be read (``unreadable``: the error
-    :func:`latest` raised): the events before it are gone, so refolding instead would build a
+    ``docs/storage.md``), or when those that exist cannot be read (``unreadable``: what
+    :func:`latest` found): the events before them are gone, so refolding instead would build a
     state that silently misses them.
     """
     pruned = events.pruned_up_to()
     if not pruned:
         return None
     gone = f"the event log was pruned up to position {pruned}"
-    if unreadable is not None:
-        return f"{gone} and this release's snapshot cannot be read ({unreadable}), so the events a rebuild needs are gone: {_WAYS_BACK}"
+    if unreadable:
+        return (
+            f"{gone} and this release's snapshots after it cannot be read ({'; '.join(unreadable)}), so the events a "
+            "rebuild needs are gone: load the events prune exported back with `backfill db restore FILE` and start "
+            "again (docs/storage.md, Upgrading after a prune)"
+        )
     if events.snapshot_from(PROJECTION, pruned, code_version()) is not None:
         return None
     return (

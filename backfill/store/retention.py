@@ -179,6 +179,23 @@ def prune(
     """
     if before.tzinfo is None:
         raise ValueError("'before' must be timezone-aware")
+    # One prune or restore at a time (a trial: a restore committed between this prune's list of
+    # partitions and its drops, and the drops then left a hole above the restored positions).
+    conn.execute(_RETENTION_LOCK)
+    try:
+        return _prune(conn, before, snapshot=snapshot, code_version=code_version, export=export)
+    finally:
+        conn.execute(_RETENTION_UNLOCK)
+
+
+#: Prune and restore serialize on this session/transaction advisory lock (per schema); appends
+#: do not take it (they take the log's write lock, :mod:`backfill.store.eventlog`).
+_RETENTION_LOCK = "SELECT pg_advisory_lock(1650879592, hashtext(current_schema()))"
+_RETENTION_UNLOCK = "SELECT pg_advisory_unlock(1650879592, hashtext(current_schema()))"
+_RETENTION_XACT_LOCK = "SELECT pg_advisory_xact_lock(1650879592, hashtext(current_schema()))"
+
+
+def _prune(conn: psycopg.Connection[Any], before: datetime, *, snapshot: str, code_version: str, export: Path | None) -> PruneResult:
     with conn.transaction():
         head = int(conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0])  # type: ignore[index]
         row = conn.execute(
@@ -228,6 +245,10 @@ def prune(
                 conn.execute(f'DELETE FROM event_keys k USING "{part.name}" p WHERE k.idempotency_key = p.idempotency_key')
                 conn.execute(f'ALTER TABLE events DETACH PARTITION "{part.name}"')
                 conn.execute(f'DROP TABLE "{part.name}"')
+                conn.execute(
+                    "INSERT INTO pruned_partitions (lo, hi, events, export) VALUES (%s, %s, %s, %s)",
+                    (part.lo, part.hi, int(count), str(export) if export is not None and count else None),
+                )
             dropped.append(part)
             events += int(count)
     finally:
@@ -280,21 +301,27 @@ def restore(conn: psycopg.Connection[Any], sources: Sequence[Path], *, missing_s
         missing_start_ok: the rows start above position 1 and the positions before them were
             never stored (the log's first appends rolled back), not pruned without an export:
             restore anyway. Otherwise that is refused, since a refold from position 1 would then
-            silently miss the events not given.
+            silently miss the events not given. Needed only below the partitions prune recorded
+            (``pruned_partitions``, revision 0004): those are checked by their event counts.
 
     Returns:
         a :class:`RestoreResult`.
 
     Raises:
-        RestoreError: the log was never pruned; a file that is not such a CSV; no rows; a
-            position given twice with different contents; a position the log retains; a missing
-            start (see ``missing_start_ok``). Nothing is written.
+        RestoreError: the log was never pruned; a file that is not such a CSV (another header,
+            or a row this release cannot decode); no rows; a position given twice with different
+            contents; a position the log retains or below 1; a dropped partition given with
+            another number of events than prune recorded; a missing start (see
+            ``missing_start_ok``). Nothing is written.
         OSError: a file cannot be read.
     """
+    conn.execute(_RETENTION_XACT_LOCK)  # no prune in between (held to the caller's commit)
     parts = list_partitions(conn)
     pruned = parts[0].lo - 1 if parts and parts[0].lo > 1 else 0
     if not pruned:
-        raise RestoreError("the event log was never pruned (its first partition starts at position 1): nothing to restore")
+        raise RestoreError("the event log holds every position from 1 (never pruned, or restored already): nothing to restore")
+    for source in sources:
+        _check_header(source)
     conn.execute(
         "CREATE TEMP TABLE restored_events (position bigint, recorded_at timestamptz, type text, version smallint, "
         "stream text, idempotency_key text, at timestamptz, data jsonb) ON COMMIT DROP"
@@ -325,16 +352,34 @@ def restore(conn: psycopg.Connection[Any], sources: Sequence[Path], *, missing_s
     if distinct != n:
         twice = conn.execute("SELECT position FROM restored_rows GROUP BY position HAVING count(*) > 1 ORDER BY 1 LIMIT 1").fetchone()[0]  # type: ignore[index]
         raise RestoreError(f"{names}: position {twice} is given twice with different contents (exports of two different logs?)")
+    if first < 1:
+        raise RestoreError(f"{names}: position {first} is not a position of the log (they start at 1)")
     if last > pruned:
         raise RestoreError(
             f"{names}: position {last} is not a pruned one (the log was pruned up to position {pruned} and retains the rest)"
         )
-    if first > 1 and not missing_start_ok:
+    # Every partition prune recorded must come back whole: as many events in its range as it
+    # held when dropped (positions have gaps where appends rolled back, so only the count tells
+    # a missing export from a gap).
+    conn.execute("CREATE INDEX ON restored_rows (position)")
+    recorded = conn.execute("SELECT lo, hi, events FROM pruned_partitions WHERE lo <= %s ORDER BY lo", (pruned,)).fetchall()
+    for lo, hi, count in recorded:
+        inside = conn.execute("SELECT count(*) FROM restored_rows WHERE position >= %s AND position < %s", (lo, hi)).fetchone()[0]  # type: ignore[index]
+        if inside != count:
+            raise RestoreError(
+                f"{names}: positions {lo}-{hi - 1} held {count:,} events when backfill db prune dropped them, the files give "
+                f"{inside:,} (an export missing, or one of another log? `backfill db shell`: SELECT * FROM pruned_partitions)"
+            )
+    # Below what prune recorded (positions 1 to ``unrecorded - 1``: pruned before revision 0004)
+    # only the start can be checked.
+    unrecorded = recorded[0][0] if recorded else pruned + 1
+    if unrecorded > 1 and first > 1 and not missing_start_ok:
         raise RestoreError(
-            f"{names}: the events start at position {first}, so positions 1-{first - 1} are missing (pruned into another "
-            "export? give every file at once); if they were never stored (the log's first appends rolled back), "
-            "pass --missing-start-ok"
+            f"{names}: the events start at position {first}, so positions 1-{min(first, unrecorded) - 1} are missing "
+            "(pruned into another export? give every file at once); if they were never stored (the log's first "
+            "appends rolled back), pass --missing-start-ok"
         )
+    _decode_all(conn, names)
     part = Partition(partition_name(1), 1, pruned + 1)
     conn.execute(f'CREATE TABLE "{part.name}" (LIKE events INCLUDING DEFAULTS)')
     conn.execute(f'INSERT INTO "{part.name}" ({_COLUMNS}) SELECT {_COLUMNS} FROM restored_rows')
@@ -343,7 +388,54 @@ def restore(conn: psycopg.Connection[Any], sources: Sequence[Path], *, missing_s
         "INSERT INTO event_keys (idempotency_key, position) SELECT idempotency_key, position FROM restored_rows "
         "ON CONFLICT (idempotency_key) DO NOTHING"
     ).rowcount
+    conn.execute("DELETE FROM pruned_partitions WHERE lo <= %s", (pruned,))  # restored: the log holds them again
     return RestoreResult(int(n), int(first), int(last), part, int(keys), int(given) - int(n))
+
+
+_HEADER = _COLUMNS.replace(" ", "")
+
+
+def _check_header(source: Path) -> None:
+    """Refuse a file whose first line is not prune's CSV header (``COPY ... HEADER`` only skips
+    it: a file with its columns in another order loaded its keys as streams, a trial found).
+
+    Raises:
+        RestoreError: another first line. OSError: the file cannot be read.
+    """
+    with open(source, "rb") as fh:
+        first = fh.readline(4096)
+    text = first.removeprefix(b"\xef\xbb\xbf").decode("utf-8", "replace").strip()
+    if text != _HEADER:
+        raise RestoreError(f"{source}: not an export of backfill db prune: its first line is {text[:80]!r}, not {_HEADER!r}")
+
+
+def _decode_all(conn: psycopg.Connection[Any], names: str, batch: int = 20000) -> None:
+    """Decode every row to be restored as a refold will (a trial: rows of an unknown type, or
+    ``data`` that no event class accepts, were loaded, and the release the restore was for
+    could then not start).
+
+    Raises:
+        RestoreError: naming the first position that does not decode.
+    """
+    from backfill.core.events import EventDecodeError, decode_rows
+
+    after = 0
+    while True:
+        rows = conn.execute(
+            "SELECT position, type, version, data::text FROM restored_rows WHERE position > %s ORDER BY position LIMIT %s",
+            (after, batch),
+        ).fetchall()
+        if not rows:
+            return
+        try:
+            decode_rows(rows)
+        except EventDecodeError:
+            for row in rows:
+                try:
+                    decode_rows([row])
+                except EventDecodeError as exc:
+                    raise RestoreError(f"{names}: the event at position {row[0]} cannot be read by this release: {exc}") from None
+        after = rows[-1][0]
 
 
 def relation_sizes(conn: psycopg.Connection[Any], names: Sequence[str] = ("events", "event_keys", "snapshots", "runs")) -> dict[str, int]:

@@ -16,6 +16,8 @@ Tables:
 - ``checkpoints``: how far each projection has folded the log, written in the same transaction
   as the projection's rows (or its snapshot).
 - ``snapshots``: serialized projections (opaque bytes) at a position, per code version.
+- ``pruned_partitions``: what ``backfill db prune`` dropped (positions, event count, export),
+  checked by ``backfill db restore``.
 - ``runs``: one row per run segment of a Job attempt (:class:`backfill.core.runs.RunRow`; one
   segment per attempt unless a ``spec.preemption: Suspend`` declaration's Job was suspended
   and resumed), keyed by ``(backfill_uid, attempt, segment)``.
@@ -94,6 +96,19 @@ snapshots = sa.Table(
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
     sa.Column("payload", sa.LargeBinary, nullable=False),
     sa.PrimaryKeyConstraint("name", "code_version", "position", name="snapshots_pkey"),
+)
+
+pruned_partitions = sa.Table(
+    "pruned_partitions",
+    metadata,
+    # One row per partition ``backfill db prune`` dropped: positions [lo, hi), the events it held,
+    # when, and the export file (None: not exported); ``backfill db restore`` checks against it.
+    sa.Column("lo", sa.BigInteger, nullable=False),
+    sa.Column("hi", sa.BigInteger, nullable=False),
+    sa.Column("events", sa.BigInteger, nullable=False),
+    sa.Column("pruned_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
+    sa.Column("export", sa.Text, nullable=True),
+    sa.PrimaryKeyConstraint("lo", name="pruned_partitions_pkey"),
 )
 
 #: SQL list of the allowed ``runs.result`` values, e.g. ``'succeeded', 'failed', ...``.

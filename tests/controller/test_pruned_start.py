@@ -78,3 +78,27 @@ def test_a_pruned_log_without_a_snapshot_of_this_release_refuses_until_the_expor
     assert c.snapshot_position == 0 and c.position >= 70
     assert c.world.models[(kube_namespace, "m")].busy_until == reqs[-1].busy_until
     assert c.world.models[(kube_namespace, "m")].busy_pos == 70
+
+
+def test_an_unreadable_newest_snapshot_is_passed_over_for_an_older_one_that_covers_the_prune(
+    start_controller, pg_schema, pg_engine, kube_namespace
+):
+    """A trial: with the newest snapshot truncated, the controller refused to start on a pruned
+    log ("this release's snapshot cannot be read ... the events a rebuild needs are gone")
+    though an older readable snapshot covered the prune."""
+    url, schema = pg_schema
+    es = EventStore(pg_engine, partition_size=20)
+    reqs = _requests(kube_namespace, 70, now_s() - timedelta(hours=3))
+    es.append([encode(e, f"req/{i}") for i, e in enumerate(reqs)])
+    projection.save(es, fold_all(World(), list(enumerate(reqs, 1))[:62]), keep=5)
+    projection.save(es, fold_all(World(), enumerate(reqs, 1)), keep=5)
+    assert main(["db", "prune", "--database-url", url, "--schema", schema, "--before", "2999-01-01T00:00:00Z"]) == 0
+    assert es.pruned_up_to() == 60
+    with es.begin() as tx:
+        tx.connection.execute("UPDATE snapshots SET payload = substring(payload from 1 for 20) WHERE position = 70")
+    unreadable: list[str] = []
+    assert projection.latest(es, unreadable=unreadable).position == 62
+    assert len(unreadable) == 1 and unreadable[0].startswith("the snapshot at position 70: unreadable snapshot")
+    c = start_controller()
+    assert c.snapshot_position == 62 and c.position >= 70
+    assert c.world.models[(kube_namespace, "m")].busy_until == reqs[-1].busy_until

@@ -152,11 +152,31 @@ def test_restore_refuses_what_would_leave_a_wrong_log_and_writes_nothing(pg_sche
     assert "sim/cronjob" in body[0]
     assert _cli(pg_schema, "db", "restore", str(export), str(other)) == 2
     assert "position 1 is given twice with different contents" in _one_error(capsys)
-    # a partial export: the first 100 positions missing
+    # a partial export: the first 100 positions missing, or a partition in the middle (a trial:
+    # a hole, restored as if whole; positions have gaps, so only prune's counts can tell)
     partial = tmp_path / "partial.csv"
     partial.write_text(header + "".join(body[100:]))
     assert _cli(pg_schema, "db", "restore", str(partial)) == 2
-    assert "start at position 101, so positions 1-100 are missing" in _one_error(capsys)
+    assert "positions 1-50 held 50 events when backfill db prune dropped them, the files give 0" in _one_error(capsys)
+    holed = tmp_path / "holed.csv"
+    holed.write_text(header + "".join(body[:500] + body[550:]))
+    assert _cli(pg_schema, "db", "restore", str(holed)) == 2
+    assert "positions 501-550 held 50 events when backfill db prune dropped them, the files give 0" in _one_error(capsys)
+    # columns in another order, named so by the header: COPY's HEADER only skips that line
+    swapped = tmp_path / "swapped.csv"
+    swapped.write_text(header.replace("stream,idempotency_key", "idempotency_key,stream") + "".join(body))
+    assert _cli(pg_schema, "db", "restore", str(swapped)) == 2
+    assert "swapped.csv: not an export of backfill db prune: its first line is 'position,recorded_at,type,version,idempotency_key" in _one_error(capsys)
+    # rows no release can read: an unknown type, data no event class accepts
+    assert body[11].startswith("12,") and ",JobCreated," in body[11]
+    bogus = tmp_path / "bogus.csv"
+    bogus.write_text(header + "".join(body[:11]) + body[11].replace(",JobCreated,", ",Bogus,", 1) + "".join(body[12:]))
+    assert _cli(pg_schema, "db", "restore", str(bogus)) == 2
+    assert "the event at position 12 cannot be read by this release: unknown event type 'Bogus'" in _one_error(capsys)
+    zero = tmp_path / "zero.csv"
+    zero.write_text(header + "0," + body[0].split(",", 1)[1] + "".join(body[1:]))
+    assert _cli(pg_schema, "db", "restore", str(zero)) == 2
+    assert "position 0 is not a position of the log (they start at 1)" in _one_error(capsys)
     # a retained position (a row of the live log): never overwritten
     retained = tmp_path / "retained.csv"
     row = body[-1].split(",", 1)
@@ -166,6 +186,9 @@ def test_restore_refuses_what_would_leave_a_wrong_log_and_writes_nothing(pg_sche
     # not an export at all
     junk = tmp_path / "junk.csv"
     junk.write_text("a,b\n1,2\n")
+    assert _cli(pg_schema, "db", "restore", str(junk)) == 2
+    assert "junk.csv: not an export of backfill db prune: its first line is 'a,b', not 'position,recorded_at," in _one_error(capsys)
+    junk.write_text(header + "one,2\n")
     assert _cli(pg_schema, "db", "restore", str(junk)) == 2
     assert "junk.csv: not an export of backfill db prune (CSV with a header line: position, recorded_at," in _one_error(capsys)
     assert _cli(pg_schema, "db", "restore", str(tmp_path / "missing.csv")) == 2
@@ -183,9 +206,32 @@ def test_restore_refuses_what_would_leave_a_wrong_log_and_writes_nothing(pg_sche
 
 def test_restore_with_a_missing_start_acknowledged(pg_schema, pg_engine, tmp_path, capsys):
     es, log, export = _pruned(pg_schema, pg_engine, tmp_path, capsys)
+    with es.begin() as tx:  # a log pruned before revision 0004: prune recorded nothing to check against
+        tx.connection.execute("DELETE FROM pruned_partitions")
     text = export.read_text().splitlines(keepends=True)
     partial = tmp_path / "partial.csv"
-    partial.write_text(text[0] + "".join(text[101:]))  # as if positions 1-100 had never been stored
+    partial.write_text(text[0] + "".join(text[101:]))
+    assert _cli(pg_schema, "db", "restore", str(partial)) == 2
+    assert "start at position 101, so positions 1-100 are missing" in _one_error(capsys)
+    # as if positions 1-100 had never been stored
     assert _cli(pg_schema, "db", "restore", "--missing-start-ok", str(partial)) == 0
     assert "restored 1,050 events (positions 101-1150)" in " ".join(capsys.readouterr().out.split())
     assert es.pruned_up_to() == 0 and es.first_position() == 101 and es.count() == len(log) - 100
+
+
+def test_prune_waits_for_a_restore_and_records_what_it_drops(pg_schema, pg_engine, tmp_path, capsys):
+    """A trial: a restore committed between a prune's list of partitions and its drops, which
+    then left a hole above the restored positions. Prune and restore now take one lock."""
+    es, log, export = _pruned(pg_schema, pg_engine, tmp_path, capsys)
+    with es.begin() as tx:
+        rows = tx.connection.execute("SELECT lo, hi, events, export FROM pruned_partitions ORDER BY lo").fetchall()
+    assert [(lo, hi, n) for lo, hi, n, _ in rows] == [(lo, lo + 50, 50) for lo in range(1, 1151, 50)]
+    assert {e for *_, e in rows} == {str(export)}
+    projection.save(es, fold_all(World(), [(p, e) for p, e, _ in log]))
+    with es.begin() as tx:  # a restore holding the retention lock
+        tx.connection.execute("SELECT pg_advisory_xact_lock(1650879592, hashtext(current_schema()))")
+        assert _cli(pg_schema, "db", "prune", "--before", LATER) == 2  # waits up to the lock timeout, then fails
+        assert "lock timeout" in capsys.readouterr().err
+    assert es.pruned_up_to() == 1150  # it dropped nothing
+    assert _cli(pg_schema, "db", "prune", "--before", LATER) == 0
+    assert es.pruned_up_to() == 2300
