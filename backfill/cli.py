@@ -930,9 +930,8 @@ def db_restore(
     engine = make_engine(url, schema, timeouts=False, poolclass=NullPool)  # a large export may take long to load
     es = EventStore(engine)
     try:
-        with es.begin() as tx:
-            tx.lock()  # the log's write lock: no append or partition change in between
-            result = restore(tx.connection, files, missing_start_ok=missing_start_ok)
+        with es.begin() as tx:  # restore takes the log's write lock (tx.lock) once the files are checked
+            result = restore(tx.connection, files, tx.lock, missing_start_ok=missing_start_ok)
     except RestoreError as exc:
         raise CLIError(f"db restore: {exc}") from None
     except OSError as exc:

@@ -46,7 +46,7 @@ file. The ``runs`` table is never touched.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -185,7 +185,10 @@ def prune(
     try:
         return _prune(conn, before, snapshot=snapshot, code_version=code_version, export=export)
     finally:
-        conn.execute(_RETENTION_UNLOCK)
+        try:
+            conn.execute(_RETENTION_UNLOCK)
+        except psycopg.Error:  # a broken session holds no lock: keep the original error
+            pass
 
 
 #: Prune and restore serialize on this session/transaction advisory lock (per schema); appends
@@ -281,12 +284,16 @@ class RestoreResult:
 _COLUMNS = "position, recorded_at, type, version, stream, idempotency_key, at, data"
 
 
-def restore(conn: psycopg.Connection[Any], sources: Sequence[Path], *, missing_start_ok: bool = False) -> RestoreResult:
+def restore(
+    conn: psycopg.Connection[Any], sources: Sequence[Path], lock_log: Callable[[], None], *, missing_start_ok: bool = False
+) -> RestoreResult:
     """Load the events ``backfill db prune --export`` wrote back into the log, below what it
     retains, so that it starts at position 1 again: the way back for a release that cannot
     start from the snapshots of a pruned log (a change of the state's code version,
-    ``docs/storage.md``). All or nothing, inside the caller's transaction, which must hold the
-    log's write lock (:meth:`backfill.store.eventlog.AppendTransaction.lock`).
+    ``docs/storage.md``). All or nothing, inside the caller's transaction. It takes the
+    retention lock first (no prune meanwhile), loads and checks the files, and only then the
+    log's write lock (``lock_log``, e.g. :meth:`backfill.store.eventlog.AppendTransaction.lock`),
+    so appends wait only for the final insert, not for the loading and checks.
 
     The rows go into one new partition, positions 1 to the last pruned position (so
     ``pruned_up_to()`` is 0 again, and a later prune drops it whole once a snapshot covers it).
@@ -295,6 +302,7 @@ def restore(conn: psycopg.Connection[Any], sources: Sequence[Path], *, missing_s
 
     Args:
         conn: a psycopg connection on the store's schema, inside the caller's transaction.
+        lock_log: takes the log's write lock in that transaction (held to its end).
         sources: the export files (CSV with a header line, as prune writes them: one file per
             prune, or one appended to by several), read together; a row given more than once
             (a prune after a restore exports the restored rows again) is loaded once.
@@ -380,6 +388,7 @@ def restore(conn: psycopg.Connection[Any], sources: Sequence[Path], *, missing_s
             "appends rolled back), pass --missing-start-ok"
         )
     _decode_all(conn, names)
+    lock_log()  # appends wait from here to the commit (positions below ``pruned`` are not theirs)
     part = Partition(partition_name(1), 1, pruned + 1)
     conn.execute(f'CREATE TABLE "{part.name}" (LIKE events INCLUDING DEFAULTS)')
     conn.execute(f'INSERT INTO "{part.name}" ({_COLUMNS}) SELECT {_COLUMNS} FROM restored_rows')
