@@ -643,8 +643,12 @@ def replay(
                         held = window.count(projection.payloads(es, pruned), upto=start.position)
                         unchecked = (
                             f" (the log was pruned up to position {pruned}: {held} decision(s){window.text()} "
-                            "recorded before the snapshot are not checked)"
+                            "recorded before the snapshot are not checked"
                         )
+                        oldest = next(iter(es.read(pruned, batch_size=1)), None)
+                        if lo is not None and oldest is not None and lo < oldest.at:  # a window reaching into what is gone
+                            unchecked += f"; the oldest event kept happened at {rfc3339(oldest.at)}: decisions before it are gone"
+                        unchecked += ")"
                     err.print(f"starting from the snapshot at position {start.position}{unchecked}", highlight=False)
                 n = projection.replay(es, window, after=start.position if start is not None else 0)
             except EventDecodeError as exc:

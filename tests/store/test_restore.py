@@ -12,6 +12,7 @@ import pytest
 
 from backfill.cli import main
 from backfill.core.events import decode_many, encode
+from backfill.core.timefmt import rfc3339
 from backfill.core.projector import fold_all
 from backfill.core.state import World
 from backfill.sim.cluster import SimParams, simulate
@@ -72,9 +73,13 @@ def test_replay_of_a_pruned_log_starts_from_a_snapshot_it_can_continue(pg_schema
     assert held > 0
     assert f"starting from the snapshot at position {snap} (the log was pruned up to position 1150: {held} decision(s)" in err
     assert f"checked {_decisions(log, snap)} decisions" in err and "divergen" not in err
-    # --since before the prune: the snapshot before it is gone; the one after the prune stands in
+    # --since before the prune: the snapshot before it is gone; the one after the prune stands in,
+    # and the decisions made before the oldest event kept are said to be gone (not "checked 0")
     assert _cli(pg_schema, "replay", "--limit", "0", "--since", "1970-01-01T00:00:00Z") == 0
-    assert f"starting from the snapshot at position {snap}" in _replayed(capsys)
+    err = _replayed(capsys)
+    assert f"starting from the snapshot at position {snap}" in err
+    oldest = log[1150][1].at  # position 1151, the first one kept
+    assert f"the oldest event kept happened at {rfc3339(oldest)}: decisions before it are gone" in err
 
 
 def test_replay_and_start_of_a_pruned_log_without_a_snapshot_of_this_release_refuse(pg_schema, pg_engine, tmp_path, capsys, monkeypatch):
