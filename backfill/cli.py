@@ -877,10 +877,12 @@ def db_prune(
             conn.autocommit = True
             # DETACH waits for an ACCESS EXCLUSIVE lock: never queue in front of readers for long.
             conn.execute(f"SET lock_timeout = {round(settings.db_lock_timeout_seconds * 1000)}")
-            from .store.projection import code_version as this_release
+            from .store import projection
 
-            version = code_version or this_release()
-            result = prune(conn, cut, snapshot=snapshot, code_version=version, export=export)  # type: ignore[arg-type]
+            version = code_version or projection.code_version()
+            # This release's own projection: only a snapshot it can start from covers.
+            readable = projection.readable if (snapshot, version) == (projection.PROJECTION, projection.code_version()) else None
+            result = prune(conn, cut, snapshot=snapshot, code_version=version, export=export, readable=readable)  # type: ignore[arg-type]
         finally:
             fairy.close()
     except OSError as exc:

@@ -58,8 +58,10 @@ def api_client(settings: Settings) -> client.ApiClient:
     if env:  # as kubectl and controller-runtime: before the in-cluster configuration (a trial: ignored)
         listed = [Path(p).expanduser() for p in env.split(os.pathsep) if p]
         for path in listed:
-            if path.is_file():
-                return _from_file(path)  # the first file of the list (kubectl merges them; one is the norm)
+            if path.exists():
+                if not path.is_file():
+                    raise KubeConfigError(f"KUBECONFIG: {path} is not a file")
+                return _from_file(path)  # the first existing file of the list: kubectl merges them, this does not
         raise KubeConfigError(f"KUBECONFIG={env}: no such file")
     try:
         return _client(lambda cfg: config.load_incluster_config(client_configuration=cfg))

@@ -402,8 +402,17 @@ class Controller:
                 from . import ControllerConfigError
 
                 raise ControllerConfigError(why)
+        start = self.position
         with paused_gc():
             self.catch_up()
+        pruned = self.events.pruned_up_to()
+        if pruned > start:  # a prune dropped events after the snapshot while they were being read
+            from . import ControllerConfigError
+
+            raise ControllerConfigError(
+                f"the event log was pruned up to position {pruned} while start-up folded it from position {start}: "
+                "some of those events may be missing from the state; start again (it then starts from a newer snapshot)"
+            )
         self._runs_checkpoint = 0
         self._live = True
         log.info(

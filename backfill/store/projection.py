@@ -71,6 +71,28 @@ def load_world(payload: bytes) -> World:
     return world
 
 
+def _loaded(position: int, payload: bytes) -> World:
+    """The World of the snapshot at ``position``.
+
+    Raises:
+        ValueError: unreadable, or folded up to another position.
+    """
+    world = load_world(payload)
+    if world.position != position:
+        raise ValueError(f"snapshot at position {position} holds a projection folded up to {world.position}")
+    return world
+
+
+def readable(position: int, payload: bytes) -> bool:
+    """Whether this release can start from the snapshot at ``position`` (``backfill db prune``
+    counts only such a snapshot as covering)."""
+    try:
+        _loaded(position, payload)
+    except ValueError:
+        return False
+    return True
+
+
 def latest(events: Any, before: int | None = None, unreadable: list[str] | None = None) -> World | None:
     """The snapshot of this code version to fold the log from, or None (fold from position 0).
 
@@ -93,10 +115,7 @@ def latest(events: Any, before: int | None = None, unreadable: list[str] | None 
     pruned = events.pruned_up_to()
     for position, payload in _candidates(events, version, before, pruned):
         try:
-            world = load_world(bytes(payload))
-            if world.position != position:
-                raise ValueError(f"snapshot at position {position} holds a projection folded up to {world.position}")
-            return world
+            return _loaded(position, bytes(payload))
         except ValueError as exc:
             if unreadable is None:
                 raise

@@ -153,6 +153,7 @@ def prune(
     snapshot: str,
     code_version: str,
     export: Path | None = None,
+    readable: Callable[[int, bytes], bool] | None = None,
 ) -> PruneResult:
     """Drop the oldest partitions of ``events`` that a snapshot covers (see the module notes).
 
@@ -168,6 +169,9 @@ def prune(
             (``COPY`` CSV, a header line when the file is new; ``COPY events FROM ... (FORMAT
             csv, HEADER)`` loads it back). It is opened (created) only when there are rows to
             export: when nothing is, it is neither created nor touched.
+        readable: ``(position, payload) -> bool``, whether a snapshot can be started from; the
+            newest one that can covers (a review: a corrupt newest snapshot counted, and the
+            prune dropped what the only readable one needed). None: the newest covers.
 
     Returns:
         a :class:`PruneResult`; ``dropped`` is empty and ``stopped`` says why when nothing
@@ -183,7 +187,7 @@ def prune(
     # partitions and its drops, and the drops then left a hole above the restored positions).
     conn.execute(_RETENTION_LOCK)
     try:
-        return _prune(conn, before, snapshot=snapshot, code_version=code_version, export=export)
+        return _prune(conn, before, snapshot=snapshot, code_version=code_version, export=export, readable=readable)
     finally:
         try:
             conn.execute(_RETENTION_UNLOCK)
@@ -198,13 +202,33 @@ _RETENTION_UNLOCK = "SELECT pg_advisory_unlock(1650879592, hashtext(current_sche
 _RETENTION_XACT_LOCK = "SELECT pg_advisory_xact_lock(1650879592, hashtext(current_schema()))"
 
 
-def _prune(conn: psycopg.Connection[Any], before: datetime, *, snapshot: str, code_version: str, export: Path | None) -> PruneResult:
+def _prune(
+    conn: psycopg.Connection[Any],
+    before: datetime,
+    *,
+    snapshot: str,
+    code_version: str,
+    export: Path | None,
+    readable: Callable[[int, bytes], bool] | None,
+) -> PruneResult:
     with conn.transaction():
         head = int(conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0])  # type: ignore[index]
-        row = conn.execute(
-            "SELECT max(position) FROM snapshots WHERE name = %s AND code_version = %s", (snapshot, code_version)
-        ).fetchone()
-        covered = int(row[0]) if row and row[0] is not None else None
+        covered = None
+        if readable is None:
+            row = conn.execute(
+                "SELECT max(position) FROM snapshots WHERE name = %s AND code_version = %s", (snapshot, code_version)
+            ).fetchone()
+            covered = int(row[0]) if row and row[0] is not None else None
+        else:
+            passed_over = 0
+            for position, payload in conn.execute(
+                "SELECT position, payload FROM snapshots WHERE name = %s AND code_version = %s ORDER BY position DESC",
+                (snapshot, code_version),
+            ):
+                if readable(int(position), bytes(payload)):
+                    covered = int(position)
+                    break
+                passed_over += 1
         checkpoints = conn.execute("SELECT name, position FROM checkpoints ORDER BY position, name").fetchall()
         parts = list_partitions(conn)
     dropped: list[Partition] = []
@@ -215,7 +239,8 @@ def _prune(conn: psycopg.Connection[Any], before: datetime, *, snapshot: str, co
         for part in parts:
             last = part.hi - 1
             if covered is None:
-                stopped = f"no snapshot {snapshot!r} of code version {code_version!r}: nothing is covered"
+                unread = f" this release can read ({passed_over} cannot be read)" if readable is not None and passed_over else ""
+                stopped = f"no snapshot {snapshot!r} of code version {code_version!r}{unread}: nothing is covered"
                 break
             if last > head:
                 stopped = f"partition {part.name} (positions {part.lo}-{last}) is not full yet (head {head})"
@@ -245,7 +270,12 @@ def _prune(conn: psycopg.Connection[Any], before: datetime, *, snapshot: str, co
                             fh.write(chunk)
                     fh.flush()
                     exported += count
-                conn.execute(f'DELETE FROM event_keys k USING "{part.name}" p WHERE k.idempotency_key = p.idempotency_key')
+                # The keys of this partition's events only: a key appended again after an earlier
+                # prune and then restored (a review) belongs to the retained event it names.
+                conn.execute(
+                    f'DELETE FROM event_keys k USING "{part.name}" p '
+                    "WHERE k.idempotency_key = p.idempotency_key AND k.position = p.position"
+                )
                 conn.execute(f'ALTER TABLE events DETACH PARTITION "{part.name}"')
                 conn.execute(f'DROP TABLE "{part.name}"')
                 conn.execute(

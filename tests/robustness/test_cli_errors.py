@@ -264,6 +264,9 @@ def test_the_controller_reads_KUBECONFIG_as_kubectl_does(tmp_path):
     assert f"kubeconfig {bad}: not valid YAML" in line, line  # the first file of the list that exists
     line = _assert_one_line_error(_run(["controller"], tmp_path, {"KUBECONFIG": "/nonexistent/a", "HOME": str(tmp_path)}), controller=True)
     assert "KUBECONFIG=/nonexistent/a: no such file" in line, line
+    # a directory is an error, as for kubectl (a review: it was skipped silently)
+    line = _assert_one_line_error(_run(["controller"], tmp_path, {"KUBECONFIG": f"{tmp_path}{os.pathsep}{bad}", "HOME": str(tmp_path)}), controller=True)
+    assert f"KUBECONFIG: {tmp_path} is not a file" in line, line
 
 
 @pytest.mark.parametrize(

@@ -9,13 +9,19 @@ import pytest
 
 from backfill.cli import main
 from backfill.store.eventlog import EventStore
-from backfill.store.projection import PROJECTION, code_version
+from backfill.core.state import World
+from backfill.store.projection import PROJECTION, code_version, dump_world
 from backfill.store.runs import RunStore
 from tests.store.contract import record, run_row
 
 pytestmark = pytest.mark.db
 
 LATER = "2999-01-01T00:00:00Z"
+
+
+def _snapshot_at(position: int) -> bytes:
+    """A snapshot payload this release can start from, at ``position`` (an empty projection)."""
+    return dump_world(World()._replace(position=position))
 
 
 def _prune(pg_schema: tuple[str, str], *args: str) -> int:
@@ -50,7 +56,10 @@ def test_nothing_to_prune_exits_0_with_one_line_saying_why_and_exports_no_file(p
     store.save_snapshot("projection", 5, "another-release", b"s")  # not one this release can start from
     assert _prune(pg_schema, "--before", LATER) == 0
     assert "no snapshot 'projection'" in _nothing_line(capsys)
-    store.save_snapshot(PROJECTION, 5, code_version(), b"s")
+    store.save_snapshot(PROJECTION, 5, code_version(), b"s")  # this release's, but it cannot be read
+    assert _prune(pg_schema, "--before", LATER) == 0
+    assert "of code version '" + code_version() + "' this release can read (1 cannot be read): nothing is covered" in _nothing_line(capsys)
+    store.save_snapshot(PROJECTION, 5, code_version(), _snapshot_at(5))
     export.write_bytes(b"kept\n")  # an existing export file is left as it was
     assert _prune(pg_schema, "--before", LATER, "--export", str(export)) == 0
     assert "ends at position 10, after snapshot 'projection' at 5" in _nothing_line(capsys)
@@ -64,7 +73,7 @@ def test_prune_exports_and_drops_covered_partitions_and_keeps_runs(pg_schema, pg
     store = EventStore(pg_engine, partition_size=10)
     store.append([record(f"e/{i}") for i in range(25)])
     RunStore(pg_engine).apply([run_row("u", 1)], "runs", 25)
-    store.save_snapshot(PROJECTION, 25, code_version(), b"s")
+    store.save_snapshot(PROJECTION, 25, code_version(), _snapshot_at(25))
     export = tmp_path / "old-events.csv"
     assert _prune(pg_schema, "--before", LATER, "--export", str(export)) == 0
     printed = capsys.readouterr().out

@@ -240,3 +240,32 @@ def test_prune_waits_for_a_restore_and_records_what_it_drops(pg_schema, pg_engin
     assert es.pruned_up_to() == 1150  # it dropped nothing
     assert _cli(pg_schema, "db", "prune", "--before", LATER) == 0
     assert es.pruned_up_to() == 2300
+
+
+def test_a_prune_after_a_restore_keeps_the_key_of_an_event_delivered_again(pg_schema, pg_engine, tmp_path, capsys, monkeypatch):
+    """A review: a pruned event's key delivered again (appended at a new position), then the
+    export restored (the key keeps its newer position), then the restored partition pruned
+    again: prune deleted the key by its text alone, and the next delivery was stored twice."""
+    es, log, export = _pruned(pg_schema, pg_engine, tmp_path, capsys)
+    again = encode(log[20][1], log[20][2])  # position 21's event and key, pruned
+    [p] = es.append([again])
+    assert p == len(log) + 1
+    assert _cli(pg_schema, "db", "restore", str(export)) == 0
+    capsys.readouterr()
+    projection.save(es, fold_all(World(), [(q, e) for q, e, _ in log] + [(p, log[20][1])]))
+    assert _cli(pg_schema, "db", "prune", "--before", LATER) == 0
+    assert es.pruned_up_to() >= 1150 and "dropped" in capsys.readouterr().out
+    assert es.append([again]) == [None]  # still known: the retained event at ``p`` owns it
+
+
+def test_prune_counts_only_a_snapshot_this_release_can_start_from(pg_schema, pg_engine, tmp_path, capsys):
+    """A review: a corrupt newest snapshot counted as covering, and the prune dropped what the
+    only readable one needed; start-up could then not rebuild the state."""
+    es, log, _ = _pruned(pg_schema, pg_engine, tmp_path, capsys)
+    es.save_snapshot(projection.PROJECTION, 1800, projection.code_version(), b"\x80 not a pickle")
+    unreadable: list[str] = []
+    assert projection.latest(es, unreadable=unreadable).position == len(log) // 2 == 1155 and unreadable
+    assert _cli(pg_schema, "db", "prune", "--before", LATER) == 0
+    assert "after snapshot 'projection' at 1155" in capsys.readouterr().out
+    assert es.pruned_up_to() == 1150  # nothing the readable snapshot needs was dropped
+    assert projection.latest(es, unreadable=[]).position == 1155 and projection.unrebuildable(es, []) is None
