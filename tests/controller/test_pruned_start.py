@@ -102,3 +102,46 @@ def test_an_unreadable_newest_snapshot_is_passed_over_for_an_older_one_that_cove
     c = start_controller()
     assert c.snapshot_position == 62 and c.position >= 70
     assert c.world.models[(kube_namespace, "m")].busy_until == reqs[-1].busy_until
+
+
+class _PrunedWhileRead:
+    """The controller's EventStore, except that the first ``read_payloads`` runs ``during``
+    (a real prune, on its own connection) after its first batch: another replica's snapshot and
+    a scheduled ``backfill db prune`` landing while start-up folds the log."""
+
+    def __init__(self, store, during) -> None:
+        self._store, self._during = store, during
+
+    def read_payloads(self, *args, **kwargs):
+        during, self._during = self._during, None
+        for i, batch in enumerate(self._store.read_payloads(*args, **kwargs)):
+            yield batch
+            if i == 0 and during is not None:
+                during()
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+
+def test_start_up_refuses_when_a_prune_drops_past_where_it_began_folding(pg_schema, pg_engine, kube_namespace, capsys):
+    url, schema = pg_schema
+    es = EventStore(pg_engine, partition_size=20)
+    reqs = _requests(kube_namespace, 70, now_s() - timedelta(hours=3))
+    es.append([encode(e, f"req/{i}") for i, e in enumerate(reqs)])
+    pairs = list(enumerate(reqs, 1))
+    projection.save(es, fold_all(World(), pairs[:30]), keep=5)  # start-up will fold from 30
+
+    def snapshot_and_prune() -> None:
+        projection.save(es, fold_all(World(), pairs), keep=5)  # the leader's newer snapshot
+        assert main(["db", "prune", "--database-url", url, "--schema", schema, "--before", "2999-01-01T00:00:00Z"]) == 0
+
+    store = _PrunedWhileRead(es, snapshot_and_prune)
+    c = Controller(Settings(namespace=kube_namespace), client.ApiClient(), store, RunStore(pg_engine), Metrics())
+    with pytest.raises(ControllerConfigError) as refused:
+        try:
+            c.start()
+        finally:
+            c.stop(timeout=1.0)
+    assert es.pruned_up_to() == 60
+    assert "pruned up to position 60 while start-up folded it from position 30" in str(refused.value)
+    assert projection.latest(es).position == 70  # the next start begins at the newer snapshot
