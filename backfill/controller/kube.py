@@ -41,8 +41,9 @@ def _client(load: Any) -> client.ApiClient:
 
 def api_client(settings: Settings) -> client.ApiClient:
     """An ApiClient for the configured cluster: ``settings.kubeconfig`` (``--kubeconfig``,
-    ``BACKFILL_KUBECONFIG``), else the first existing file of ``$KUBECONFIG``, else the in-cluster
-    service account, else ``~/.kube/config`` (controller-runtime's order).
+    ``BACKFILL_KUBECONFIG``), else the files ``$KUBECONFIG`` lists, merged as kubectl merges
+    them (:func:`_merged`), else the in-cluster service account, else ``~/.kube/config``
+    (controller-runtime's order).
 
     Raises:
         KubeConfigError: the kubeconfig is missing or invalid, or no configuration is found.
@@ -53,16 +54,17 @@ def api_client(settings: Settings) -> client.ApiClient:
             raise KubeConfigError(f"kubeconfig {path} does not exist")
         if not path.is_file():
             raise KubeConfigError(f"kubeconfig {path} is not a file")
-        return _from_file(path)
+        return _from_files([path])
     env = os.environ.get("KUBECONFIG", "")
     if env:  # as kubectl and controller-runtime: before the in-cluster configuration (a trial: ignored)
         listed = [Path(p).expanduser() for p in env.split(os.pathsep) if p]
         for path in listed:
-            if path.exists():
-                if not path.is_file():
-                    raise KubeConfigError(f"KUBECONFIG: {path} is not a file")
-                return _from_file(path)  # the first existing file of the list: kubectl merges them, this does not
-        raise KubeConfigError(f"KUBECONFIG={env}: no such file")
+            if path.exists() and not path.is_file():
+                raise KubeConfigError(f"KUBECONFIG: {path} is not a file")
+        existing = list(dict.fromkeys(path for path in listed if path.exists()))  # kubectl skips missing files
+        if not existing:
+            raise KubeConfigError(f"KUBECONFIG={env}: no such file")
+        return _from_files(existing)
     try:
         return _client(lambda cfg: config.load_incluster_config(client_configuration=cfg))
     except ConfigException:
@@ -70,7 +72,66 @@ def api_client(settings: Settings) -> client.ApiClient:
     default = Path("~/.kube/config").expanduser()
     if not default.is_file():
         raise KubeConfigError("no Kubernetes configuration: not in a cluster, no --kubeconfig, no KUBECONFIG and no ~/.kube/config")
-    return _from_file(default)
+    return _from_files([default])
+
+
+def _merged(docs: list[tuple[Path, Any]]) -> tuple[dict[str, Any], dict[tuple[str, Any], Path]]:
+    """kubectl's merge of several kubeconfig documents (client-go ``clientcmd`` loading rules,
+    the order of ``$KUBECONFIG``): the first file to set a value wins, never a later one: the
+    first ``current-context`` set (non-empty) is the one used, and the first entry of a name
+    in ``clusters``, ``contexts`` and ``users`` is kept. (The Python client's own merge takes
+    the *last* file's ``current-context``: with a list kubectl uses one cluster and the client
+    another.) ``docs``: ``(path, parsed YAML mapping)`` in order, empty files left out.
+
+    Returns the merged document and, per ``(item, name)`` (``("clusters", "c")``), the file
+    that defined the entry kept."""
+    out: dict[str, Any] = {"clusters": [], "contexts": [], "users": []}
+    origin: dict[tuple[str, Any], Path] = {}
+    for path, doc in docs:
+        if not out.get("current-context") and doc.get("current-context"):
+            out["current-context"] = doc["current-context"]
+        elif "current-context" not in out and "current-context" in doc:
+            out["current-context"] = doc["current-context"]  # set but empty: said as such if nothing later sets it
+        for item in ("clusters", "contexts", "users"):
+            names = {e.get("name") for e in out[item]}
+            for entry in doc.get(item) or []:
+                if isinstance(entry, dict) and entry.get("name") not in names:
+                    out[item].append(entry)
+                    names.add(entry.get("name"))
+                    origin[(item, entry.get("name"))] = path
+    return out, origin
+
+
+def _from_files(paths: list[Path]) -> client.ApiClient:
+    """An ApiClient for kubeconfig file ``paths`` (one, or the files ``$KUBECONFIG`` lists that
+    exist, merged as kubectl merges them: :func:`_merged`).
+
+    Raises:
+        KubeConfigError: a file does not load (not YAML, not a kubeconfig, unreadable), or the
+            current user's exec plugin cannot be run or fails (the client would go on without
+            credentials), with the file's name (``KUBECONFIG=a:b`` for a problem of the merged
+            configuration) and the first line of the reason."""
+    if len(paths) == 1:
+        return _from_file(paths[0])
+    label = "KUBECONFIG=" + os.pathsep.join(map(str, paths))
+    docs: list[tuple[Path, Any]] = []
+    for path in paths:
+        doc = _read(path)
+        if doc is None:
+            continue  # an empty file adds nothing (kubectl)
+        if not isinstance(doc, dict):
+            raise KubeConfigError(f"kubeconfig {path}: {_problem(doc, path.parent)}")
+        docs.append((path, doc))
+    if not docs:
+        raise KubeConfigError(f"{label}: every file is empty")
+    doc, origin = _merged(docs)
+    # The client runs an exec plugin from the directory of the file that defined the current
+    # context's *cluster* (kubectl: the user's); the check looks where the client will run it.
+    cluster = _current_context(doc).get("cluster")
+    base = Path(os.path.abspath(origin.get(("clusters", cluster), docs[0][0]))).parent
+    return _load(doc, base, label, lambda cfg: config.load_kube_config(
+        config_file=os.pathsep.join(str(p) for p, _ in docs), context=doc.get("current-context") or None, client_configuration=cfg
+    ))
 
 
 def _from_file(path: Path) -> client.ApiClient:
@@ -80,25 +141,44 @@ def _from_file(path: Path) -> client.ApiClient:
         KubeConfigError: the file does not load (not YAML, not a kubeconfig, unreadable), or the
             current user's exec plugin cannot be run or fails (the client would go on without
             credentials), with the file's name and the first line of the reason."""
+    doc = _read(path)
+    base = Path(os.path.abspath(path)).parent  # the client's base (no symlinks followed)
+    return _load(doc, base, f"kubeconfig {path}", lambda cfg: config.load_kube_config(config_file=str(path), client_configuration=cfg), path)
+
+
+def _read(path: Path) -> Any:
+    """Kubeconfig file ``path`` parsed (YAML; None for an empty file).
+
+    Raises:
+        KubeConfigError: not YAML, or unreadable (the file's name and the first line of why)."""
     try:
-        doc = yaml.safe_load(path.read_text())
-        problem = _problem(doc, Path(os.path.abspath(path)).parent)  # the client's base (no symlinks followed)
-        if problem is not None:
-            raise KubeConfigError(f"kubeconfig {path}: {problem}")
-        with _root_errors() as errors:
-            api = _client(lambda cfg: config.load_kube_config(config_file=str(path), client_configuration=cfg))
-        user, entry = _current_user(doc)
-        if errors and isinstance(entry, dict) and "exec" in entry:
-            api.close()
-            first = errors[0].splitlines()[0] if errors[0] else "(no message)"
-            raise KubeConfigError(f"kubeconfig {path}: user {user}: exec plugin failed: {first}")
-        for text in errors:  # not ours to judge: said as the client said it
-            logging.getLogger().error(text)
-        return api
+        return yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
         raise KubeConfigError(f"kubeconfig {path}: not valid YAML: {str(exc).splitlines()[0]}") from None
-    except (ConfigException, ValueError, TypeError, AttributeError, OSError) as exc:
+    except OSError as exc:
         raise KubeConfigError(f"kubeconfig {path}: {_reason(exc, path)}") from None
+
+
+def _load(doc: Any, base: Path, label: str, load: Any, path: Path | None = None) -> client.ApiClient:
+    """Check kubeconfig document ``doc`` (:func:`_problem`; ``base``: where a relative exec
+    plugin is run from), then build the client with ``load(configuration)``; errors are
+    ``KubeConfigError("{label}: reason")`` (``path``: the one file, left out of the reason)."""
+    problem = _problem(doc, base)
+    if problem is not None:
+        raise KubeConfigError(f"{label}: {problem}")
+    try:
+        with _root_errors() as errors:
+            api = _client(load)
+    except (ConfigException, ValueError, TypeError, AttributeError, KeyError, OSError) as exc:
+        raise KubeConfigError(f"{label}: {_reason(exc, path)}") from None
+    user, entry = _current_user(doc)
+    if errors and isinstance(entry, dict) and "exec" in entry:
+        api.close()
+        first = errors[0].splitlines()[0] if errors[0] else "(no message)"
+        raise KubeConfigError(f"{label}: user {user}: exec plugin failed: {first}")
+    for text in errors:  # not ours to judge: said as the client said it
+        logging.getLogger().error(text)
+    return api
 
 
 @contextmanager
@@ -122,15 +202,21 @@ def _root_errors() -> Iterator[list[str]]:
         root.removeFilter(keep)
 
 
+def _current_context(doc: Any) -> dict[str, Any]:
+    """The current context's ``context`` mapping in kubeconfig document ``doc`` ({} when absent)."""
+    if not isinstance(doc, dict):
+        return {}
+    current = doc.get("current-context")
+    context = next((c.get("context") for c in doc.get("contexts") or [] if isinstance(c, dict) and c.get("name") == current), None)
+    return context if isinstance(context, dict) else {}
+
+
 def _current_user(doc: Any) -> tuple[Any, Any]:
     """``(name, user entry)`` of the current context's user in kubeconfig document ``doc``
     (either None when absent)."""
     if not isinstance(doc, dict):
         return None, None
-    current = doc.get("current-context")
-    contexts = {c.get("name"): c.get("context") for c in doc.get("contexts") or [] if isinstance(c, dict)}
-    context = contexts.get(current)
-    user = context.get("user") if isinstance(context, dict) else None
+    user = _current_context(doc).get("user")
     entry = next((u.get("user") for u in doc.get("users") or [] if isinstance(u, dict) and u.get("name") == user), None)
     return user, entry
 
@@ -175,7 +261,7 @@ def _exec_problem(user: str, command: Any, base: Path) -> str | None:
     return None
 
 
-def _reason(exc: BaseException, path: Path) -> str:
+def _reason(exc: BaseException, path: Path | None) -> str:
     """The first line of ``exc``'s message without the client's own prefix and its repeats of
     the file's name (``Invalid kube-config file. Expected key current-context in PATH`` ->
     ``expected key current-context``; ``... name x in PATH/contexts list`` -> ``... name x in
@@ -184,6 +270,7 @@ def _reason(exc: BaseException, path: Path) -> str:
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     for prefix in ("Invalid kube-config file. ", "Invalid kube-config. ", "invalid kube-config. "):
         text = text.removeprefix(prefix)
-    text = text.removesuffix(f" in {path}")
-    text = text.replace(f" in {path}/", " in ").replace(f"{path} file", "the file")
+    if path is not None:
+        text = text.removesuffix(f" in {path}")
+        text = text.replace(f" in {path}/", " in ").replace(f"{path} file", "the file")
     return text[:1].lower() + text[1:]

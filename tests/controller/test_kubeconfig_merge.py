@@ -1,0 +1,95 @@
+"""``$KUBECONFIG`` naming several files: merged as kubectl merges them (client-go's loading rules).
+
+The controller used to load only the first existing file of the list (a kubeconfig split in a
+clusters file and a credentials file did not load), and the Python client's own merge takes the
+*last* file's ``current-context``: with the same ``$KUBECONFIG`` kubectl would talk to one
+cluster and the controller to another. Each expected value below is read off the files the test
+writes, by kubectl's rule: the first file to set a value wins.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from backfill.controller.kube import KubeConfigError, api_client
+from backfill.settings import Settings
+
+
+def _cluster(name: str, port: int) -> str:
+    return f"{{name: {name}, cluster: {{server: 'https://127.0.0.1:{port}', insecure-skip-tls-verify: true}}}}"
+
+
+def _load(monkeypatch, tmp_path, *texts: str, absent: bool = False):
+    paths = []
+    for i, text in enumerate(texts):
+        path = tmp_path / f"kubeconfig-{i}"
+        path.write_text(text)
+        paths.append(str(path))
+    if absent:
+        paths.insert(1, str(tmp_path / "absent"))  # kubectl skips a file that does not exist
+    monkeypatch.setenv("KUBECONFIG", ":".join(paths))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("BACKFILL_KUBECONFIG", raising=False)
+    return api_client(Settings())
+
+
+def test_the_first_current_context_wins_and_entries_come_from_any_file(monkeypatch, tmp_path):
+    """File 1 names the context only; file 2 defines the contexts, clusters and user and names
+    another current context. kubectl uses context ``one`` (port 6441, file 1 set it first);
+    the client's own merge used ``two`` (port 6442); the code before refused (context ``one``
+    not in file 1's contexts)."""
+    first = "apiVersion: v1\nkind: Config\ncurrent-context: one\n"
+    second = (
+        "apiVersion: v1\nkind: Config\ncurrent-context: two\n"
+        f"clusters: [{_cluster('c1', 6441)}, {_cluster('c2', 6442)}]\n"
+        "contexts: [{name: one, context: {cluster: c1, user: admin}}, {name: two, context: {cluster: c2, user: admin}}]\n"
+        "users: [{name: admin, user: {token: secret-2}}]\n"
+    )
+    api = _load(monkeypatch, tmp_path, first, second, absent=True)
+    try:
+        assert api.configuration.host == "https://127.0.0.1:6441"
+        assert api.configuration.api_key["BearerToken"] == "Bearer secret-2"
+    finally:
+        api.close()
+
+
+def test_an_entry_defined_twice_is_the_first_files(monkeypatch, tmp_path):
+    """Cluster ``c`` and user ``admin`` in both files: the first file's server and token."""
+    first = (
+        f"apiVersion: v1\nkind: Config\ncurrent-context: x\nclusters: [{_cluster('c', 7001)}]\n"
+        "contexts: [{name: x, context: {cluster: c, user: admin}}]\nusers: [{name: admin, user: {token: first}}]\n"
+    )
+    second = (
+        f"apiVersion: v1\nkind: Config\ncurrent-context: x\nclusters: [{_cluster('c', 7002)}]\n"
+        "users: [{name: admin, user: {token: second}}]\n"
+    )
+    api = _load(monkeypatch, tmp_path, "", first, second)  # an empty file adds nothing
+    try:
+        assert api.configuration.host == "https://127.0.0.1:7001"
+        assert api.configuration.api_key["BearerToken"] == "Bearer first"
+    finally:
+        api.close()
+
+
+def test_a_problem_of_the_merged_configuration_names_the_list(monkeypatch, tmp_path):
+    """The merged current context names a user no file defines: one error naming the list
+    (the client would connect anonymously)."""
+    first = "apiVersion: v1\nkind: Config\ncurrent-context: x\ncontexts: [{name: x, context: {cluster: c, user: admin}}]\n"
+    second = f"apiVersion: v1\nkind: Config\nclusters: [{_cluster('c', 7003)}]\nusers: [{{name: other, user: {{token: t}}}}]\n"
+    with pytest.raises(KubeConfigError) as err:
+        _load(monkeypatch, tmp_path, first, second)
+    listed = f"{tmp_path}/kubeconfig-0:{tmp_path}/kubeconfig-1"
+    assert str(err.value) == f"KUBECONFIG={listed}: context x names user admin, which is not in its users list"
+
+
+def test_a_file_of_the_list_that_is_not_a_kubeconfig_is_named(monkeypatch, tmp_path):
+    good = (
+        f"apiVersion: v1\nkind: Config\ncurrent-context: x\nclusters: [{_cluster('c', 7004)}]\n"
+        "contexts: [{name: x, context: {cluster: c, user: admin}}]\nusers: [{name: admin, user: {token: t}}]\n"
+    )
+    with pytest.raises(KubeConfigError) as err:
+        _load(monkeypatch, tmp_path, good, "- a\n- list\n")
+    assert str(err.value) == f"kubeconfig {tmp_path}/kubeconfig-1: not a kubeconfig: a YAML list, not a mapping of clusters, contexts and users"
+    with pytest.raises(KubeConfigError) as err:
+        _load(monkeypatch, tmp_path, "", "")
+    assert str(err.value) == f"KUBECONFIG={tmp_path}/kubeconfig-0:{tmp_path}/kubeconfig-1: every file is empty"
