@@ -49,6 +49,17 @@ def test_a_log_whose_first_appends_rolled_back_is_not_taken_for_a_pruned_one(sta
     assert c.world.models[(kube_namespace, "m")].busy_until == reqs[-1].busy_until
 
 
+def _start_refused(store, pg_engine, namespace) -> pytest.ExceptionInfo:
+    """Start a Controller on event store ``store`` that must refuse: the ControllerConfigError."""
+    c = Controller(Settings(namespace=namespace), client.ApiClient(), store, RunStore(pg_engine), Metrics())
+    with pytest.raises(ControllerConfigError) as refused:
+        try:
+            c.start()
+        finally:
+            c.stop(timeout=1.0)
+    return refused
+
+
 def test_a_pruned_log_without_a_snapshot_of_this_release_refuses_until_the_export_is_restored(
     start_controller, pg_schema, pg_engine, kube_namespace, tmp_path, monkeypatch, capsys
 ):
@@ -62,12 +73,7 @@ def test_a_pruned_log_without_a_snapshot_of_this_release_refuses_until_the_expor
     assert es.pruned_up_to() == 60
 
     monkeypatch.setattr(projection, "code_version", lambda: "7-the-next-release")  # its state has another shape
-    c = Controller(Settings(namespace=kube_namespace), client.ApiClient(), es, RunStore(pg_engine), Metrics())
-    with pytest.raises(ControllerConfigError) as refused:
-        try:
-            c.start()
-        finally:
-            c.stop(timeout=1.0)
+    refused = _start_refused(es, pg_engine, kube_namespace)
     assert "pruned up to position 60" in str(refused.value) and "backfill db restore" in str(refused.value)
 
     capsys.readouterr()
@@ -135,13 +141,7 @@ def test_start_up_refuses_when_a_prune_drops_past_where_it_began_folding(pg_sche
         projection.save(es, fold_all(World(), pairs), keep=5)  # the leader's newer snapshot
         assert main(["db", "prune", "--database-url", url, "--schema", schema, "--before", "2999-01-01T00:00:00Z"]) == 0
 
-    store = _PrunedWhileRead(es, snapshot_and_prune)
-    c = Controller(Settings(namespace=kube_namespace), client.ApiClient(), store, RunStore(pg_engine), Metrics())
-    with pytest.raises(ControllerConfigError) as refused:
-        try:
-            c.start()
-        finally:
-            c.stop(timeout=1.0)
+    refused = _start_refused(_PrunedWhileRead(es, snapshot_and_prune), pg_engine, kube_namespace)
     assert es.pruned_up_to() == 60
     assert "pruned up to position 60 while start-up folded it from position 30" in str(refused.value)
     assert projection.latest(es).position == 70  # the next start begins at the newer snapshot
