@@ -42,7 +42,7 @@ from typing import Any, Callable
 from ..core import events as ev
 from ..core.commands import Admit, Block, Cancel, ReleaseFinalizer, Unblock, WakeAt
 from ..core.projector import FOREGROUND_DEMAND, decide, fold
-from ..core.decisions import decision_record
+from ..core.decisions import decision_record, validated
 from ..core.runs import RunRow, row_of
 from ..core.state import Key, World
 from ..core.timefmt import plus_seconds
@@ -188,10 +188,6 @@ def simulate(
         return _simulate(trace, params, progress, fast=fast)
 
 
-def _validated(cls: type, /, **values: Any) -> Any:
-    return cls(**values)
-
-
 def _simulate(
     trace: Trace, params: SimParams, progress: Callable[[int], None] | None = None, *, fast: bool = True
 ) -> SimResult:
@@ -215,7 +211,7 @@ def _simulate(
     max_us = round(params.max_run * 1e6)
     delta_us = round(params.cancel_latency * 1e6)
     pad_us = round(params.signal_granularity * 1e6)
-    make = ev.construct if fast else _validated
+    make = ev.construct if fast else validated
     result = SimResult()
     log = result.events
     world = World()
@@ -276,7 +272,7 @@ def _simulate(
             if t is WakeAt:
                 wake(cmd.key, to_us(cmd.at))
             elif t is Admit:
-                append(*decision_record(cmd, at=now, basis=world.position))
+                append(*decision_record(cmd, at=now, basis=world.position, validate=not fast))
                 append(make(ev.JobCreated, at=now, namespace=ns, backfill=cmd.key[1], name=cmd.job_name, uid=f"job-{cmd.job_name}"))
                 todo = left.get(cmd.key[1], params.shards)
                 started[(cmd.key[1], cmd.attempt)] = (now_us, todo)
@@ -286,11 +282,11 @@ def _simulate(
                 else:
                     push(now_us + max_us, _JOB_END, "deadline", (cmd.key, cmd.attempt, cmd.job_name))
             elif t is Cancel:
-                append(*decision_record(cmd, at=now, basis=world.position))
+                append(*decision_record(cmd, at=now, basis=world.position, validate=not fast))
                 cancelled.add((cmd.key[1], cmd.attempt))
                 push(now_us + delta_us, _JOB_END, "gone", (cmd.key, cmd.attempt, cmd.job_name, now_us, cmd.reason))
             elif t is Block or t is Unblock:
-                append(*decision_record(cmd, at=now, basis=world.position))
+                append(*decision_record(cmd, at=now, basis=world.position, validate=not fast))
             elif t is ReleaseFinalizer:  # pragma: no cover - nothing is deleted in a simulation
                 pass
 
