@@ -33,6 +33,14 @@ def _load(monkeypatch, tmp_path, *texts: str, absent: bool = False):
     return api_client(Settings())
 
 
+def _target(api) -> tuple[str, str]:
+    """``(server URL, Authorization header)`` the client ``api`` was configured with (closed)."""
+    try:
+        return api.configuration.host, api.configuration.api_key.get("BearerToken", "")
+    finally:
+        api.close()
+
+
 def test_the_first_current_context_wins_and_entries_come_from_any_file(monkeypatch, tmp_path):
     """File 1 names the context only; file 2 defines the contexts, clusters and user and names
     another current context. kubectl uses context ``one`` (port 6441, file 1 set it first);
@@ -45,12 +53,7 @@ def test_the_first_current_context_wins_and_entries_come_from_any_file(monkeypat
         "contexts: [{name: one, context: {cluster: c1, user: admin}}, {name: two, context: {cluster: c2, user: admin}}]\n"
         "users: [{name: admin, user: {token: secret-2}}]\n"
     )
-    api = _load(monkeypatch, tmp_path, first, second, absent=True)
-    try:
-        assert api.configuration.host == "https://127.0.0.1:6441"
-        assert api.configuration.api_key["BearerToken"] == "Bearer secret-2"
-    finally:
-        api.close()
+    assert _target(_load(monkeypatch, tmp_path, first, second, absent=True)) == ("https://127.0.0.1:6441", "Bearer secret-2")
 
 
 def test_an_entry_defined_twice_is_the_first_files(monkeypatch, tmp_path):
@@ -64,11 +67,7 @@ def test_an_entry_defined_twice_is_the_first_files(monkeypatch, tmp_path):
         "users: [{name: admin, user: {token: second}}]\n"
     )
     api = _load(monkeypatch, tmp_path, "", first, second)  # an empty file adds nothing
-    try:
-        assert api.configuration.host == "https://127.0.0.1:7001"
-        assert api.configuration.api_key["BearerToken"] == "Bearer first"
-    finally:
-        api.close()
+    assert _target(api) == ("https://127.0.0.1:7001", "Bearer first")
 
 
 def test_a_problem_of_the_merged_configuration_names_the_list(monkeypatch, tmp_path):
