@@ -131,7 +131,7 @@ def _from_files(paths: list[Path]) -> client.ApiClient:
     base = Path(os.path.abspath(origin.get(("clusters", cluster), docs[0][0]))).parent
     return _load(doc, base, label, lambda cfg: config.load_kube_config(
         config_file=os.pathsep.join(str(p) for p, _ in docs), context=doc.get("current-context") or None, client_configuration=cfg
-    ))
+    ), docs[0][0])  # the client names the merged lists after the first file: "in A/contexts list" -> "in contexts list"
 
 
 def _from_file(path: Path) -> client.ApiClient:
@@ -162,7 +162,7 @@ def _read(path: Path) -> Any:
 def _load(doc: Any, base: Path, label: str, load: Any, path: Path | None = None) -> client.ApiClient:
     """Check kubeconfig document ``doc`` (:func:`_problem`; ``base``: where a relative exec
     plugin is run from), then build the client with ``load(configuration)``; errors are
-    ``KubeConfigError("{label}: reason")`` (``path``: the one file, left out of the reason)."""
+    ``KubeConfigError("{label}: reason")`` (``path``: the file the client names, left out of the reason)."""
     problem = _problem(doc, base)
     if problem is not None:
         raise KubeConfigError(f"{label}: {problem}")

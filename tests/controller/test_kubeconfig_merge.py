@@ -92,3 +92,19 @@ def test_a_file_of_the_list_that_is_not_a_kubeconfig_is_named(monkeypatch, tmp_p
     with pytest.raises(KubeConfigError) as err:
         _load(monkeypatch, tmp_path, "", "")
     assert str(err.value) == f"KUBECONFIG={tmp_path}/kubeconfig-0:{tmp_path}/kubeconfig-1: every file is empty"
+
+
+@pytest.mark.parametrize(
+    "first, reason",
+    [
+        ("apiVersion: v1\nkind: Config\ncurrent-context: nope\n", "expected object with name nope in contexts list"),
+        ("apiVersion: v1\nkind: Config\nclusters: []\n", "expected key current-context"),
+    ],
+    ids=["unknown context", "no current-context"],
+)
+def test_the_clients_errors_about_the_merged_lists_name_the_list_not_the_first_file(monkeypatch, tmp_path, first, reason):
+    """The client names the merged lists after the first file ("in F/contexts list"), which
+    reads as if only that file had been looked at."""
+    with pytest.raises(KubeConfigError) as err:
+        _load(monkeypatch, tmp_path, first, "apiVersion: v1\nkind: Config\ncontexts: []\n")
+    assert str(err.value) == f"KUBECONFIG={tmp_path}/kubeconfig-0:{tmp_path}/kubeconfig-1: {reason}"
