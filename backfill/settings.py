@@ -226,6 +226,22 @@ class Settings(BaseSettings):
         return v
 
     @model_validator(mode="after")
+    def _lease_timing(self) -> "Settings":
+        """``lease_duration_seconds`` >= 3 x ``lease_renew_seconds``; SettingsCheckError naming
+        both otherwise. The leader acts until ``duration - renew`` after the start of its last
+        renew and renews every ``renew`` seconds (one round: at most two calls of at most
+        ``renew / 2`` each), so a shorter lease lapses between renews: leadership flaps, and
+        before this check (``duration`` 1, ``renew`` 5: a new users' trial) two replicas led at
+        once (:mod:`backfill.controller.leader`)."""
+        if self.lease_duration_seconds < 3 * self.lease_renew_seconds:
+            raise SettingsCheckError(
+                ("lease_duration_seconds", "lease_renew_seconds"),
+                f"the lease duration ({self.lease_duration_seconds:g} s) must be at least 3 times the renew period "
+                f"({self.lease_renew_seconds:g} s): the leader stops acting at duration - renew after its last renew",
+            )
+        return self
+
+    @model_validator(mode="after")
     def _tls_pair(self) -> "Settings":
         """Both TLS files or neither; SettingsCheckError naming both otherwise."""
         if (self.tls_cert_file is None) != (self.tls_key_file is None):

@@ -108,7 +108,9 @@ class LeaderElector:
         name, namespace: the Lease (``coordination.k8s.io/v1``).
         identity: this candidate's ``holderIdentity``.
         duration: ``leaseDurationSeconds``, seconds.
-        renew: renew period while leading, seconds (must be below ``duration``).
+        renew: renew period while leading, seconds: the leader acts until ``duration - renew``
+            after the start of its last renew (never when that is not positive: it never leads);
+            :class:`backfill.settings.Settings` asks for ``duration >= 3 * renew``.
         retry: retry period while not leading, seconds (default ``min(1, renew)``).
         request_timeout: client-side timeout of every Lease call, seconds (default
             ``min(2.5, renew / 2)``), so one round (a read and a write) fits in the renew period.
@@ -193,15 +195,22 @@ class LeaderElector:
     def _spec(self, acquired: datetime, now: datetime, transitions: int) -> dict:
         return {
             "holderIdentity": self.identity,
-            "leaseDurationSeconds": max(1, int(round(self.duration))),
+            "leaseDurationSeconds": self._written_duration(),
             "acquireTime": _micro(acquired),
             "renewTime": _micro(now),
             "leaseTransitions": transitions,
         }
 
+    def _written_duration(self) -> int:
+        """``leaseDurationSeconds`` as written in the Lease: whole seconds (the API's int32), at least 1."""
+        return max(1, int(round(self.duration)))
+
     def _won(self, t0: float) -> bool:
         was = self.is_leader()
-        self._deadline = t0 + max(self.renew, self.duration - self.renew)
+        # Never past the Lease as written (whole seconds, at least 1): a deadline of
+        # max(renew, duration - renew) outlived a Lease shorter than the renew period, and a
+        # standby took over while this leader still acted (a new user's trial: duration 1, renew 5).
+        self._deadline = t0 + min(self.duration, self._written_duration()) - self.renew
         self._standby_for = None
         if not was:
             log.info(f"acquired leader lease {self.namespace}/{self.name} as {self.identity}")

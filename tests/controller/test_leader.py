@@ -14,6 +14,27 @@ def _elector(api, ns: str, identity: str) -> LeaderElector:
     return LeaderElector(api, name="mbf-leader", namespace=ns, identity=identity, duration=15, renew=5)
 
 
+def test_a_leader_stops_acting_before_its_lease_lapses(kube_api, kube_namespace):
+    """A new user's trial: with a lease (1 s) shorter than the renew period (5 s), the leader
+    acted for 5 s after each renew while a standby took the lapsed Lease after 1 s: two leaders.
+    The leader's own deadline now never passes the Lease: ``duration - renew`` after the start of
+    its renew (none at all here; Settings refuses such timing), 2 s for a 3 s lease renewed every
+    second."""
+    import time
+
+    short = LeaderElector(kube_api, name="short", namespace=kube_namespace, identity="a", duration=1, renew=5)
+    assert short.try_acquire() is True
+    assert not short.is_leader()
+    t0 = time.monotonic()
+    a = LeaderElector(kube_api, name="tight", namespace=kube_namespace, identity="a", duration=3, renew=1)
+    b = LeaderElector(kube_api, name="tight", namespace=kube_namespace, identity="b", duration=3, renew=1)
+    assert a.try_acquire() is True and a.is_leader()
+    time.sleep(max(0.0, t0 + 2.05 - time.monotonic()))
+    assert not a.is_leader()  # 2 s after the renew started: done, a second before the Lease lapses
+    time.sleep(1.2)
+    assert b.try_acquire() is True and b.is_leader() and not a.is_leader()
+
+
 def test_one_leader_then_handover_on_release(kube_api, kube_namespace):
     a, b = _elector(kube_api, kube_namespace, "a"), _elector(kube_api, kube_namespace, "b")
     assert a.try_acquire() is True and a.is_leader()

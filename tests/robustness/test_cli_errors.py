@@ -222,6 +222,21 @@ def test_a_model_level_check_names_every_variable_it_involves(tmp_path):
     )
 
 
+def test_a_lease_shorter_than_three_renew_periods_is_refused(tmp_path):
+    """A new user's trial: ``BACKFILL_LEASE_DURATION_SECONDS=1`` with the default renew period
+    (5 s) started two replicas that both led (tests/controller/test_leader.py shows the elector's
+    side). The defaults (15, 5) and the fault harness's (3, 1) pass."""
+    p = _run(["controller"], tmp_path, {"BACKFILL_LEASE_DURATION_SECONDS": "1"})
+    assert _assert_one_line_error(p, controller=True) == (
+        "backfill: error: settings: BACKFILL_LEASE_DURATION_SECONDS, BACKFILL_LEASE_RENEW_SECONDS: the lease duration (1 s) "
+        "must be at least 3 times the renew period (5 s): the leader stops acting at duration - renew after its last renew"
+    )
+    from backfill.settings import Settings
+
+    Settings(lease_duration_seconds=3, lease_renew_seconds=1)
+    Settings()
+
+
 def test_a_bad_flag_is_named_as_the_flag_and_every_problem_is_said(tmp_path):
     p = _run(["controller", "--metrics-address", "nowhere"], tmp_path, {"BACKFILL_API_BURST": "0"})
     assert _assert_one_line_error(p, controller=True) == (
