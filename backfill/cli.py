@@ -1020,7 +1020,7 @@ class _ControllerCommand(TyperCommand):
 
 @app.command(cls=_ControllerCommand)
 def controller(
-    kubeconfig: Optional[Path] = typer.Option(None, "--kubeconfig", help=_env_help("kubeconfig file; unset: $KUBECONFIG (files merged as kubectl does), else in-cluster, else ~/.kube/config.", "BACKFILL_KUBECONFIG")),
+    kubeconfig: Optional[Path] = typer.Option(None, "--kubeconfig", help=_env_help("kubeconfig file; unset: $KUBECONFIG (files merged as kubectl does; none existing is an error), else in-cluster, else ~/.kube/config.", "BACKFILL_KUBECONFIG")),
     namespace: Optional[str] = typer.Option(None, "--namespace", help=_env_help("Watch only this namespace (GamingSessions and GPULeases: every namespace); unset: all.", "BACKFILL_NAMESPACE")),
     database_url: Optional[str] = typer.Option(
         None, "--database-url",

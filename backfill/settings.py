@@ -92,7 +92,7 @@ class Settings(BaseSettings):
     )
 
     # Kubernetes
-    kubeconfig: Path | None = Field(default=None, description="kubeconfig file; unset: $KUBECONFIG (files merged as kubectl does), else in-cluster, else ~/.kube/config.")
+    kubeconfig: Path | None = Field(default=None, description="kubeconfig file; unset: $KUBECONFIG (files merged as kubectl does; none existing is an error), else in-cluster, else ~/.kube/config.")
     namespace: str | None = Field(
         default=None,
         description="Watch, decide and act only in this namespace (an RFC 1123 label; GamingSessions and GPULeases are "

@@ -68,9 +68,33 @@ def alembic_config(url: str, schema: str = DEFAULT_SCHEMA) -> Config:
     return cfg
 
 
+class DowngradeRefused(ValueError):
+    """An upgrade to a revision older than the schema's: upgrade never downgrades."""
+
+
 def upgrade(url: str, schema: str = DEFAULT_SCHEMA, revision: str = "head") -> None:
-    """Create ``schema`` if missing and migrate it to ``revision`` (default: the newest)."""
-    command.upgrade(alembic_config(url, schema), revision)
+    """Create ``schema`` if missing and migrate it to ``revision`` (default: the newest).
+
+    Raises:
+        DowngradeRefused: the schema is already past ``revision`` (Alembic's upgrade would do
+            nothing and say nothing: a new user's trial read "at revision 0004" after asking for
+            0003 and took it for done).
+    """
+    config = alembic_config(url, schema)
+    if revision != "head":
+        from alembic.script import ScriptDirectory
+
+        script = ScriptDirectory.from_config(config)
+        wanted = script.get_revision(revision)  # alembic's own errors for an unknown revision
+        at = current(url, schema)
+        if wanted is not None and at is not None and at != wanted.revision:
+            behind = {r.revision for r in script.iterate_revisions(at, "base")}  # ``at`` and its ancestors
+            if wanted.revision in behind:
+                raise DowngradeRefused(
+                    f"schema {schema} is at revision {at}, past {wanted.revision}: db upgrade never downgrades "
+                    "(a downgrade drops what the newer revisions keep; restore a backup taken before the upgrade instead)"
+                )
+    command.upgrade(config, revision)
 
 
 def downgrade(url: str, schema: str = DEFAULT_SCHEMA, revision: str = "base") -> None:
@@ -116,4 +140,4 @@ def reset(url: str, schema: str) -> None:
     upgrade(url, schema)
 
 
-__all__ = ["locations", "alembic_config", "upgrade", "downgrade", "current", "head_revision", "drop_schema", "reset"]
+__all__ = ["locations", "alembic_config", "DowngradeRefused", "upgrade", "downgrade", "current", "head_revision", "drop_schema", "reset"]

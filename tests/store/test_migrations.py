@@ -195,3 +195,29 @@ def test_upgrade_from_0001_with_data_keeps_every_event_run_and_checkpoint(pg_url
     finally:
         engine.dispose()
         migrate.drop_schema(pg_url, schema)
+
+
+def test_db_upgrade_to_an_older_revision_is_refused_not_a_silent_no_op(pg_url: str, capsys) -> None:
+    """A new user's trial: ``db upgrade --revision 0003`` on a schema at 0004 printed "schema ...
+    at revision 0004", exit 0 (Alembic's upgrade does nothing below the current revision). An
+    older revision is one error line and a non-zero exit; the same revision, or a newer one, is
+    an upgrade as before."""
+    from backfill.cli import main
+
+    schema = "t_downgrade_refused"
+    migrate.drop_schema(pg_url, schema)
+    try:
+        assert main(["db", "upgrade", "--database-url", pg_url, "--schema", schema, "--revision", "0003"]) in (0, None)
+        assert migrate.current(pg_url, schema) == "0003"
+        assert main(["db", "upgrade", "--database-url", pg_url, "--schema", schema, "--revision", "0004"]) in (0, None)
+        assert main(["db", "upgrade", "--database-url", pg_url, "--schema", schema, "--revision", "0004"]) in (0, None)
+        capsys.readouterr()
+        assert main(["db", "upgrade", "--database-url", pg_url, "--schema", schema, "--revision", "0003"]) not in (0, None)
+        err = capsys.readouterr().err.strip()
+        assert err.splitlines() == [
+            f"backfill: error: db upgrade: schema {schema} is at revision 0004, past 0003: db upgrade never downgrades "
+            "(a downgrade drops what the newer revisions keep; restore a backup taken before the upgrade instead)"
+        ], err
+        assert migrate.current(pg_url, schema) == "0004"
+    finally:
+        migrate.drop_schema(pg_url, schema)
