@@ -11,7 +11,7 @@ Groups, in the order they run (``--only`` takes these names):
 - ``fold``: :mod:`bench.bench_core`, fold in memory at 100, 1,000 and 10,000 ModelBackfills and
   the ratio 10k / 100 (flatness), one event at a time (``fold``) and in a batch (``fold_all``);
 - ``simulate``: ``simulate`` of the whole Alibaba trace with ``--repeat-after 1m``;
-- ``replay``: full replay from PostgreSQL (read + decode + fold) of that simulation's events vs
+- ``replay``: full replay from PostgreSQL (read + decode + fold) of that simulation's events, and of a log of foreground requests (the start-up scenario), vs
   the raw read of the same rows, and ``backfill replay``'s audit of them (every decision checked);
 - ``latency``: :mod:`bench.bench_latency`, foreground demand -> Job DELETE, ours vs the floor,
   with PostgreSQL up and stopped, and the upstream poller;
@@ -53,12 +53,12 @@ from bench.rows import COLUMNS, Row, history, machine, markdown  # noqa: E402
 GROUPS = ("store", "fold", "simulate", "replay", "latency", "scale")
 
 QUICK = {
-    "store_events": 2_000, "repeat": 1, "fold_events": 3_000,
+    "store_events": 2_000, "repeat": 1, "fold_events": 3_000, "replay_requests": 3_000,
     "latency": ["--models", "16", "--samples", "3", "--burst", "2", "--group", "1", "--gap", "0.1", "--workers", "8", "--pause", "1"],
     "scale": {"models": 10, "backfills": 100, "log_events": 20_000, "idle": 3.0, "workers": 8, "settle": 1.0},
 }
 FULL = {
-    "store_events": 200_000, "repeat": 3, "fold_events": 200_000,
+    "store_events": 200_000, "repeat": 3, "fold_events": 200_000, "replay_requests": 1_000_000,
     "latency": [],
     "scale": {"models": 1000, "backfills": 10000, "log_events": 5_000_000, "idle": 60.0, "workers": 16, "admission_timeout": 240.0},
 }
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         from bench import bench_core
 
         simulated()
-        return bench_core.replay_rows(url(), state.pop("sim"), rep, schema=f"bench_core_{os.getpid()}")  # the only reference
+        return bench_core.replay_rows(url(), state.pop("sim"), rep, schema=f"bench_core_{os.getpid()}", requests=size["replay_requests"])  # the only reference
 
     def g_latency() -> list[Row]:
         from bench import bench_latency

@@ -26,7 +26,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from backfill.core import events as ev  # noqa: E402
-from backfill.core.events import decode_many, encode  # noqa: E402
+from backfill.core.events import encode  # noqa: E402
 from backfill.core.perf import paused_gc  # noqa: E402
 from backfill.core.projector import fold, fold_all  # noqa: E402
 from backfill.core.state import World  # noqa: E402
@@ -72,36 +72,48 @@ def simulate_rows(trace: Trace, repeat: int, label: str = "whole Alibaba trace")
     ], r
 
 
-def fold_world(backfills: int, per_model: int = 10) -> tuple[World, list[tuple[str, str]], list[tuple[str, str]]]:
-    """A world with ``backfills`` ModelBackfills on ``backfills / per_model`` Ready Models and one
-    CronJob template, built by folding the events the watchers would record; returns it with the
-    model and backfill keys."""
+def world_events(backfills: int, per_model: int = 10) -> tuple[list[Any], list[tuple[str, str]], list[tuple[str, str]]]:
+    """The events the watchers would record for ``backfills`` ModelBackfills on ``backfills /
+    per_model`` Ready Models and one CronJob template; returns them with the model and backfill
+    keys."""
     n_models = max(1, backfills // per_model)
-    w = World()
-    pos = 0
     template = {"spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox"}]}}}}
-    w = fold(w, ev.CronJobSeen(at=T0, namespace="ns", name="tpl", job_template=template), pos := pos + 1)
+    out: list[Any] = [ev.CronJobSeen(at=T0, namespace="ns", name="tpl", job_template=template)]
     models = [("ns", f"m-{i:05d}") for i in range(n_models)]
     for i, (ns, m) in enumerate(models):
-        w = fold(w, ev.ModelReady(at=T0, namespace=ns, model=m, node=f"node-{i:05d}"), pos := pos + 1)
+        out.append(ev.ModelReady(at=T0, namespace=ns, model=m, node=f"node-{i:05d}"))
     keys = []
     for i in range(backfills):
         ns, m = models[i % n_models]
         name = f"bf-{i:05d}"
         spec = {"modelRef": m, "templateRef": "tpl", "idleFor": "30m", "maxRunDuration": "15m"}
-        w = fold(w, ev.BackfillApplied(at=T0, namespace=ns, name=name, uid=f"uid-{i}", generation=1, spec=spec), pos := pos + 1)
+        out.append(ev.BackfillApplied(at=T0, namespace=ns, name=name, uid=f"uid-{i}", generation=1, spec=spec))
         keys.append((ns, name))
+    return out, models, keys
+
+
+def fold_world(backfills: int, per_model: int = 10) -> tuple[World, list[tuple[str, str]], list[tuple[str, str]]]:
+    """The world :func:`world_events` builds (folded one event at a time, positions from 1),
+    with the model and backfill keys."""
+    events, models, keys = world_events(backfills, per_model)
+    w = World()
+    for pos, e in enumerate(events, 1):
+        w = fold(w, e, pos)
     return w, models, keys
 
 
-def fold_events(models: list[tuple[str, str]], keys: list[tuple[str, str]], n: int, seed: int = 1) -> list[Any]:
+def fold_events(
+    models: list[tuple[str, str]], keys: list[tuple[str, str]], n: int, seed: int = 1, gen: dict[tuple[str, str], int] | None = None, start: int = 0
+) -> list[Any]:
     """``n`` events of the hot path: 98% ForegroundRequest (``lastActiveTime`` bumps on random
-    Models, a minute apart in all), 1% Model re-observations (ModelReady), 1% re-applied
-    ModelBackfill specs (BackfillApplied, next generation)."""
+    Models, a second apart), 1% Model re-observations (ModelReady), 1% re-applied ModelBackfill
+    specs (BackfillApplied, next generation). For a longer log in chunks: ``start`` (the number
+    of events before this chunk: its first is ``start`` seconds later) and one ``gen`` dict (the
+    generations applied so far) across the calls, a ``seed`` per chunk."""
     rnd = random.Random(seed)
     out: list[Any] = []
-    gen: dict[tuple[str, str], int] = {}
-    for i in range(n):
+    gen = {} if gen is None else gen
+    for i in range(start, start + n):
         at = T0 + timedelta(hours=1, seconds=i)
         k = rnd.random()
         if k < 0.98:
@@ -177,45 +189,59 @@ def fold_rows(sizes: tuple[int, ...] = FOLD_SIZES, events: int = 200_000, repeat
     return rows + batch_rows
 
 
-def replay_rows(url: str, result: SimResult, repeat: int = 3, schema: str = "bench_core") -> list[Row]:
+def _store_log(url: str, schema: str, records: list[Any]) -> tuple[Any, Any]:
+    """A fresh schema ``schema`` holding ``records`` (appended in batches of 20,000, positions
+    from 1); returns ``(engine, EventStore)``."""
+    from backfill.store import EventStore, make_engine, reset
+
+    reset(url, schema)
+    engine = make_engine(url, schema)
+    es = EventStore(engine)
+    for i in range(0, len(records), 20000):
+        es.append(records[i : i + 20000])
+    return engine, es
+
+
+def _read_and_replay(es: Any, repeat: int) -> tuple[float, float]:
+    """``(raw read seconds, full replay seconds)`` of the whole log of ``es``, best of
+    ``repeat`` each: the raw read (no decode) and read + decode + the batch fold (as start-up
+    folds the log's tail), with the cyclic collector paused as start-up pauses it."""
+    from backfill.store.projection import payloads
+
+    def read_only() -> None:
+        for _ in es.read_payloads(0, batch_size=20000):
+            pass
+
+    def replay() -> None:
+        w = World()
+        with paused_gc():
+            for batch in payloads(es, 0, batch_size=20000):
+                w = fold_all(w, batch)
+
+    return best(read_only, repeat), best(replay, repeat)
+
+
+def replay_rows(url: str, result: SimResult, repeat: int = 3, schema: str = "bench_core", requests: int = 1_000_000) -> list[Row]:
     """Full replay (read + decode + fold, as ``backfill replay`` and the start-up refold do) of
-    ``result``'s events from PostgreSQL, against the raw read of the same rows (no decode).
+    ``result``'s events from PostgreSQL, against the raw read of the same rows (no decode); the
+    same for a log shaped as the issue's start-up scenario (``requests`` events, 98% foreground
+    requests on 10,000 ModelBackfills, :func:`fold_events`); and ``backfill replay``'s audit of
+    the simulation's log.
 
     Pass the only reference to ``result``: it is released once its events are stored, so the
     replays run in a heap without the simulation (as a ``backfill replay`` process does; with it
     alive, the same replay measured about 20% slower on the development machine).
     """
-    from backfill.store import EventStore, drop_schema, make_engine, reset
+    from backfill.store import drop_schema
 
-    reset(url, schema)
-    engine = make_engine(url, schema)
-    es = EventStore(engine)
+    records = [encode(e, k) for _, e, k in result.events]
+    del result
+    n = len(records)
+    engine, es = _store_log(url, schema, records)
+    del records
     try:
-        records = [encode(e, k) for _, e, k in result.events]
-        del result
-        for i in range(0, len(records), 20000):
-            es.append(records[i : i + 20000])
-        n = len(records)
-        del records
-
-        def read_only() -> None:
-            for _ in es.read_payloads(0, batch_size=20000):
-                pass
-
-        try:  # the project's own read + decode (backfill replay's), when this build has it
-            from backfill.store.projection import payloads
-        except ImportError:
-
-            def payloads(events: Any, after: int, batch_size: int = 20000) -> Any:
-                for batch in events.read_payloads(after, batch_size=batch_size):
-                    yield list(zip((row[0] for row in batch), decode_many([(t, v, d) for _, t, v, d in batch])))
-
-        def replay() -> None:  # the batch fold, as start-up folds the log's tail
-            w = World()
-            with paused_gc():
-                for batch in payloads(es, 0, batch_size=20000):
-                    w = fold_all(w, batch)
-
+        read_secs, replay_secs = _read_and_replay(es, repeat)
+        read_rate, replay_rate = n / read_secs, n / replay_secs
         audited: list[Any] = []
 
         def audit() -> None:  # what ``backfill replay`` does: every decision checked against its basis
@@ -227,14 +253,26 @@ def replay_rows(url: str, result: SimResult, repeat: int = 3, schema: str = "ben
                 projection.replay(es, a)
             audited[:] = [a]
 
-        read_rate = n / best(read_only, repeat)
-        replay_rate = n / best(replay, repeat)
         audit_rate = n / best(audit, repeat)
         a = audited[0]
     finally:
         es.close()
         engine.dispose()
         drop_schema(url, schema)
+    setup, models, keys = world_events(10_000)
+    engine, es = _store_log(url, schema, [encode(e, f"setup/{i}") for i, e in enumerate(setup)])
+    gen: dict[tuple[str, str], int] = {}
+    for start in range(0, requests, 100_000):  # in chunks: a million records at once would hold ~1 GB
+        chunk = fold_events(models, keys, min(100_000, requests - start), seed=start + 1, gen=gen, start=start)
+        es.append([encode(e, f"bench/{start + i}") for i, e in enumerate(chunk)])
+    m = len(setup) + requests
+    try:
+        req_read_secs, req_replay_secs = _read_and_replay(es, repeat)
+    finally:
+        es.close()
+        engine.dispose()
+        drop_schema(url, schema)
+    req_read_rate, req_replay_rate = m / req_read_secs, m / req_replay_secs
     return [
         Row("read from PostgreSQL (lean rows, no decode)", read_rate, "ev/s", note=f"{n:,} events of the simulation; best of {repeat}"),
         Row(
@@ -246,6 +284,17 @@ def replay_rows(url: str, result: SimResult, repeat: int = 3, schema: str = "ben
             target=REPLAY_TARGET,
             note=f"the simulation's {n:,} events (mostly admissions and their Job facts, with foreground requests and cancels): "
             f"backfill.store.projection.payloads (read + decode) and fold_all (the batch fold of start-up); ratio = replay / raw read of the same rows; best of {repeat}",
+        ),
+        Row(
+            "full replay from PostgreSQL, a log of foreground requests",
+            req_replay_rate,
+            "ev/s",
+            baseline=req_read_rate,
+            baseline_name="raw read",
+            target=REPLAY_TARGET,
+            note=f"the start-up scenario of issue 10 (a proxy reporting lastActiveTime): {m:,} events, the set-up of 10,000 "
+            f"ModelBackfills on 1,000 Models ({len(setup):,} events), then 98% ForegroundRequest, 1% ModelReady, 1% BackfillApplied (the fold rows' mix); "
+            f"the same read + decode + fold_all; ratio = replay / raw read of the same rows ({req_read_rate:,.0f} ev/s); best of {repeat}",
         ),
         Row(
             "replay audit from PostgreSQL (backfill replay)",

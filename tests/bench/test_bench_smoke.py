@@ -33,6 +33,7 @@ ROWS = [
     "simulate --repeat-after 1m",
     "read from PostgreSQL (lean rows, no decode)",
     "full replay from PostgreSQL: read + decode + fold",
+    "full replay from PostgreSQL, a log of foreground requests",
     "replay audit from PostgreSQL (backfill replay)",
     "cancel latency p50, PostgreSQL up",
     "cancel latency p99, PostgreSQL up",
