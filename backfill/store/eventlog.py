@@ -57,6 +57,7 @@ import itertools
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -398,21 +399,40 @@ class EventStore:
 
         No ``StoredEvent`` objects and only the four columns a fold needs (about 3x the rows/s of
         :meth:`read`). Same consistency as :meth:`read`: stops at the first short batch.
+
+        Read-ahead: after a full batch, the next one is read on a helper thread (its own pooled
+        connection) while the caller works on this one. The server's part of a read (about 2 µs
+        a row, the GIL released) then overlaps the caller's fold instead of following it. A
+        short first batch (the live loop's usual tail) starts no thread. An error of a read is
+        raised here, at the batch it would have returned; closing the generator early cancels a
+        read not yet begun and leaves one under way to finish (bounded by the statement
+        timeout) and return its connection.
         """
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
+        rows = self._payload_batch(after, batch_size)
+        if len(rows) < batch_size:
+            if rows:
+                yield rows
+            return
+        ahead = ThreadPoolExecutor(max_workers=1, thread_name_prefix="backfill-read-ahead")
+        try:
+            while len(rows) == batch_size:
+                pending = ahead.submit(self._payload_batch, rows[-1][0], batch_size)
+                yield rows
+                rows = pending.result()
+            if rows:
+                yield rows
+        finally:
+            ahead.shutdown(wait=False, cancel_futures=True)
+
+    def _payload_batch(self, after: int, limit: int) -> list[tuple[int, str, int, str]]:
+        """Up to ``limit`` rows of :meth:`read_payloads` after ``after`` (one keyset page)."""
         sql = "SELECT position, type, version, data::text FROM events WHERE position > %s ORDER BY position LIMIT %s"
-        while True:
-            with self._raw() as conn:
-                with conn.cursor(binary=True) as cur:
-                    cur.execute(sql, (after, batch_size))
-                    rows = cur.fetchall()
-            if not rows:
-                return
-            after = rows[-1][0]
-            yield rows
-            if len(rows) < batch_size:
-                return
+        with self._raw() as conn:
+            with conn.cursor(binary=True) as cur:
+                cur.execute(sql, (after, limit))
+                return cur.fetchall()
 
     def positions_of(self, keys: Sequence[str]) -> dict[str, int]:
         """The positions of the stored events with these idempotency keys (missing keys are absent).

@@ -34,6 +34,7 @@ ROWS = [
     "read from PostgreSQL (lean rows, no decode)",
     "full replay from PostgreSQL: read + decode + fold",
     "full replay from PostgreSQL, a log of foreground requests",
+    "read-ahead: replay of the request log",
     "replay audit from PostgreSQL (backfill replay)",
     "cancel latency p50, PostgreSQL up",
     "cancel latency p99, PostgreSQL up",

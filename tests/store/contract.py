@@ -10,6 +10,7 @@ The contract:
 - append returns increasing positions in input order; empty appends do nothing;
 - idempotency: a key already stored, or repeated inside one batch (first wins), is stored once;
 - read: position order, ``after``/``upto``, stream prefix and time filters, pagination;
+  ``read_payloads``: the same rows as four columns, in batches of ``batch_size`` (no empty one);
 - concurrent writers + a tailing reader: the reader, always asking for ``position > last seen``,
   ends up with every event exactly once, in strictly increasing order;
 - the held-open transaction: while an append's transaction is open, a later append never
@@ -196,6 +197,22 @@ class StoreContract:
         assert [e.position for e in stores.events.read(positions[9], upto=positions[14], batch_size=2)] == positions[10:15]
         assert list(stores.events.read(positions[-1])) == []
         assert list(stores.events.read(upto=0)) == []
+
+    def test_read_payloads_in_batches(self, stores: Stores) -> None:
+        records = [record(f"p/{i}", n=i) for i in range(9)]
+        positions = stores.events.append(records)
+        expected = [(p, r.type, r.version, json.loads(r.data)) for p, r in zip(positions, records)]
+
+        def batches(after: int = 0, batch_size: int = 20000) -> list[list[tuple[int, str, int, Any]]]:
+            return [[(p, t, v, json.loads(d)) for p, t, v, d in b] for b in stores.events.read_payloads(after, batch_size=batch_size)]
+
+        assert batches() == [expected]
+        assert batches(batch_size=3) == [expected[0:3], expected[3:6], expected[6:9]]  # no empty batch after a full last one
+        assert batches(batch_size=4) == [expected[0:4], expected[4:8], expected[8:9]]
+        assert batches(positions[4], batch_size=2) == [expected[5:7], expected[7:9]]
+        assert batches(positions[-1]) == []
+        with pytest.raises(ValueError):
+            next(iter(stores.events.read_payloads(0, batch_size=0)))
 
     def test_read_filters_by_stream_prefix_and_time(self, stores: Stores) -> None:
         recs = [

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import contextlib
-
 import json
 import shutil
 import tempfile
+import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import psycopg
 import pytest
 import sqlalchemy as sa
 
@@ -211,8 +213,6 @@ def test_engine_applies_the_timeout_settings(pg_schema: tuple[str, str]) -> None
 def test_append_fails_within_the_lock_timeout_while_the_table_is_locked(pg_schema: tuple[str, str]) -> None:
     import time
 
-    import psycopg
-
     holder = _engine(pg_schema, db_idle_in_transaction_timeout_seconds=0)
     engine = _engine(pg_schema, db_lock_timeout_seconds=0.5)
     store = EventStore(engine)
@@ -236,8 +236,6 @@ def test_append_fails_within_the_lock_timeout_while_the_table_is_locked(pg_schem
 
 def test_a_paused_writer_cannot_hold_the_write_lock_past_the_idle_timeout(pg_schema: tuple[str, str]) -> None:
     import time
-
-    import psycopg
 
     paused_engine = _engine(pg_schema, db_idle_in_transaction_timeout_seconds=1)
     engine = _engine(pg_schema, db_lock_timeout_seconds=8)
@@ -263,8 +261,6 @@ def test_a_paused_writer_cannot_hold_the_write_lock_past_the_idle_timeout(pg_sch
 
 
 def test_statement_timeout_cancels_a_long_statement(pg_schema: tuple[str, str]) -> None:
-    import psycopg
-
     engine = _engine(pg_schema, db_statement_timeout_seconds=0.3)
     try:
         with pytest.raises(sa.exc.OperationalError) as info:
@@ -297,3 +293,35 @@ class threading_result:
 
     def join(self, timeout: float) -> None:
         self._thread.join(timeout)
+
+
+def _read_ahead_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("backfill-read-ahead")]
+
+
+def test_a_read_ahead_error_is_raised_at_the_batch_it_would_have_returned(event_store: EventStore) -> None:
+    positions = event_store.append([record(f"e/{i}") for i in range(10)])
+    reader = event_store.read_payloads(0, batch_size=3)
+    assert [p for p, *_ in next(reader)] == positions[0:3]  # the read of 4-6 is under way or done
+    with event_store.engine.begin() as conn:  # every read after this one fails
+        conn.execute(sa.text("ALTER TABLE events RENAME TO events_gone"))
+    assert [p for p, *_ in next(reader)] == positions[3:6]  # read ahead, before the rename
+    with pytest.raises(psycopg.errors.UndefinedTable):
+        next(reader)  # the read of 7-9, on the helper thread, failed
+    with pytest.raises(StopIteration):
+        next(reader)
+
+
+def test_closing_a_read_early_returns_its_connection_and_thread(event_store: EventStore) -> None:
+    positions = event_store.append([record(f"e/{i}") for i in range(10)])
+    reader = event_store.read_payloads(0, batch_size=2)
+    assert [p for p, *_ in next(reader)] == positions[0:2]
+    assert len(_read_ahead_threads()) == 1
+    reader.close()
+    deadline = time.monotonic() + 10
+    while (_read_ahead_threads() or event_store.engine.pool.checkedout()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _read_ahead_threads() == [] and event_store.engine.pool.checkedout() == 0
+    # a short first batch (the live loop's usual tail) starts no helper thread at all
+    assert [p for b in event_store.read_payloads(positions[-2], batch_size=5) for p, *_ in b] == positions[-1:]
+    assert _read_ahead_threads() == []
