@@ -41,7 +41,10 @@ the same rows in the same batches before partitioning, and at 64-82% (batches of
 ``INSERT ... SELECT ... ON CONFLICT DO NOTHING RETURNING`` reached ~55% (batches of 10,000; ~25%
 with 1,000) and ``executemany`` in pipeline mode ~40%, so neither is used. Reads use keyset pagination
 on ``position`` with a binary cursor and build :class:`StoredEvent` from the fetched tuples with
-``itertools.starmap``.
+``itertools.starmap``. :meth:`EventStore.read_payloads` reads the next batch on a helper thread
+while the caller folds one: 1.05-1.15x on a full replay (``python -m bench --only replay``, row
+"read-ahead"); the helper needs the interpreter lock for every chunk it takes off the socket,
+which bounds the overlap.
 
 Wake-ups
 --------
