@@ -75,31 +75,60 @@ def api_client(settings: Settings) -> client.ApiClient:
     return _from_files([default])
 
 
-def _merged(docs: list[tuple[Path, Any]]) -> tuple[dict[str, Any], dict[tuple[str, Any], Path]]:
+#: The file-path fields of kubeconfig entries, per list (client-go ``clientcmd`` ``ResolvePaths``):
+#: relative to the directory of the file that defines the entry.
+_PATH_FIELDS = {"clusters": ("cluster", ("certificate-authority",)), "users": ("user", ("client-certificate", "client-key", "tokenFile"))}
+
+
+def _resolved(item: str, entry: dict[str, Any], base: Path) -> dict[str, Any]:
+    """Entry ``entry`` of list ``item`` with its relative file paths made absolute against
+    ``base`` (the directory of the file that defines it), as kubectl resolves them: the
+    certificate authority of a cluster; the client certificate, key and token file of a user,
+    and its exec command when it names a path (has a slash; a bare name is looked up on
+    ``PATH``). Other fields are left as they are; ``entry`` is not changed."""
+    key, fields = _PATH_FIELDS.get(item, ("", ()))
+    body = entry.get(key)
+    if not isinstance(body, dict):
+        return entry
+    body = dict(body)
+    for field in fields:
+        if isinstance(body.get(field), str) and body[field] and not os.path.isabs(body[field]):
+            body[field] = str(base / body[field])
+    plugin = body.get("exec")
+    if item == "users" and isinstance(plugin, dict) and isinstance(plugin.get("command"), str):
+        command = plugin["command"]
+        if "/" in command and not os.path.isabs(command):
+            body["exec"] = {**plugin, "command": str(base / command)}
+    return {**entry, key: body}
+
+
+def _merged(docs: list[tuple[Path, Any]]) -> dict[str, Any]:
     """kubectl's merge of several kubeconfig documents (client-go ``clientcmd`` loading rules,
     the order of ``$KUBECONFIG``): the first file to set a value wins, never a later one: the
     first ``current-context`` set (non-empty) is the one used, and the first entry of a name
-    in ``clusters``, ``contexts`` and ``users`` is kept. (The Python client's own merge takes
-    the *last* file's ``current-context``: with a list kubectl uses one cluster and the client
-    another.) ``docs``: ``(path, parsed YAML mapping)`` in order, empty files left out.
+    in ``clusters``, ``contexts`` and ``users`` is kept. Relative file paths of an entry are
+    resolved against the directory of the file that defines it (:func:`_resolved`), so a user
+    from a credentials file in another directory gets its own certificate, key, token file and
+    exec plugin. (The Python client's own merge takes the *last* file's ``current-context``
+    and resolves a user's paths against the directory of the cluster's file: with a list
+    kubectl used one cluster, or one identity, and the client another.) ``docs``: ``(path,
+    parsed YAML mapping)`` in order, empty files left out.
 
-    Returns the merged document and, per ``(item, name)`` (``("clusters", "c")``), the file
-    that defined the entry kept."""
+    Returns the merged document."""
     out: dict[str, Any] = {"clusters": [], "contexts": [], "users": []}
-    origin: dict[tuple[str, Any], Path] = {}
     for path, doc in docs:
         if not out.get("current-context") and doc.get("current-context"):
             out["current-context"] = doc["current-context"]
         elif "current-context" not in out and "current-context" in doc:
             out["current-context"] = doc["current-context"]  # set but empty: said as such if nothing later sets it
+        base = Path(os.path.abspath(path)).parent
         for item in ("clusters", "contexts", "users"):
             names = {e.get("name") for e in out[item]}
             for entry in doc.get(item) or []:
                 if isinstance(entry, dict) and entry.get("name") not in names:
-                    out[item].append(entry)
+                    out[item].append(_resolved(item, entry, base))
                     names.add(entry.get("name"))
-                    origin[(item, entry.get("name"))] = path
-    return out, origin
+    return out
 
 
 def _from_files(paths: list[Path]) -> client.ApiClient:
@@ -124,14 +153,12 @@ def _from_files(paths: list[Path]) -> client.ApiClient:
         docs.append((path, doc))
     if not docs:
         raise KubeConfigError(f"{label}: every file is empty")
-    doc, origin = _merged(docs)
-    # The client runs an exec plugin from the directory of the file that defined the current
-    # context's *cluster* (kubectl: the user's); the check looks where the client will run it.
-    cluster = _current_context(doc).get("cluster")
-    base = Path(os.path.abspath(origin.get(("clusters", cluster), docs[0][0]))).parent
-    return _load(doc, base, label, lambda cfg: config.load_kube_config(
-        config_file=os.pathsep.join(str(p) for p, _ in docs), context=doc.get("current-context") or None, client_configuration=cfg
-    ), docs[0][0])  # the client names the merged lists after the first file: "in A/contexts list" -> "in contexts list"
+    doc = _merged(docs)
+    # Every relative path is absolute now, and the client runs an exec plugin from this
+    # process's directory when it loads a document (as kubectl does): Path.cwd() is the base.
+    return _load(doc, Path.cwd(), label, lambda cfg: config.load_kube_config_from_dict(
+        doc, context=doc.get("current-context") or None, client_configuration=cfg, persist_config=False
+    ))
 
 
 def _from_file(path: Path) -> client.ApiClient:
@@ -270,6 +297,7 @@ def _reason(exc: BaseException, path: Path | None) -> str:
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     for prefix in ("Invalid kube-config file. ", "Invalid kube-config. ", "invalid kube-config. "):
         text = text.removeprefix(prefix)
+    text = text.replace(" in kube-config/", " in ").removesuffix(" in kube-config")  # a loaded document's name
     if path is not None:
         text = text.removesuffix(f" in {path}")
         text = text.replace(f" in {path}/", " in ").replace(f"{path} file", "the file")

@@ -108,3 +108,56 @@ def test_the_clients_errors_about_the_merged_lists_name_the_list_not_the_first_f
     with pytest.raises(KubeConfigError) as err:
         _load(monkeypatch, tmp_path, first, "apiVersion: v1\nkind: Config\ncontexts: []\n")
     assert str(err.value) == f"KUBECONFIG={tmp_path}/kubeconfig-0:{tmp_path}/kubeconfig-1: {reason}"
+
+
+_CREDENTIAL = '{"apiVersion": "client.authentication.k8s.io/v1beta1", "kind": "ExecCredential", "status": {"token": "%s"}}'
+
+
+def _split_config(tmp_path, user: str) -> str:
+    """A clusters file in ``tmp_path/a`` and a credentials file (user ``admin``: ``user``) in
+    ``tmp_path/b``, listed in that order in ``$KUBECONFIG``; ``a`` also holds a decoy of every
+    file the user names (``client.crt``, ``client.key``, ``plugin.sh``), as a clusters
+    directory may. Returns the list."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d in (a, b):
+        d.mkdir()
+        for name in ("client.crt", "client.key", "ca.crt"):
+            (d / name).write_text(f"{d.name}/{name}\n")
+        plugin = d / "plugin.sh"
+        plugin.write_text("#!/bin/sh\necho '" + _CREDENTIAL % f"token-of-{d.name}" + "'\n")
+        plugin.chmod(0o755)
+    (a / "config").write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: x\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:7005', certificate-authority: ca.crt}}]\n"
+        "contexts: [{name: x, context: {cluster: c, user: admin}}]\n"
+    )
+    (b / "config").write_text(f"apiVersion: v1\nkind: Config\nusers: [{{name: admin, user: {user}}}]\n")
+    return f"{a / 'config'}:{b / 'config'}"
+
+
+def _load_list(monkeypatch, tmp_path, listed: str):
+    monkeypatch.setenv("KUBECONFIG", listed)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("BACKFILL_KUBECONFIG", raising=False)
+    return api_client(Settings())
+
+
+def test_a_users_relative_files_are_read_from_the_directory_of_its_own_file(monkeypatch, tmp_path):
+    """kubectl resolves an entry's relative paths against the directory of the file that
+    defines it: the cluster's CA from ``a``, the user's certificate and key from ``b``. The
+    client's own merge took the user's from ``a`` (the cluster's file): with a decoy there
+    the controller connected as someone else, without one it did not start."""
+    api = _load_list(monkeypatch, tmp_path, _split_config(tmp_path, "{client-certificate: client.crt, client-key: client.key}"))
+    try:
+        c = api.configuration
+        assert (open(c.ssl_ca_cert).read(), open(c.cert_file).read(), open(c.key_file).read()) == ("a/ca.crt\n", "b/client.crt\n", "b/client.key\n")
+    finally:
+        api.close()
+
+
+def test_a_users_relative_exec_plugin_is_the_one_beside_its_own_file(monkeypatch, tmp_path):
+    """``command: ./plugin.sh`` in the credentials file runs ``b/plugin.sh`` (kubectl); the
+    client's merge ran ``a/plugin.sh`` (or refused when ``a`` had none)."""
+    user = "{exec: {apiVersion: client.authentication.k8s.io/v1beta1, command: ./plugin.sh}}"
+    api = _load_list(monkeypatch, tmp_path, _split_config(tmp_path, user))
+    assert _target(api) == ("https://127.0.0.1:7005", "Bearer token-of-b")
