@@ -78,23 +78,55 @@ def upgrade(url: str, schema: str = DEFAULT_SCHEMA, revision: str = "head") -> N
     Raises:
         DowngradeRefused: the schema is already past ``revision`` (Alembic's upgrade would do
             nothing and say nothing: a new user's trial read "at revision 0004" after asking for
-            0003 and took it for done).
+            0003 and took it for done); also ``base`` and a step from a revision it is past
+            (``0001+1``).
+        ValueError: ``revision`` is empty.
+        alembic.util.CommandError: Alembic cannot resolve ``revision`` or step to it.
     """
+    if not revision.strip():
+        raise ValueError("the revision is empty (a revision id, head, or a relative step such as +1)")
     config = alembic_config(url, schema)
     if revision != "head":
-        from alembic.script import ScriptDirectory
-
-        script = ScriptDirectory.from_config(config)
-        wanted = script.get_revision(revision)  # alembic's own errors for an unknown revision
-        at = current(url, schema)
-        if wanted is not None and at is not None and at != wanted.revision:
-            behind = {r.revision for r in script.iterate_revisions(at, "base")}  # ``at`` and its ancestors
-            if wanted.revision in behind:
-                raise DowngradeRefused(
-                    f"schema {schema} is at revision {at}, past {wanted.revision}: db upgrade never downgrades "
-                    "(a downgrade drops what the newer revisions keep; restore a backup taken before the upgrade instead)"
-                )
+        _refuse_a_downgrade(config, url, schema, revision)
     command.upgrade(config, revision)
+
+
+def _refuse_a_downgrade(config: Config, url: str, schema: str, revision: str) -> None:
+    """Raise :class:`DowngradeRefused` when ``revision`` names ``base``, a revision the schema
+    is already past, or a step from one (``0001+1`` on a schema at 0004: Alembic's upgrade
+    would do nothing and exit 0). A step from the schema's own revision (``+1``) and what
+    Alembic cannot resolve are left to Alembic, whose upgrade refuses what it cannot step to."""
+    from alembic.script import ScriptDirectory
+    from alembic.util import CommandError
+
+    at = current(url, schema)
+    if at is None:
+        return
+    script = ScriptDirectory.from_config(config)
+    if revision == "base":
+        wanted = "base"
+    else:
+        oldest_first = [r.revision for r in reversed(list(script.walk_revisions()))]  # the history is one line
+        base, plus, steps = revision.rpartition("+")
+        try:
+            found = script.get_revision(base if plus and base and steps.isdigit() else revision)
+        except CommandError:
+            return  # a step from the schema's revision, or unknown: Alembic's upgrade says which
+        if found is None:
+            return
+        target = found.revision
+        if plus and base and steps.isdigit():
+            i = oldest_first.index(target) + int(steps)
+            if i >= len(oldest_first):
+                return  # past the newest: Alembic says it cannot
+            target = oldest_first[i]
+        if target == at or oldest_first.index(target) > oldest_first.index(at):
+            return
+        wanted = target if target == found.revision else f"{target} ({revision})"
+    raise DowngradeRefused(
+        f"schema {schema} is at revision {at}, past {wanted}: db upgrade never downgrades "
+        "(a downgrade drops what the newer revisions keep; restore a backup taken before the upgrade instead)"
+    )
 
 
 def downgrade(url: str, schema: str = DEFAULT_SCHEMA, revision: str = "base") -> None:

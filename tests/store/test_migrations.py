@@ -221,3 +221,33 @@ def test_db_upgrade_to_an_older_revision_is_refused_not_a_silent_no_op(pg_url: s
         assert migrate.current(pg_url, schema) == "0004"
     finally:
         migrate.drop_schema(pg_url, schema)
+
+
+def test_db_upgrade_takes_alembics_relative_steps_and_refuses_base_and_steps_to_the_past(pg_url: str, capsys) -> None:
+    """An adversarial trial: ``--revision base`` on a schema at 0004 said "at revision 0004",
+    exit 0 (the check did not know ``base``), and Alembic's relative steps, which the check
+    tried to look up as ids, were refused ("Can't locate revision identified by '+1'"). The
+    expected revisions follow the files' order 0001..0004."""
+    from backfill.cli import main
+
+    schema = "t_relative_steps"
+
+    def upgrade(revision: str) -> tuple[bool, str, str | None]:
+        ok = main(["db", "upgrade", "--database-url", pg_url, "--schema", schema, "--revision", revision]) in (0, None)
+        return ok, capsys.readouterr().err.strip(), migrate.current(pg_url, schema)
+
+    migrate.drop_schema(pg_url, schema)
+    try:
+        assert upgrade("0001")[0]
+        assert upgrade("+1")[::2] == (True, "0002")
+        assert upgrade("0002+1")[::2] == (True, "0003")
+        past = (False, "0003")
+        assert upgrade("0001+1")[::2] == past  # 0002: behind the schema
+        assert upgrade("base")[::2] == past
+        ok, err, at = upgrade("base")
+        assert err.splitlines()[-1].startswith(f"backfill: error: db upgrade: schema {schema} is at revision 0003, past base: ")
+        assert upgrade("-1")[::2] == past  # Alembic: "Relative revision -1 didn't produce 1 migrations"
+        assert upgrade("")[::2] == past
+        assert upgrade("+1")[::2] == (True, "0004")
+    finally:
+        migrate.drop_schema(pg_url, schema)
