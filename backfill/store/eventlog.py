@@ -60,7 +60,7 @@ import itertools
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -191,6 +191,23 @@ class AppendTransaction:
     def save_snapshot(self, name: str, position: int, version: str, payload: bytes, *, keep: int | None = None) -> None:
         """Like :meth:`EventStore.save_snapshot`, in this transaction."""
         save_snapshot(self._conn, name, position, version, payload, self._store.snapshot_keep if keep is None else keep)
+
+
+
+def _read_ahead(read: Any, *args: Any) -> Future[Any]:
+    """``read(*args)`` on a new daemon thread (``backfill-read-ahead``); its result or its
+    exception through the returned future."""
+    future: Future[Any] = Future()
+
+    def run() -> None:
+        future.set_running_or_notify_cancel()
+        try:
+            future.set_result(read(*args))
+        except BaseException as exc:  # handed to the reader, raised there
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name="backfill-read-ahead", daemon=True).start()
+    return future
 
 
 class EventStore:
@@ -407,9 +424,11 @@ class EventStore:
         connection) while the caller works on this one. The server's part of a read (about 2 µs
         a row, the GIL released) then overlaps the caller's fold instead of following it. A
         short first batch (the live loop's usual tail) starts no thread. An error of a read is
-        raised here, at the batch it would have returned; closing the generator early cancels a
-        read not yet begun and leaves one under way to finish (bounded by the statement
-        timeout) and return its connection.
+        raised here, at the batch it would have returned. Each read ahead has its own daemon
+        thread, which ends with the read: closing the generator early leaves the one under way
+        to finish (bounded by the statement timeout) and return its connection, and an
+        interrupted or exiting process does not wait for it (with the server-side timeouts off,
+        0, it would wait until the read answered).
         """
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
@@ -418,16 +437,12 @@ class EventStore:
             if rows:
                 yield rows
             return
-        ahead = ThreadPoolExecutor(max_workers=1, thread_name_prefix="backfill-read-ahead")
-        try:
-            while len(rows) == batch_size:
-                pending = ahead.submit(self._payload_batch, rows[-1][0], batch_size)
-                yield rows
-                rows = pending.result()
-            if rows:
-                yield rows
-        finally:
-            ahead.shutdown(wait=False, cancel_futures=True)
+        while len(rows) == batch_size:
+            pending = _read_ahead(self._payload_batch, rows[-1][0], batch_size)
+            yield rows
+            rows = pending.result()
+        if rows:
+            yield rows
 
     def _payload_batch(self, after: int, limit: int) -> list[tuple[int, str, int, str]]:
         """Up to ``limit`` rows of :meth:`read_payloads` after ``after`` (one keyset page)."""

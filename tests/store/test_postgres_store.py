@@ -330,16 +330,62 @@ def test_a_read_ahead_error_is_raised_at_the_batch_it_would_have_returned(event_
         next(reader)
 
 
-def test_closing_a_read_early_returns_its_connection_and_thread(event_store: EventStore) -> None:
+def test_closing_a_read_early_returns_its_connection_and_thread(event_store: EventStore, monkeypatch) -> None:
+    import backfill.store.eventlog as eventlog
+
+    reads_ahead: list[int] = []
+
+    def counted(read, after, limit):  # the real read ahead, counted
+        reads_ahead.append(after)
+        return read_ahead(read, after, limit)
+
+    read_ahead = eventlog._read_ahead
+    monkeypatch.setattr(eventlog, "_read_ahead", counted)
     positions = event_store.append([record(f"e/{i}") for i in range(10)])
     reader = event_store.read_payloads(0, batch_size=2)
     assert [p for p, *_ in next(reader)] == positions[0:2]
-    assert len(_read_ahead_threads()) == 1
+    assert reads_ahead == [positions[1]]  # the next batch is under way while the caller has this one
     reader.close()
     deadline = time.monotonic() + 10
     while (_read_ahead_threads() or event_store.engine.pool.checkedout()) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert _read_ahead_threads() == [] and event_store.engine.pool.checkedout() == 0
-    # a short first batch (the live loop's usual tail) starts no helper thread at all
+    assert reads_ahead == [positions[1]]  # nothing read ahead after the close
+    # a short first batch (the live loop's usual tail) reads nothing ahead
     assert [p for b in event_store.read_payloads(positions[-2], batch_size=5) for p, *_ in b] == positions[-1:]
-    assert _read_ahead_threads() == []
+    assert reads_ahead == [positions[1]]
+
+
+def test_a_process_exits_without_waiting_for_a_read_ahead(pg_schema: tuple[str, str], event_store: EventStore) -> None:
+    """An adversarial trial: Ctrl-C during a replay exited only once the read ahead answered
+    (56 s behind a lock with the server-side timeouts off; the helper thread was joined at
+    exit). The read of the third batch waits behind an ``ACCESS EXCLUSIVE`` lock held here; the
+    process, done with its second batch, must exit while the lock is still held."""
+    url, schema = pg_schema
+    event_store.append([record(f"e/{i}") for i in range(10)])
+    script = (
+        "import sys, time\n"
+        "from backfill.store.engine import make_engine\n"
+        "from backfill.store.eventlog import EventStore\n"
+        "reader = EventStore(make_engine(sys.argv[1], sys.argv[2], timeouts=False)).read_payloads(0, batch_size=2)\n"
+        "next(reader); time.sleep(0.5)\n"  # the second batch is read ahead by now
+        "print('ready', flush=True); sys.stdin.readline()\n"
+        "next(reader); time.sleep(0.5)\n"  # the third batch's read now waits on the lock
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script, url, schema], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        locker = make_engine(url, schema, timeouts=False)  # holds the lock for as long as the test needs
+        with locker.begin() as conn:
+            conn.execute(sa.text("LOCK TABLE events IN ACCESS EXCLUSIVE MODE"))
+            proc.stdin.write("go\n")  # type: ignore[union-attr]
+            proc.stdin.flush()  # type: ignore[union-attr]
+            try:
+                rc = proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                rc = None
+            assert rc == 0, "the process waited for its read ahead (blocked by the lock) before it exited"
+        locker.dispose()
+    finally:
+        proc.kill()
+        proc.wait(10)
