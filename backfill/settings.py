@@ -7,6 +7,7 @@ Kubernetes/Go syntax (``90s``, ``30m``) where it says so.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -114,7 +115,9 @@ class Settings(BaseSettings):
     lease_name: str = Field(default="modelbackfill-controller", description="Name of the leader-election Lease.")
     lease_namespace: str = Field(default="flexinfer-system", description="Namespace of the leader-election Lease.")
     lease_duration_seconds: float = Field(default=15.0, gt=0, description="Lease duration, seconds.")
-    lease_renew_seconds: float = Field(default=5.0, gt=0, description="How often the leader renews, seconds.")
+    lease_renew_seconds: float = Field(
+        default=5.0, ge=0.1, description="How often the leader renews, seconds (at least 0.1: ten Lease writes a second)."
+    )
     identity: str | None = Field(default=None, description="Leader-election identity; unset: hostname + pid.")
     leader_elect: bool = Field(
         default=False,
@@ -233,7 +236,8 @@ class Settings(BaseSettings):
         ``renew / 2`` each), so a shorter lease lapses between renews: leadership flaps, and
         before this check (``duration`` 1, ``renew`` 5: a new users' trial) two replicas led at
         once (:mod:`backfill.controller.leader`)."""
-        if self.lease_duration_seconds < 3 * self.lease_renew_seconds:
+        three = 3 * self.lease_renew_seconds  # 3 x 0.1 is 0.30000000000000004: 0.3 is 3 times 0.1
+        if self.lease_duration_seconds < three and not math.isclose(self.lease_duration_seconds, three):
             raise SettingsCheckError(
                 ("lease_duration_seconds", "lease_renew_seconds"),
                 f"the lease duration ({self.lease_duration_seconds:g} s) must be at least 3 times the renew period "

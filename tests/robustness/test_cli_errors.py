@@ -234,7 +234,10 @@ def test_a_lease_shorter_than_three_renew_periods_is_refused(tmp_path):
     from backfill.settings import Settings
 
     Settings(lease_duration_seconds=3, lease_renew_seconds=1)
+    Settings(lease_duration_seconds=0.3, lease_renew_seconds=0.1)  # 3 x 0.1 is 0.30000000000000004 (an adversarial trial)
     Settings()
+    p = _run(["controller"], tmp_path, {"BACKFILL_LEASE_DURATION_SECONDS": "1", "BACKFILL_LEASE_RENEW_SECONDS": "1e-300"})
+    assert _assert_one_line_error(p, controller=True).startswith("backfill: error: settings: BACKFILL_LEASE_RENEW_SECONDS: ")
 
 
 def test_a_bad_flag_is_named_as_the_flag_and_every_problem_is_said(tmp_path):
