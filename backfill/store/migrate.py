@@ -100,13 +100,14 @@ def _refuse_a_downgrade(config: Config, url: str, schema: str, revision: str) ->
     from alembic.util import CommandError
 
     at = current(url, schema)
-    if at is None:
-        return
     script = ScriptDirectory.from_config(config)
+    oldest_first = [r.revision for r in reversed(list(script.walk_revisions()))]  # the history is one line
+    if at not in oldest_first:
+        return  # never migrated, or a revision this release does not know: Alembic says so
+
     if revision == "base":
         wanted = "base"
     else:
-        oldest_first = [r.revision for r in reversed(list(script.walk_revisions()))]  # the history is one line
         base, plus, steps = revision.rpartition("+")
         try:
             found = script.get_revision(base if plus and base and steps.isdigit() else revision)
