@@ -423,12 +423,11 @@ class EventStore:
         connection) while the caller works on this one, so part of the read overlaps the
         caller's fold (1.05-1.15x on a full replay: the helper needs the interpreter lock for
         every chunk it takes off the socket). A short first batch (the live loop's usual tail)
-        starts no thread. An error of a read is
-        raised here, at the batch it would have returned. Each read ahead has its own daemon
-        thread, which ends with the read: closing the generator early leaves the one under way
-        to finish (bounded by the statement timeout) and return its connection, and an
-        interrupted or exiting process does not wait for it (with the server-side timeouts off,
-        0, it would wait until the read answered).
+        starts no thread. An error of a read is raised here, at the batch it would have
+        returned. Each read ahead has its own daemon thread, which ends with the read: closing
+        the generator early leaves the one under way to finish (bounded by the statement
+        timeout) and return its connection, and an interrupted or exiting process does not wait
+        for it (with the server-side timeouts off, 0, it would wait until the read answered).
         """
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")

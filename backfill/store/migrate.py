@@ -104,19 +104,19 @@ def _refuse_a_downgrade(config: Config, url: str, schema: str, revision: str) ->
     oldest_first = [r.revision for r in reversed(list(script.walk_revisions()))]  # the history is one line
     if at not in oldest_first:
         return  # never migrated, or a revision this release does not know: Alembic says so
-
     if revision == "base":
         wanted = "base"
     else:
         base, plus, steps = revision.rpartition("+")
+        stepped = bool(plus and base and steps.isdigit())  # ``<revision>+<n>``; ``+<n>`` alone steps from ``at``
         try:
-            found = script.get_revision(base if plus and base and steps.isdigit() else revision)
+            found = script.get_revision(base if stepped else revision)
         except CommandError:
             return  # a step from the schema's revision, or unknown: Alembic's upgrade says which
         if found is None:
             return
         target = found.revision
-        if plus and base and steps.isdigit():
+        if stepped:
             i = oldest_first.index(target) + int(steps)
             if i >= len(oldest_first):
                 return  # past the newest: Alembic says it cannot

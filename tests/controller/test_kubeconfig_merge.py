@@ -27,7 +27,12 @@ def _load(monkeypatch, tmp_path, *texts: str, absent: bool = False):
         paths.append(str(path))
     if absent:
         paths.insert(1, str(tmp_path / "absent"))  # kubectl skips a file that does not exist
-    monkeypatch.setenv("KUBECONFIG", ":".join(paths))
+    return _load_list(monkeypatch, tmp_path, ":".join(paths))
+
+
+def _load_list(monkeypatch, tmp_path, listed: str):
+    """The controller's client for ``$KUBECONFIG=listed`` (no ``BACKFILL_KUBECONFIG``, home in ``tmp_path``)."""
+    monkeypatch.setenv("KUBECONFIG", listed)
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.delenv("BACKFILL_KUBECONFIG", raising=False)
     return api_client(Settings())
@@ -133,13 +138,6 @@ def _split_config(tmp_path, user: str) -> str:
     )
     (b / "config").write_text(f"apiVersion: v1\nkind: Config\nusers: [{{name: admin, user: {user}}}]\n")
     return f"{a / 'config'}:{b / 'config'}"
-
-
-def _load_list(monkeypatch, tmp_path, listed: str):
-    monkeypatch.setenv("KUBECONFIG", listed)
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.delenv("BACKFILL_KUBECONFIG", raising=False)
-    return api_client(Settings())
 
 
 def test_a_users_relative_files_are_read_from_the_directory_of_its_own_file(monkeypatch, tmp_path):
