@@ -1,10 +1,16 @@
 """Leader election on a ``coordination.k8s.io/v1`` Lease.
 
 The holder renews every ``lease_renew_seconds``; another candidate takes the Lease over only
-when ``renewTime + leaseDurationSeconds`` has passed. :meth:`LeaderElector.is_leader` is true
-until the local renew deadline (the start of the last successful renew plus
-``lease_duration - lease_renew``), so a leader that cannot renew stops acting before anyone
-else may take over.
+when it has seen the same Lease record (holder, renewTime, acquireTime, duration, transitions)
+unchanged for ``leaseDurationSeconds`` on its own monotonic clock, as client-go's
+``observedTime`` does. The ``renewTime`` written by another replica is never compared with this
+replica's wall clock: a standby whose clock ran 2.5-4 s ahead took the Lease over while the
+leader still acted (helper-19's trial). The price, as in client-go: a candidate that starts
+next to a Lease whose holder is already gone waits one lease duration from its first read.
+:meth:`LeaderElector.is_leader` is true until the local renew deadline (the start of the last
+successful renew plus ``lease_duration - lease_renew``), so a leader that cannot renew stops
+acting before anyone else may take over: the other candidate read the renewed record after it
+was written, which was after the renew started.
 
 Every Lease call carries a client-side ``_request_timeout`` (``request_timeout`` seconds), so an
 unreachable or silent API server never blocks the election thread. While leading the thread
@@ -49,7 +55,10 @@ def _without_retries(api: Any) -> Any:
 def valid_holder(spec: Any, now: datetime, default_duration: float) -> str | None:
     """The identity that holds a Lease (its ``spec``, a ``V1LeaseSpec``) at ``now`` (aware UTC),
     or None: no holder, or its ``renewTime`` (else ``acquireTime``) plus
-    ``leaseDurationSeconds`` (``default_duration`` seconds when unset) has passed."""
+    ``leaseDurationSeconds`` (``default_duration`` seconds when unset) has passed.
+
+    A wall-clock judgement, so it is used for a warning only (:func:`led_elsewhere`); an
+    elector decides by :meth:`LeaderElector.try_acquire`'s observed time instead."""
     holder = spec.holder_identity or ""
     renewed = spec.renew_time or spec.acquire_time
     if not holder or renewed is None:
@@ -114,7 +123,10 @@ class LeaderElector:
         retry: retry period while not leading, seconds (default ``min(1, renew)``).
         request_timeout: client-side timeout of every Lease call, seconds (default
             ``min(2.5, renew / 2)``), so one round (a read and a write) fits in the renew period.
-        clock: the wall clock (timezone-aware UTC) written into the Lease.
+        clock: the wall clock (timezone-aware UTC) written into the Lease; never compared with
+            another replica's times.
+        monotonic: the local clock, seconds, of the renew deadline and of when another holder's
+            record was first seen (default ``time.monotonic``; a test advances it).
     """
 
     def __init__(
@@ -129,6 +141,7 @@ class LeaderElector:
         retry: float | None = None,
         request_timeout: float | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.api = api
         self.coord = client.CoordinationV1Api(_without_retries(api))
@@ -136,8 +149,10 @@ class LeaderElector:
         self.duration, self.renew = duration, renew
         self.retry = retry if retry is not None else min(1.0, renew)
         self.request_timeout = request_timeout if request_timeout is not None else min(2.5, renew / 2)
-        self.clock = clock
+        self.clock, self.monotonic = clock, monotonic
         self._deadline = 0.0
+        self._observed: tuple | None = None  # the Lease record last read (client-go's observedRecord)
+        self._observed_at = 0.0  # self.monotonic() when that record was first read (observedTime)
         self.healthy = False  # the last attempt reached the API server
         self._reported: str | None = None  # the failure last logged (the same one is not logged again)
         self._standby_for: str | None = None  # the holder last logged as leading instead of us
@@ -146,11 +161,11 @@ class LeaderElector:
 
     def is_leader(self) -> bool:
         """True while the lease is held and its local renew deadline has not passed."""
-        return time.monotonic() < self._deadline
+        return self.monotonic() < self._deadline
 
     def try_acquire(self) -> bool:
         """One acquire-or-renew round; returns whether this candidate holds the lease now."""
-        t0 = time.monotonic()
+        t0 = self.monotonic()
         now = self.clock()
         try:
             lease = self.coord.read_namespaced_lease(self.name, self.namespace, _request_timeout=self.request_timeout)
@@ -174,7 +189,7 @@ class LeaderElector:
             return self._won(t0)
         spec = lease.spec
         holder = spec.holder_identity or ""
-        if holder != self.identity and valid_holder(spec, now, self.duration):
+        if holder and holder != self.identity and self._held_by_another(spec):
             self._standing_by(holder)
             return False
         transitions = spec.lease_transitions or 0
@@ -191,6 +206,17 @@ class LeaderElector:
                 return False
             raise
         return self._won(t0)
+
+    def _held_by_another(self, spec: Any) -> bool:
+        """Whether another candidate's record in ``spec`` is still valid: this elector first read
+        it (unchanged since) less than its ``leaseDurationSeconds`` (else our duration) ago on
+        :attr:`monotonic`, the read's end. client-go's ``observedTime`` rule (leaderelection.go)."""
+        record = (spec.holder_identity, spec.renew_time, spec.acquire_time, spec.lease_duration_seconds,
+                  spec.lease_transitions)  # fmt: skip
+        seen = self.monotonic()
+        if record != self._observed:
+            self._observed, self._observed_at = record, seen
+        return self._observed_at + (spec.lease_duration_seconds or self.duration) > seen
 
     def _spec(self, acquired: datetime, now: datetime, transitions: int) -> dict:
         return {

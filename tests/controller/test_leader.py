@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+import time
+from datetime import datetime, timedelta, timezone
+
 import pytest
 from kubernetes import client
 
@@ -20,8 +24,6 @@ def test_a_leader_stops_acting_before_its_lease_lapses(kube_api, kube_namespace)
     The leader's own deadline now never passes the Lease: ``duration - renew`` after the start of
     its renew (none at all here; Settings refuses such timing), 2 s for a 3 s lease renewed every
     second."""
-    import time
-
     short = LeaderElector(kube_api, name="short", namespace=kube_namespace, identity="a", duration=1, renew=5)
     assert short.try_acquire() is True
     assert not short.is_leader()
@@ -29,6 +31,7 @@ def test_a_leader_stops_acting_before_its_lease_lapses(kube_api, kube_namespace)
     a = LeaderElector(kube_api, name="tight", namespace=kube_namespace, identity="a", duration=3, renew=1)
     b = LeaderElector(kube_api, name="tight", namespace=kube_namespace, identity="b", duration=3, renew=1)
     assert a.try_acquire() is True and a.is_leader()
+    assert b.try_acquire() is False  # b sees a's record from here on
     time.sleep(max(0.0, t0 + 2.05 - time.monotonic()))
     assert not a.is_leader()  # 2 s after the renew started: done, a second before the Lease lapses
     time.sleep(1.2)
@@ -53,20 +56,57 @@ def test_a_standby_says_who_leads_once_and_a_leader_says_when_it_lost_the_lease(
     """A standby logged nothing at all (a new user running two replicas could not tell that the
     second one waits, nor for whom), and a leader whose Lease another candidate took over did not
     say it had lost it."""
-    import logging
-    from datetime import datetime, timedelta, timezone
-
     caplog.set_level(logging.INFO, logger="backfill.controller.leader")
     a, b = _elector(kube_api, kube_namespace, "a"), _elector(kube_api, kube_namespace, "b")
     assert a.try_acquire() is True
     assert b.try_acquire() is False and b.try_acquire() is False
     standby = [r.getMessage() for r in caplog.records if r.getMessage().startswith("standing by")]
     assert standby == [f"standing by: leader lease {kube_namespace}/mbf-leader is held by a"]
-    # b takes the Lease over as if a had not renewed for a whole lease duration (b's clock is ahead)
-    b.clock = lambda: datetime.now(timezone.utc) + timedelta(seconds=16)
+    # b takes the Lease over as if it had seen a's record unchanged for a whole lease duration
+    b.monotonic = lambda: time.monotonic() + 16
     assert b.try_acquire() is True
     caplog.clear()
     assert a.try_acquire() is False and not a.is_leader()
     assert a.try_acquire() is False
     lost = [(r.levelname, r.getMessage()) for r in caplog.records]
     assert lost == [("WARNING", f"lost leader lease {kube_namespace}/mbf-leader: it is held by b now")]
+
+
+def test_a_standby_whose_clock_runs_ahead_never_takes_a_renewed_lease(kube_api, kube_namespace):
+    """helper-19's trial: a standby compared the leader's ``renewTime`` with its own wall clock,
+    so one whose clock ran 2.5-4 s ahead (here 60 s) took the Lease over while the leader renewed
+    and acted. Now it goes by when it saw the record change (client-go's observedTime)."""
+    a = LeaderElector(kube_api, name="skew", namespace=kube_namespace, identity="a", duration=3, renew=1)
+    b = LeaderElector(kube_api, name="skew", namespace=kube_namespace, identity="b", duration=3, renew=1,
+                      clock=lambda: datetime.now(timezone.utc) + timedelta(seconds=60))  # fmt: skip
+    end = time.monotonic() + 4.5  # past the lease duration: a renews every second throughout
+    rounds = []
+    while time.monotonic() < end:
+        assert a.try_acquire() is True and a.is_leader()
+        rounds.append(b.try_acquire())
+        assert not b.is_leader()
+        time.sleep(0.5)
+    assert rounds and not any(rounds)
+    lease = client.CoordinationV1Api(kube_api).read_namespaced_lease("skew", kube_namespace)
+    assert lease.spec.holder_identity == "a" and (lease.spec.lease_transitions or 0) == 0
+
+
+def test_a_new_standby_waits_a_lease_duration_from_its_first_read_of_a_stale_lease(kube_api, kube_namespace):
+    """A Lease whose holder stopped renewing an hour ago (by its clock): a candidate cannot tell
+    a gone holder from its own clock running ahead, so it takes over only after it has seen the
+    record unchanged for the lease duration on its own clock (the record's 15 s here)."""
+    hour_ago = (datetime.now(timezone.utc) - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    client.CoordinationV1Api(kube_api).create_namespaced_lease(kube_namespace, {
+        "metadata": {"name": "stale"},
+        "spec": {"holderIdentity": "gone", "leaseDurationSeconds": 15, "acquireTime": hour_ago, "renewTime": hour_ago},
+    })  # fmt: skip
+    now = [1000.0]
+    b = LeaderElector(kube_api, name="stale", namespace=kube_namespace, identity="b", duration=3, renew=1,
+                      monotonic=lambda: now[0])  # fmt: skip
+    assert b.try_acquire() is False  # first read at 1000
+    now[0] = 1014.9
+    assert b.try_acquire() is False
+    now[0] = 1015.0
+    assert b.try_acquire() is True and b.is_leader()
+    lease = client.CoordinationV1Api(kube_api).read_namespaced_lease("stale", kube_namespace)
+    assert lease.spec.holder_identity == "b" and lease.spec.lease_transitions == 1
