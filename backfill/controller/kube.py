@@ -52,14 +52,14 @@ def api_client(settings: Settings) -> client.ApiClient:
         path = Path(settings.kubeconfig).expanduser()
         if not path.exists():
             raise KubeConfigError(f"kubeconfig {path} does not exist")
-        if not path.is_file():
+        if not (path.is_file() or path.is_char_device()):  # /dev/null: "the file is empty", as kubectl
             raise KubeConfigError(f"kubeconfig {path} is not a file")
         return _from_files([path])
     env = os.environ.get("KUBECONFIG", "")
     if env:  # as kubectl and controller-runtime: before the in-cluster configuration (a trial: ignored)
         listed = [Path(p).expanduser() for p in env.split(os.pathsep) if p]
-        for path in listed:
-            if path.exists() and not path.is_file():
+        for path in listed:  # /dev/null reads as an empty file, as kubectl reads it (a trial: "not a file")
+            if path.exists() and not (path.is_file() or path.is_char_device()):
                 raise KubeConfigError(f"KUBECONFIG: {path} is not a file")
         existing = list(dict.fromkeys(path for path in listed if path.exists()))  # kubectl skips missing files
         if not existing:
@@ -148,8 +148,9 @@ def _from_files(paths: list[Path]) -> client.ApiClient:
         doc = _read(path)
         if doc is None:
             continue  # an empty file adds nothing (kubectl)
-        if not isinstance(doc, dict):
-            raise KubeConfigError(f"kubeconfig {path}: {_problem(doc, path.parent)}")
+        problem = _problem(doc, path.parent) if not isinstance(doc, dict) else _duplicate_names(doc)
+        if problem is not None:
+            raise KubeConfigError(f"kubeconfig {path}: {problem}")
         docs.append((path, doc))
     if not docs:
         raise KubeConfigError(f"{label}: every file is empty")
@@ -250,7 +251,7 @@ def _current_user(doc: Any) -> tuple[Any, Any]:
 
 def _problem(doc: Any, base: Path) -> str | None:
     """What the client would take silently or report unclearly in a kubeconfig document: not a
-    mapping, an empty ``current-context``, a current context whose ``user`` is not in ``users``
+    mapping, two entries of one name (:func:`_duplicate_names`), an empty ``current-context``, a current context whose ``user`` is not in ``users``
     (the client then connects anonymously), a user whose ``exec`` plugin cannot be run (the
     client logs ``[Errno 2]`` on every call and connects anonymously). ``base`` is the file's
     directory (a relative plugin path is run from there, as the client does). None when none
@@ -259,6 +260,9 @@ def _problem(doc: Any, base: Path) -> str | None:
         return None  # an empty file: the client's own message ("the file is empty")
     if not isinstance(doc, dict):
         return f"not a kubeconfig: a YAML {type(doc).__name__}, not a mapping of clusters, contexts and users"
+    duplicate = _duplicate_names(doc)
+    if duplicate is not None:
+        return duplicate
     current = doc.get("current-context")
     if current == "":
         return "current-context is empty (name one of its contexts)"
@@ -269,6 +273,21 @@ def _problem(doc: Any, base: Path) -> str | None:
     plugin = entry.get("exec") if isinstance(entry, dict) else None
     if isinstance(plugin, dict):
         return _exec_problem(user, plugin.get("command"), base)
+    return None
+
+
+def _duplicate_names(doc: dict[str, Any]) -> str | None:
+    """The first name that two entries of one list (``clusters``, ``contexts``, ``users``) of
+    kubeconfig document ``doc`` share, said as a problem, or None. kubectl refuses such a file
+    (client-go's conversion: ``duplicate name "x" in list``); the Python client took the first
+    entry silently, so a file kubectl would not use worked here with one of its two entries."""
+    for item in ("clusters", "contexts", "users"):
+        seen: set[Any] = set()
+        for entry in doc.get(item) or []:
+            name = entry.get("name") if isinstance(entry, dict) else None
+            if name in seen:
+                return f"{item} has two entries named {name} (kubectl refuses the file too)"
+            seen.add(name)
     return None
 
 

@@ -159,3 +159,38 @@ def test_a_users_relative_exec_plugin_is_the_one_beside_its_own_file(monkeypatch
     user = "{exec: {apiVersion: client.authentication.k8s.io/v1beta1, command: ./plugin.sh}}"
     api = _load_list(monkeypatch, tmp_path, _split_config(tmp_path, user))
     assert _target(api) == ("https://127.0.0.1:7005", "Bearer token-of-b")
+
+
+def test_a_file_that_names_an_entry_twice_is_refused_as_kubectl_refuses_it(monkeypatch, tmp_path):
+    """A trial: two clusters named ``c`` in one file loaded with the first one's server, where
+    kubectl refuses the file (client-go: ``duplicate name "c" in list``). Now one error naming
+    the file and the list, alone or in ``$KUBECONFIG``; one name in two *files* stays the
+    first file's (test above)."""
+    twice = (
+        f"apiVersion: v1\nkind: Config\ncurrent-context: x\nclusters: [{_cluster('c', 7101)}, {_cluster('c', 7102)}]\n"
+        "contexts: [{name: x, context: {cluster: c, user: admin}}]\nusers: [{name: admin, user: {token: t}}]\n"
+    )
+    path = tmp_path / "twice"
+    path.write_text(twice)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with pytest.raises(KubeConfigError) as err:
+        api_client(Settings(kubeconfig=str(path)))
+    assert str(err.value) == f"kubeconfig {path}: clusters has two entries named c (kubectl refuses the file too)"
+    with pytest.raises(KubeConfigError) as err:
+        _load(monkeypatch, tmp_path, "apiVersion: v1\nkind: Config\n", twice)
+    assert str(err.value) == f"kubeconfig {tmp_path}/kubeconfig-1: clusters has two entries named c (kubectl refuses the file too)"
+
+
+def test_dev_null_in_the_list_is_an_empty_file(monkeypatch, tmp_path):
+    """A trial: ``KUBECONFIG=/dev/null:real`` (a way to switch a user's config off) was "not a
+    file"; kubectl reads /dev/null as an empty file. A directory is still an error
+    (``tests/robustness/test_cli_errors.py``)."""
+    good = tmp_path / "good"
+    good.write_text(
+        f"apiVersion: v1\nkind: Config\ncurrent-context: x\nclusters: [{_cluster('c', 7201)}]\n"
+        "contexts: [{name: x, context: {cluster: c, user: admin}}]\nusers: [{name: admin, user: {token: dn}}]\n"
+    )
+    assert _target(_load_list(monkeypatch, tmp_path, f"/dev/null:{good}")) == ("https://127.0.0.1:7201", "Bearer dn")
+    with pytest.raises(KubeConfigError) as err:
+        _load_list(monkeypatch, tmp_path, "/dev/null")
+    assert str(err.value) == "kubeconfig /dev/null: the file is empty"
