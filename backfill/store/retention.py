@@ -323,7 +323,8 @@ def restore(
     ``docs/storage.md``). All or nothing, inside the caller's transaction. It takes the
     retention lock first (no prune meanwhile), loads and checks the files, and only then the
     log's write lock (``lock_log``, e.g. :meth:`backfill.store.eventlog.AppendTransaction.lock`),
-    so appends wait only for the final insert, not for the loading and checks.
+    after it has filled the new partition, so appends wait only for the attach and the insert
+    of the keys, not for the loading, the checks or the rows' insert.
 
     The rows go into one new partition, positions 1 to the last pruned position (so
     ``pruned_up_to()`` is 0 again, and a later prune drops it whole once a snapshot covers it).
@@ -418,11 +419,25 @@ def restore(
             "appends rolled back), pass --missing-start-ok"
         )
     _decode_all(conn, names)
-    lock_log()  # appends wait from here to the commit (positions below ``pruned`` are not theirs)
+    # The partition is filled and indexed before the log's write lock: a table outside the log
+    # until it is attached, so appends go on meanwhile. ATTACH then builds nothing and scans
+    # nothing: it adopts the indexes that match the log's (its primary key and stream index),
+    # and the CHECK constraint that matches the bound spares the validating scan.
     part = Partition(partition_name(1), 1, pruned + 1)
     conn.execute(f'CREATE TABLE "{part.name}" (LIKE events INCLUDING DEFAULTS)')
     conn.execute(f'INSERT INTO "{part.name}" ({_COLUMNS}) SELECT {_COLUMNS} FROM restored_rows')
+    conn.execute(f'ALTER TABLE "{part.name}" ADD PRIMARY KEY (position)')
+    conn.execute(f'CREATE INDEX ON "{part.name}" (stream)')
+    conn.execute(
+        f'ALTER TABLE "{part.name}" ADD CONSTRAINT "{part.name}_bound" '
+        f"CHECK (position IS NOT NULL AND position >= {part.lo} AND position < {part.hi})"
+    )
+    # Appends wait from here to the commit: the keys go in under the lock, since an append of a
+    # restored key meanwhile would wait for this transaction while holding the lock we would
+    # then wait for (a deadlock PostgreSQL breaks by failing one of them).
+    lock_log()
     conn.execute(f'ALTER TABLE events ATTACH PARTITION "{part.name}" FOR VALUES FROM ({part.lo}) TO ({part.hi})')
+    conn.execute(f'ALTER TABLE "{part.name}" DROP CONSTRAINT "{part.name}_bound"')
     keys = conn.execute(
         "INSERT INTO event_keys (idempotency_key, position) SELECT idempotency_key, position FROM restored_rows "
         "ON CONFLICT (idempotency_key) DO NOTHING"

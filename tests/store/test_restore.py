@@ -224,6 +224,43 @@ def test_restore_with_a_missing_start_acknowledged(pg_schema, pg_engine, tmp_pat
     assert es.pruned_up_to() == 0 and es.first_position() == 101 and es.count() == len(log) - 100
 
 
+def _indexes(conn, table: str) -> list[str]:
+    """The index definitions of ``table`` with its name taken out (comparable across partitions)."""
+    rows = conn.execute("SELECT indexdef FROM pg_indexes WHERE schemaname = current_schema() AND tablename = %s", (table,)).fetchall()
+    return sorted(d.split(" ON ", 1)[1].replace(table, "T") for (d,) in rows)
+
+
+def test_restore_fills_and_indexes_the_partition_before_it_takes_the_logs_write_lock(pg_schema, pg_engine, tmp_path, capsys):
+    """Appends wait for a restore from its write lock to its commit. The rows' insert and the
+    partition's index builds (ATTACH built them) ran under that lock; now the partition is
+    complete when the lock is taken, and ATTACH adopts its indexes: the restored partition has
+    exactly the indexes of a partition the log made itself, and no constraint of its own."""
+    from backfill.store.retention import restore
+
+    es, log, export = _pruned(pg_schema, pg_engine, tmp_path, capsys)
+    seen: dict[str, object] = {}
+    with es.begin() as tx:
+        conn = tx.connection
+
+        def lock() -> None:
+            seen["rows"] = conn.execute("SELECT count(*) FROM events_p000000000001").fetchone()[0]
+            seen["indexes"] = _indexes(conn, "events_p000000000001")
+            tx.lock()
+
+        restore(conn, [export], lock)
+    with es.begin() as tx:
+        conn = tx.connection
+        assert seen["rows"] == 1150
+        made_by_the_log = _indexes(conn, "events_p000000001151")
+        assert len(made_by_the_log) == 2 and seen["indexes"] == made_by_the_log  # the primary key and the stream index
+        assert _indexes(conn, "events_p000000000001") == made_by_the_log  # adopted, not built twice
+        constraints = conn.execute(
+            "SELECT conname FROM pg_constraint WHERE conrelid = 'events_p000000000001'::regclass AND contype = 'c'"
+        ).fetchall()
+        assert constraints == []
+    assert es.pruned_up_to() == 0 and es.count() == len(log)
+
+
 def test_prune_waits_for_a_restore_and_records_what_it_drops(pg_schema, pg_engine, tmp_path, capsys):
     """A trial: a restore committed between a prune's list of partitions and its drops, which
     then left a hole above the restored positions. Prune and restore now take one lock."""
