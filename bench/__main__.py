@@ -126,7 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     def g_store() -> list[Row]:
         from bench import bench_store
 
-        return bench_store.rows(bench_store.measure(url(), size["store_events"], rep, err))
+        return bench_store.rows(bench_store.measure(url(), size["store_events"], rep, err)) + [
+            bench_store.restore_lock(url(), size["store_events"], rep)
+        ]
 
     def g_fold() -> list[Row]:
         from bench import bench_core

@@ -20,7 +20,9 @@ dropped at the end. Measured side by side in one run (median of ``--repeat`` run
   :meth:`EventStore.read_payloads` returns them (PostgreSQL's ``jsonb`` text), old path
   (pydantic validation of the whole batch, ``validate=True``) vs the new compiled path
   (orjson), on the event mix of a simulation (synthetic workload, ``--repeat-after 1m``:
-  about 95% ForegroundRequest, the rest admissions, Job facts and cancels).
+  about 95% ForegroundRequest, the rest admissions, Job facts and cancels);
+- (``python -m bench`` only, :func:`restore_lock`) how long ``backfill db restore`` holds the
+  log's write lock against the whole restore.
 
 Rows look like real ones: type ``ForegroundRequest``, stream ``model/ns/M0001``..``M0087``,
 key ``fg/<i>``, ``data`` a ~150-byte JSON object.
@@ -40,8 +42,10 @@ import inspect
 import json
 import os
 import secrets
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -79,7 +83,7 @@ def make_records(n: int) -> list[EventRecord]:
                 "at": at.isoformat(),
                 "source": "trace",
                 "count": 1,
-                "duration_s": round(0.5 + (i % 17) * 0.137, 3),
+                "busy_until": (at + timedelta(milliseconds=500 + (i % 17) * 137)).isoformat(),
             },
             separators=(",", ":"),
         )
@@ -298,6 +302,70 @@ def measure(url: str, events: int = 200_000, repeat: int = 3, console: Console |
         drop_schema(url, schema)
     med = {k: statistics.median(v) for k, v in results.items()}
     return {"med": med, "events": len(records), "decoded": len(rows), "repeat": repeat}
+
+
+def restore_lock(url: str, events: int = 200_000, repeat: int = 3) -> Row:
+    """``backfill db restore`` of ``events`` pruned events: how long it holds the log's write
+    lock (appends wait that long), against the whole restore, best of ``repeat``, in a scratch
+    schema of ``url`` (dropped at the end). The log: ``events`` rows of a simulation's mix
+    (:func:`simulated_records`: restore decodes every row) in 20 partitions (at least 1,000
+    events each) under a snapshot, pruned with an export (every full partition)."""
+    import contextlib
+    import io
+
+    from backfill.cli import main as cli
+    from backfill.core.state import World
+    from backfill.store import projection
+    from backfill.store.retention import restore
+
+    schema = f"bench_{secrets.token_hex(4)}"
+    upgrade(url, schema)
+    engine = make_engine(url, schema, pool_size=2)
+    store = EventStore(engine, partition_size=max(1_000, events // 20))  # the smallest size allowed is 1,000
+    export = Path(tempfile.mkdtemp(prefix="backfill-bench-")) / "pruned.csv"
+    held, total = [], []
+    pruned = 0
+    try:
+        records = simulated_records(events)
+        for s in range(0, len(records), 10_000):
+            store.append(records[s : s + 10_000])
+        del records
+        head = store.head()
+        for _ in range(repeat):
+            projection.save(store, World(position=head))  # prune needs a snapshot above what it drops
+            with contextlib.redirect_stdout(io.StringIO()):
+                code = cli(["db", "prune", "--before", "2999-01-01T00:00:00Z", "--export", str(export), "--database-url", url, "--schema", schema])
+            pruned = store.pruned_up_to()
+            assert code == 0 and pruned > 0, "the bench log was not pruned"
+            t: dict[str, float] = {}
+            with store.begin() as tx:
+                t0 = time.perf_counter()
+
+                def lock() -> None:
+                    tx.lock()
+                    t["lock"] = time.perf_counter()
+
+                restore(tx.connection, [export], lock)
+            end = time.perf_counter()
+            held.append(end - t["lock"])
+            total.append(end - t0)
+            export.unlink()
+    finally:
+        store.close()
+        engine.dispose()
+        drop_schema(url, schema)
+        shutil.rmtree(export.parent, ignore_errors=True)
+    i = min(range(len(held)), key=held.__getitem__)
+    return Row(
+        "db restore: the log's write lock held",
+        held[i] * 1000,
+        "ms",
+        baseline=total[i] * 1000,
+        baseline_name="the whole restore",
+        higher_is_better=False,
+        note=f"{pruned:,} pruned events (a simulation's mix) restored from prune's export; appends wait this long "
+        f"(the attach and the idempotency keys' insert); ratio = held / whole restore; best of {repeat}",
+    )
 
 
 def rows(m: dict[str, Any]) -> list[Row]:

@@ -22,6 +22,7 @@ ROWS = [
     "EventStore.append, batches of 10,000",
     "EventStore.read, whole log (raw, no decode)",
     "decode_many, compiled path",
+    "db restore: the log's write lock held",
     "fold in memory, 100 ModelBackfills",
     "fold in memory, 1,000 ModelBackfills",
     "fold in memory, 10,000 ModelBackfills",
