@@ -151,6 +151,7 @@ class LeaderElector:
         self.request_timeout = request_timeout if request_timeout is not None else min(2.5, renew / 2)
         self.clock, self.monotonic = clock, monotonic
         self._deadline = 0.0
+        self._leading = False  # acquired and not yet seen lost or given up (for the "lost" warning)
         self._observed: tuple | None = None  # the Lease record last read (client-go's observedRecord)
         self._observed_at = 0.0  # self.monotonic() when that record was first read (observedTime)
         self.healthy = False  # the last attempt reached the API server
@@ -233,6 +234,7 @@ class LeaderElector:
 
     def _won(self, t0: float) -> bool:
         was = self.is_leader()
+        self._leading = True
         # Never past the Lease as written (whole seconds, at least 1): a deadline of
         # max(renew, duration - renew) outlived a Lease shorter than the renew period, and a
         # standby took over while this leader still acted (a new user's trial: duration 1, renew 5).
@@ -245,9 +247,11 @@ class LeaderElector:
     def _standing_by(self, holder: str) -> None:
         """Another candidate holds a valid Lease: this one does not lead. Logged once per holder
         (a standby said nothing at all, and a leader whose Lease was taken over did not say it
-        had lost it)."""
-        was = self.is_leader()
+        had lost it, nor did one that was paused past its deadline and found another holder
+        when it resumed: a new user's trial)."""
+        was = self._leading
         self._deadline = 0.0
+        self._leading = False
         if was:
             log.warning(f"lost leader lease {self.namespace}/{self.name}: it is held by {holder} now")
         elif holder != self._standby_for:
@@ -298,6 +302,7 @@ class LeaderElector:
             self._thread.join(timeout=self.request_timeout + 0.5)
         if release and self.is_leader():
             self._deadline = 0.0
+            self._leading = False
             try:
                 lease = self.coord.read_namespaced_lease(self.name, self.namespace, _request_timeout=self.request_timeout)
                 if lease.spec.holder_identity == self.identity:

@@ -110,3 +110,25 @@ def test_a_new_standby_waits_a_lease_duration_from_its_first_read_of_a_stale_lea
     assert b.try_acquire() is True and b.is_leader()
     lease = client.CoordinationV1Api(kube_api).read_namespaced_lease("stale", kube_namespace)
     assert lease.spec.holder_identity == "b" and lease.spec.lease_transitions == 1
+
+
+def test_a_leader_paused_past_its_deadline_says_it_lost_the_lease_when_it_resumes(kube_api, kube_namespace, caplog):
+    """A new user's trial: SIGSTOP the leader until the standby takes over, then SIGCONT. The
+    resumed replica said only "standing by ... held by b", like a replica that never led: the
+    "lost" warning was given only while its own deadline had not passed yet."""
+    caplog.set_level(logging.INFO, logger="backfill.controller.leader")
+    now = [0.0]
+    a = LeaderElector(kube_api, name="paused", namespace=kube_namespace, identity="a", duration=3, renew=1,
+                      monotonic=lambda: now[0])  # fmt: skip
+    b = LeaderElector(kube_api, name="paused", namespace=kube_namespace, identity="b", duration=3, renew=1,
+                      monotonic=lambda: now[0])  # fmt: skip
+    assert a.try_acquire() is True
+    assert b.try_acquire() is False
+    now[0] = 3.0  # a paused: b has seen its record unchanged for the lease duration
+    assert not a.is_leader()
+    assert b.try_acquire() is True
+    caplog.clear()
+    assert a.try_acquire() is False  # a resumes
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("WARNING", f"lost leader lease {kube_namespace}/paused: it is held by b now")
+    ]
