@@ -42,8 +42,9 @@ def _client(load: Any) -> client.ApiClient:
 def api_client(settings: Settings) -> client.ApiClient:
     """An ApiClient for the configured cluster: ``settings.kubeconfig`` (``--kubeconfig``,
     ``BACKFILL_KUBECONFIG``), else the files ``$KUBECONFIG`` lists, merged as kubectl merges
-    them (:func:`_merged`), else the in-cluster service account, else ``~/.kube/config``
-    (controller-runtime's order).
+    them (:func:`_merged`; when every file it names is empty, e.g. ``/dev/null``, the
+    in-cluster service account if there is one, as client-go), else the in-cluster service
+    account, else ``~/.kube/config`` (controller-runtime's order).
 
     Raises:
         KubeConfigError: the kubeconfig is missing or invalid, or no configuration is found.
@@ -52,18 +53,23 @@ def api_client(settings: Settings) -> client.ApiClient:
         path = Path(settings.kubeconfig).expanduser()
         if not path.exists():
             raise KubeConfigError(f"kubeconfig {path} does not exist")
-        if not (path.is_file() or path.is_char_device()):  # /dev/null: "the file is empty", as kubectl
+        if not (path.is_file() or _is_devnull(path)):  # /dev/null: "the file is empty", as kubectl
             raise KubeConfigError(f"kubeconfig {path} is not a file")
         return _from_files([path])
     env = os.environ.get("KUBECONFIG", "")
     if env:  # as kubectl and controller-runtime: before the in-cluster configuration (a trial: ignored)
         listed = [Path(p).expanduser() for p in env.split(os.pathsep) if p]
         for path in listed:  # /dev/null reads as an empty file, as kubectl reads it (a trial: "not a file")
-            if path.exists() and not (path.is_file() or path.is_char_device()):
+            if path.exists() and not (path.is_file() or _is_devnull(path)):
                 raise KubeConfigError(f"KUBECONFIG: {path} is not a file")
         existing = list(dict.fromkeys(path for path in listed if path.exists()))  # kubectl skips missing files
         if not existing:
             raise KubeConfigError(f"KUBECONFIG={env}: no such file")
+        if all(_read(path) is None for path in existing):  # e.g. KUBECONFIG=/dev/null in a Pod
+            try:  # client-go: an empty configuration falls back to the in-cluster one
+                return _client(lambda cfg: config.load_incluster_config(client_configuration=cfg))
+            except ConfigException:
+                pass  # not in a cluster: the empty file is the error
         return _from_files(existing)
     try:
         return _client(lambda cfg: config.load_incluster_config(client_configuration=cfg))
@@ -73,6 +79,16 @@ def api_client(settings: Settings) -> client.ApiClient:
     if not default.is_file():
         raise KubeConfigError("no Kubernetes configuration: not in a cluster, no --kubeconfig, no KUBECONFIG and no ~/.kube/config")
     return _from_files([default])
+
+
+def _is_devnull(path: Path) -> bool:
+    """``path`` is the null device (``os.devnull``, or a link to it): read as an empty file.
+    No other device: ``/dev/zero`` or ``/dev/urandom`` would be read until memory ran out
+    (a trial: 3.8 GB, then MemoryError)."""
+    try:
+        return path.samefile(os.devnull)
+    except OSError:
+        return False
 
 
 #: The file-path fields of kubeconfig entries, per list (client-go ``clientcmd`` ``ResolvePaths``):
@@ -276,17 +292,51 @@ def _problem(doc: Any, base: Path) -> str | None:
     return None
 
 
+#: kubeconfig entry lists -> the key of an entry's body (client-go's Named* types).
+_BODIES = {"clusters": "cluster", "contexts": "context", "users": "user"}
+
+
+def _named_lists(doc: dict[str, Any]) -> Iterator[tuple[str, Any]]:
+    """``(where, value)`` of every list of named entries in kubeconfig document ``doc`` that
+    client-go converts to a map by name: ``clusters``, ``contexts``, ``users`` and
+    ``extensions``, the ``extensions`` of each cluster, context and user, and of
+    ``preferences``. A value is as found (it may be no list at all)."""
+    for item in ("clusters", "contexts", "users", "extensions"):
+        value = doc.get(item)
+        yield item, value
+        if item in _BODIES and isinstance(value, list):
+            for entry in value:
+                body = entry.get(_BODIES[item]) if isinstance(entry, dict) else None
+                if isinstance(body, dict) and body.get("extensions") is not None:
+                    yield f"{item} {entry.get('name')}: extensions", body["extensions"]
+    preferences = doc.get("preferences")
+    if isinstance(preferences, dict) and preferences.get("extensions") is not None:
+        yield "preferences: extensions", preferences["extensions"]
+
+
 def _duplicate_names(doc: dict[str, Any]) -> str | None:
-    """The first name that two entries of one list (``clusters``, ``contexts``, ``users``) of
-    kubeconfig document ``doc`` share, said as a problem, or None. kubectl refuses such a file
-    (client-go's conversion: ``duplicate name "x" in list``); the Python client took the first
-    entry silently, so a file kubectl would not use worked here with one of its two entries."""
-    for item in ("clusters", "contexts", "users"):
-        seen: set[Any] = set()
-        for entry in doc.get(item) or []:
-            name = entry.get("name") if isinstance(entry, dict) else None
+    """What kubectl would refuse in the named lists of kubeconfig document ``doc``
+    (:func:`_named_lists`), said as a problem, or None: a list that is not a list, an entry
+    that is not a mapping, a name that is not a string (a missing or null name is ``""``, as
+    in Go), or two entries of one name (client-go's conversion: ``duplicate name "x" in
+    list``). The Python client took the first of two entries silently (a file kubectl would
+    not use worked here), and crashed on a name it could not hash (a trial: ``name: [x]``)."""
+    for where, entries in _named_lists(doc):
+        if entries is None:
+            continue
+        if not isinstance(entries, list):
+            return f"{where} is a YAML {type(entries).__name__}, not a list"
+        seen: set[str] = set()
+        for entry in entries:
+            if not isinstance(entry, dict):
+                return f"{where}: an entry is a YAML {type(entry).__name__}, not a mapping"
+            name = entry.get("name")
+            name = "" if name is None else name
+            if not isinstance(name, str):
+                return f"{where}: an entry's name is a YAML {type(name).__name__}, not a string"
             if name in seen:
-                return f"{item} has two entries named {name} (kubectl refuses the file too)"
+                shown = name or '""'
+                return f"{where} has two entries named {shown} (kubectl refuses the file too)"
             seen.add(name)
     return None
 

@@ -194,3 +194,75 @@ def test_dev_null_in_the_list_is_an_empty_file(monkeypatch, tmp_path):
     with pytest.raises(KubeConfigError) as err:
         _load_list(monkeypatch, tmp_path, "/dev/null")
     assert str(err.value) == "kubeconfig /dev/null: the file is empty"
+
+
+_ONE_USER = "contexts: [{name: x, context: {cluster: c, user: admin}}]\nusers: [{name: admin, user: {token: t}}]\n"
+
+
+@pytest.mark.parametrize(
+    "lists, problem",
+    [
+        # a name the client could not hash crashed the controller (TypeError, exit 1)
+        (f"clusters: [{_cluster('c', 7301)}, {{name: [x], cluster: {{server: 'https://h'}}}}]\n" + _ONE_USER,
+         "clusters: an entry's name is a YAML list, not a string"),
+        (f"clusters: [{_cluster('c', 7301)}]\ncontexts: [{{name: x, context: {{cluster: c, user: admin}}}}]\nusers: 5\n",
+         "users is a YAML int, not a list"),
+        (f"clusters: [{_cluster('c', 7301)}]\ncontexts: [{{name: x, context: {{cluster: c, user: admin}}}}]\nusers: abc\n",
+         "users is a YAML str, not a list"),
+        (f"clusters: [{_cluster('c', 7301)}, 7]\n" + _ONE_USER, "clusters: an entry is a YAML int, not a mapping"),
+        # every list client-go converts by name, not only the three
+        (f"clusters: [{_cluster('c', 7301)}]\n" + _ONE_USER + "extensions: [{name: e, extension: {}}, {name: e, extension: {}}]\n",
+         "extensions has two entries named e (kubectl refuses the file too)"),
+        ("clusters: [{name: c, cluster: {server: 'https://h', extensions: [{name: e, extension: {}}, {name: e, extension: {}}]}}]\n" + _ONE_USER,
+         "clusters c: extensions has two entries named e (kubectl refuses the file too)"),
+        (f"clusters: [{_cluster('c', 7301)}, {{cluster: {{server: 'https://h'}}}}, {{name: null, cluster: {{server: 'https://i'}}}}]\n" + _ONE_USER,
+         'clusters has two entries named "" (kubectl refuses the file too)'),
+    ],
+)
+def test_a_named_list_kubectl_cannot_read_is_one_error(monkeypatch, tmp_path, lists, problem):
+    """An adversarial trial of the duplicate check: each of these crashed with a TypeError or
+    was let through, where kubectl refuses the file. One error naming the file, alone and in
+    ``$KUBECONFIG``."""
+    path = tmp_path / "bad"
+    path.write_text("apiVersion: v1\nkind: Config\ncurrent-context: x\n" + lists)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with pytest.raises(KubeConfigError) as err:
+        api_client(Settings(kubeconfig=str(path)))
+    assert str(err.value) == f"kubeconfig {path}: {problem}"
+    with pytest.raises(KubeConfigError) as err:
+        _load_list(monkeypatch, tmp_path, f"{tmp_path / 'absent'}:{path}:/dev/null")
+    assert str(err.value) == f"kubeconfig {path}: {problem}"
+
+
+@pytest.mark.parametrize("device", ["/dev/zero", "/dev/urandom"])
+def test_no_device_but_the_null_device_is_read(monkeypatch, tmp_path, device):
+    """An adversarial trial: every character device was read as a file, so ``--kubeconfig
+    /dev/zero`` grew to 3.8 GB and died of MemoryError. Only the null device (or a link to
+    it) reads as empty."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with pytest.raises(KubeConfigError) as err:
+        api_client(Settings(kubeconfig=device))
+    assert str(err.value) == f"kubeconfig {device} is not a file"
+    with pytest.raises(KubeConfigError) as err:
+        _load_list(monkeypatch, tmp_path, f"{device}:/dev/null")
+    assert str(err.value) == f"KUBECONFIG: {device} is not a file"
+    link = tmp_path / "off"
+    link.symlink_to("/dev/null")
+    with pytest.raises(KubeConfigError) as err:
+        api_client(Settings(kubeconfig=str(link)))
+    assert str(err.value) == f"kubeconfig {link}: the file is empty"
+
+
+def test_kubeconfig_of_empty_files_in_a_pod_is_the_in_cluster_configuration(monkeypatch, tmp_path):
+    """An adversarial trial: ``KUBECONFIG=/dev/null`` in a Pod was "the file is empty", where
+    client-go falls back to the in-cluster service account for an empty configuration. Out of a
+    cluster it is still that error (test above)."""
+    import backfill.controller.kube as kube
+
+    def in_cluster(client_configuration):
+        client_configuration.host = "https://10.96.0.1:443"
+
+    monkeypatch.setattr(kube.config, "load_incluster_config", in_cluster)
+    empty = tmp_path / "empty"
+    empty.write_text("")
+    assert _target(_load_list(monkeypatch, tmp_path, f"/dev/null:{empty}"))[0] == "https://10.96.0.1:443"
