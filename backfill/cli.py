@@ -286,7 +286,8 @@ def _granularity_cost(tr: Any, params: Any, padded: Any) -> str:
 
     return (
         f"signal granularity {format_duration(params.signal_granularity)}: {counts(padded)}; an exact signal: "
-        f"{counts(exact)}; cost {_fmt_s(lost)} useful s{share}, wasted s {padded.wasted - exact.wasted:+,.0f}"
+        f"{counts(exact)}; cost {_fmt_s(lost)} useful s{share}, wasted s {padded.wasted - exact.wasted:+,.0f} "
+        f"(a negative cost or change: the padding gained it)"
     )
 def _check_params(params: Any) -> None:
     """Contract checks shared by simulate and recommend (one-line CLIError)."""

@@ -114,7 +114,7 @@ class Settings(BaseSettings):
     # Leader election (coordination.k8s.io Lease)
     lease_name: str = Field(default="modelbackfill-controller", description="Name of the leader-election Lease.")
     lease_namespace: str = Field(default="flexinfer-system", description="Namespace of the leader-election Lease.")
-    lease_duration_seconds: float = Field(default=15.0, gt=0, description="Lease duration, seconds.")
+    lease_duration_seconds: float = Field(default=15.0, gt=0, description="Lease duration, seconds (at least 3 times the renew period).")
     lease_renew_seconds: float = Field(
         default=5.0, ge=0.1, description="How often the leader renews, seconds (at least 0.1: ten Lease writes a second)."
     )
