@@ -191,7 +191,7 @@ class LeaderElector:
         spec = lease.spec
         holder = spec.holder_identity or ""
         if holder and holder != self.identity and self._held_by_another(spec):
-            self._standing_by(holder)
+            self._standing_by(holder, spec.lease_duration_seconds or self.duration)
             return False
         transitions = spec.lease_transitions or 0
         acquired = spec.acquire_time if holder == self.identity and spec.acquire_time else now
@@ -244,8 +244,9 @@ class LeaderElector:
             log.info(f"acquired leader lease {self.namespace}/{self.name} as {self.identity}")
         return True
 
-    def _standing_by(self, holder: str) -> None:
-        """Another candidate holds a valid Lease: this one does not lead. Logged once per holder
+    def _standing_by(self, holder: str, duration: float) -> None:
+        """Another candidate holds a valid Lease (``duration``: its ``leaseDurationSeconds``, so a
+        Lease edited to last for years says so): this one does not lead. Logged once per holder
         (a standby said nothing at all, and a leader whose Lease was taken over did not say it
         had lost it, nor did one that was paused past its deadline and found another holder
         when it resumed: a new user's trial)."""
@@ -255,7 +256,10 @@ class LeaderElector:
         if was:
             log.warning(f"lost leader lease {self.namespace}/{self.name}: it is held by {holder} now")
         elif holder != self._standby_for:
-            log.info(f"standing by: leader lease {self.namespace}/{self.name} is held by {holder}")
+            log.info(
+                f"standing by: leader lease {self.namespace}/{self.name} is held by {holder} "
+                f"(taken over once its record has stayed unchanged for its {duration:g} s)"
+            )
         self._standby_for = holder
 
     def next_wait(self) -> float:

@@ -61,7 +61,9 @@ def test_a_standby_says_who_leads_once_and_a_leader_says_when_it_lost_the_lease(
     assert a.try_acquire() is True
     assert b.try_acquire() is False and b.try_acquire() is False
     standby = [r.getMessage() for r in caplog.records if r.getMessage().startswith("standing by")]
-    assert standby == [f"standing by: leader lease {kube_namespace}/mbf-leader is held by a"]
+    assert standby == [
+        f"standing by: leader lease {kube_namespace}/mbf-leader is held by a (taken over once its record has stayed unchanged for its 15 s)"
+    ]
     # b takes the Lease over as if it had seen a's record unchanged for a whole lease duration
     b.monotonic = lambda: time.monotonic() + 16
     assert b.try_acquire() is True
