@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import atexit
+import os
 import re
 import threading
 import warnings
@@ -168,6 +169,7 @@ def start_embedded(pgdata: Path) -> str:
             pgdata.parent.mkdir(parents=True, exist_ok=True)
             _forget_dead_handles(pgserver, pgdata)
             server = pgserver.get_server(pgdata, cleanup_mode="stop")
+            _remember_start(pgserver, pgdata)
             # atexit runs last-registered first: the dead are forgotten before the package's own
             # release at exit decides whether this process is the last user.
             atexit.register(_forget_dead_handles, pgserver, pgdata)
@@ -175,8 +177,44 @@ def start_embedded(pgdata: Path) -> str:
     return server.get_uri(driver="psycopg")
 
 
+#: Beside the package's list of users (pids only): pid -> the start time of the process that
+#: joined under it, so a pid reused by an unrelated process is not taken for that user.
+_STARTS = ".backfill_handle_starts.json"
+
+
+def _start_time(psutil: Any, pid: int) -> float | None:
+    """When process ``pid`` started (seconds since the epoch, as psutil reads it), or None when
+    it cannot be read."""
+    try:
+        return float(psutil.Process(pid).create_time())
+    except psutil.Error:
+        return None
+
+
+def _remember_start(pgserver: Any, pgdata: Path) -> None:
+    """Record this process's start time beside the server's list of users (:data:`_STARTS`),
+    under the package's inter-process lock."""
+    import json
+
+    import psutil
+
+    path = pgdata / _STARTS
+    with pgserver.PostgresServer._lock:
+        try:
+            starts = json.loads(path.read_text() or "{}")
+        except (OSError, ValueError):
+            starts = {}
+        if not isinstance(starts, dict):
+            starts = {}
+        started = _start_time(psutil, os.getpid())
+        if started is not None:
+            starts[str(os.getpid())] = started
+            path.write_text(json.dumps(starts))
+
+
 def _forget_dead_handles(pgserver: Any, pgdata: Path) -> None:
-    """Drop the processes that no longer exist from the server's list of users
+    """Drop the processes that no longer exist (or whose pid another process took:
+    :func:`_running`) from the server's list of users
     (``pgdata/.handle_pids.json``), under the package's own inter-process lock. The server stops
     when the last process on the list releases it, and the package never drops a process that
     was killed (SIGKILL, OOM): a new user's trial found the server running for good, with no
@@ -193,17 +231,33 @@ def _forget_dead_handles(pgserver: Any, pgdata: Path) -> None:
             return  # none yet (a fresh directory), or not ours to judge
         if not isinstance(pids, list):
             return
-        alive = [pid for pid in pids if isinstance(pid, int) and _running(psutil, pid)]
+        try:
+            starts = json.loads((pgdata / _STARTS).read_text() or "{}")
+        except (OSError, ValueError):
+            starts = {}
+        if not isinstance(starts, dict):
+            starts = {}
+        alive = [pid for pid in pids if isinstance(pid, int) and _running(psutil, pid, starts.get(str(pid)))]
         if alive != pids:
             handles.write_text(json.dumps(alive))
+        kept = {str(pid): starts[str(pid)] for pid in alive if str(pid) in starts}
+        if kept != starts:
+            (pgdata / _STARTS).write_text(json.dumps(kept))
 
 
-def _running(psutil: Any, pid: int) -> bool:
-    """Process ``pid`` exists and is not a zombie (a killed child its parent has not reaped
-    yet still has a pid, and uses nothing). A pid reused by an unrelated process counts as
-    running: the list holds pids only."""
+def _running(psutil: Any, pid: int, started: Any = None) -> bool:
+    """Process ``pid`` exists, is not a zombie (a killed child its parent has not reaped yet
+    still has a pid, and uses nothing) and, when its start time was recorded as it joined
+    (``started``, seconds), is the process that joined: a pid reused by an unrelated process
+    kept the server running for good (a trial). A user recorded by no start time (a release
+    before this one) counts by its pid alone."""
     try:
-        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return False
+        if isinstance(started, (int, float)) and abs(process.create_time() - started) > 0.5:
+            return False  # another process under a reused pid
+        return True
     except psutil.NoSuchProcess:
         return False
     except psutil.Error:

@@ -204,6 +204,47 @@ def test_the_embedded_server_stops_after_a_user_was_killed(order: str) -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def test_the_embedded_server_stops_when_a_killed_users_pid_was_reused() -> None:
+    """An adversarial trial: the package lists its users by pid only, so when a killed user's
+    pid was taken by an unrelated process, the server counted that process as a user and ran
+    for good. Now each user's start time is recorded as it joins, and a pid whose process
+    started at another time is forgotten. The reuse is made by hand: the killed user's pid
+    replaced, in the package's list and in ours, by the pid of a ``sleep`` (an unrelated live
+    process), with the killed user's start time kept."""
+    import json
+
+    root = Path(tempfile.mkdtemp(prefix="backfill-test-embedded-"))
+    pgdata = root / "pg"
+    stranger = None
+    try:
+        killed = _embedded_user(pgdata)
+        postmaster = int((pgdata / "postmaster.pid").read_text().split()[0])
+        starts = json.loads((pgdata / ".backfill_handle_starts.json").read_text())
+        assert abs(starts[str(killed.pid)] - psutil.Process(killed.pid).create_time()) < 0.01
+        os.kill(killed.pid, signal.SIGKILL)
+        killed.wait(10)
+        pids = json.loads((pgdata / ".handle_pids.json").read_text())
+        assert pids == [killed.pid]
+        stranger = subprocess.Popen(["sleep", "120"])  # started after the user (more than 0.5 s: its server start)
+        assert psutil.Process(stranger.pid).create_time() - starts[str(killed.pid)] > 0.5
+        (pgdata / ".handle_pids.json").write_text(json.dumps([stranger.pid]))
+        (pgdata / ".backfill_handle_starts.json").write_text(json.dumps({str(stranger.pid): starts[str(killed.pid)]}))
+        subprocess.run([sys.executable, "-c", _USE_EMBEDDED, str(pgdata)], check=True, capture_output=True, timeout=120)
+        deadline = time.monotonic() + 20
+        while psutil.pid_exists(postmaster) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not psutil.pid_exists(postmaster), "the embedded server still runs: the reused pid counted as a user"
+        assert stranger.poll() is None  # the stranger was left alone
+    finally:
+        if stranger is not None:
+            stranger.kill()
+            stranger.wait(10)
+        if (pgdata / "postmaster.pid").exists():
+            with contextlib.suppress(Exception):
+                os.kill(int((pgdata / "postmaster.pid").read_text().split()[0]), signal.SIGTERM)
+        shutil.rmtree(root, ignore_errors=True)
+
+
 # -- session timeouts ----------------------------------------------------------------------------
 
 
