@@ -37,7 +37,7 @@ from typing import Any, Callable
 
 from backfill.core import events as ev
 from backfill.core.commands import Admit, Resume, WriteStatus
-from backfill.core.events import decode_many
+from backfill.core.events import decode_many, decode_rows
 from backfill.core.perf import paused_gc
 from backfill.core.projector import affected, decide, fold, fold_all, only_position_moved
 from backfill.core.runs import previous_row, run_rows
@@ -343,12 +343,11 @@ class Controller:
         stored = self._runs_checkpoint
         foreground = ev.ForegroundRequest
         for batch in self.events.read_payloads(self.position, batch_size=5000):
-            decoded = decode_many([(t, v, d) for _, t, v, d in batch])
             world = self.world
             rows = []
             count = self._live and self.is_leader()
             requests: list[tuple[int, Any]] = []  # a run of foreground requests, folded together
-            for (position, *_), e in zip(batch, decoded):
+            for position, e in decode_rows(batch):
                 if type(e) is foreground:
                     requests.append((position, e))
                     continue
