@@ -217,6 +217,21 @@ _ONE_USER = "contexts: [{name: x, context: {cluster: c, user: admin}}]\nusers: [
          "clusters c: extensions has two entries named e (kubectl refuses the file too)"),
         (f"clusters: [{_cluster('c', 7301)}, {{cluster: {{server: 'https://h'}}}}, {{name: null, cluster: {{server: 'https://i'}}}}]\n" + _ONE_USER,
          'clusters has two entries named "" (kubectl refuses the file too)'),
+        # a field of another type than client-go's (a second adversarial trial): a quoted "false"
+        # turned TLS verification off; a number for the server was a raw AttributeError
+        ("clusters: [{name: c, cluster: {server: 'https://h', insecure-skip-tls-verify: 'false'}}]\n" + _ONE_USER,
+         "clusters c: insecure-skip-tls-verify is a YAML str, not true or false (kubectl refuses the file too)"),
+        ("clusters: [{name: c, cluster: {server: 8080}}]\n" + _ONE_USER,
+         "clusters c: server is a YAML int, not a string (kubectl refuses the file too)"),
+        # the value of a credential is never said
+        (f"clusters: [{_cluster('c', 7301)}]\ncontexts: [{{name: x, context: {{cluster: c, user: admin}}}}]\n"
+         "users: [{name: admin, user: {token: 918273645}}]\n",
+         "users admin: token is a YAML int, not a string (kubectl refuses the file too)"),
+        (f"clusters: [{_cluster('c', 7301)}]\ncontexts: [{{name: x, context: {{cluster: [c], user: admin}}}}]\n"
+         "users: [{name: admin, user: {token: t}}]\n",
+         "contexts x: cluster is a YAML list, not a string (kubectl refuses the file too)"),
+        (f"clusters: [{{name: c, cluster: 'https://h'}}]\n" + _ONE_USER,
+         "clusters c: cluster is a YAML str, not a mapping"),
     ],
 )
 def test_a_named_list_kubectl_cannot_read_is_one_error(monkeypatch, tmp_path, lists, problem):
@@ -266,3 +281,31 @@ def test_kubeconfig_of_empty_files_in_a_pod_is_the_in_cluster_configuration(monk
     empty = tmp_path / "empty"
     empty.write_text("")
     assert _target(_load_list(monkeypatch, tmp_path, f"/dev/null:{empty}"))[0] == "https://10.96.0.1:443"
+
+
+def test_kubeconfig_defining_nothing_in_a_pod_is_the_in_cluster_configuration(monkeypatch, tmp_path):
+    """A second adversarial trial: client-go falls back to the in-cluster configuration for any
+    configuration without clusters, contexts and users (``ErrEmptyConfig``), not only for empty
+    files: ``KUBECONFIG`` naming a file of ``{}`` was "expected key current-context" in a Pod."""
+    import backfill.controller.kube as kube
+
+    def in_cluster(client_configuration):
+        client_configuration.host = "https://10.96.0.1:443"
+
+    bare = tmp_path / "bare"
+    bare.write_text("apiVersion: v1\nkind: Config\npreferences: {}\n")
+    with pytest.raises(KubeConfigError) as err:  # out of a cluster: the client's error
+        _load_list(monkeypatch, tmp_path, str(bare))
+    assert str(err.value) == f"kubeconfig {bare}: expected key current-context"
+    monkeypatch.setattr(kube.config, "load_incluster_config", in_cluster)
+    assert _target(_load_list(monkeypatch, tmp_path, f"{bare}:/dev/null"))[0] == "https://10.96.0.1:443"
+
+
+def test_a_utf16_kubeconfig_with_a_byte_order_mark_loads_as_kubectl_loads_it(monkeypatch, tmp_path):
+    """A second adversarial trial: a kubeconfig saved as UTF-16 (PowerShell's ``>``), which kubectl
+    reads, was refused with a UnicodeDecodeError's first line."""
+    path = tmp_path / "utf16"
+    path.write_bytes(("apiVersion: v1\nkind: Config\ncurrent-context: x\n"
+                      f"clusters: [{_cluster('c', 7311)}]\n" + _ONE_USER).encode("utf-16"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert _target(api_client(Settings(kubeconfig=str(path)))) == ("https://127.0.0.1:7311", "Bearer t")

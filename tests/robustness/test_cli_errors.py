@@ -269,7 +269,22 @@ def test_a_kubeconfig_that_is_not_yaml_is_named_with_its_reason(tmp_path):
     bad = tmp_path / "notes.md"
     bad.write_text("# Notes\nsee: this: file\n")
     line = _assert_one_line_error(_run(["controller", "--kubeconfig", str(bad)], tmp_path), controller=True)
-    assert f"kubeconfig {bad}: not valid YAML: mapping values are not allowed here" in line, line
+    # libyaml's wording, or PyYAML's own without libyaml; the place either way (line 2 of the file, column 10)
+    assert f"kubeconfig {bad}: not valid YAML: mapping values are not allowed " in line, line
+    assert line.endswith("(line 2, column 10)"), line
+
+
+def test_a_kubeconfig_that_is_not_utf8_says_which_byte(tmp_path):
+    """A kubeconfig saved in Latin-1 (``server: https://café``): libyaml's reader said
+    ``unacceptable character #x-001: incomplete UTF-8 octet sequence``, a code point that is not
+    in the file and no place."""
+    bad = tmp_path / "latin1"
+    bad.write_bytes("clusters: [{name: café}]\n".encode("latin-1"))
+    line = _assert_one_line_error(_run(["controller", "--kubeconfig", str(bad)], tmp_path), controller=True)
+    assert f"kubeconfig {bad}: not valid YAML: not UTF-8 text: " in line, line
+    offset = "clusters: [{name: caf".encode().__len__() + 1  # the é, counted from 1
+    assert line.endswith(f"(byte {offset})"), line
+    assert "#x" not in line, line
 
 
 def test_the_controller_reads_KUBECONFIG_as_kubectl_does(tmp_path):
@@ -340,9 +355,9 @@ def test_an_exec_plugin_path_is_taken_from_the_kubeconfigs_directory(tmp_path):
     plugin = conf / "bin" / "token"
     plugin.write_text('#!/bin/sh\necho \'{"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential", "status": {"token": "t"}}\'\n')
     plugin.chmod(0o755)
-    from backfill.controller.kube import _from_file
+    from backfill.controller.kube import _from_files
 
-    _from_file(kubeconfig).close()  # loads: the plugin is found and run
+    _from_files([kubeconfig]).close()  # loads: the plugin is found and run
 
 
 def test_an_exec_plugin_that_fails_is_a_one_line_error(tmp_path):
@@ -360,6 +375,16 @@ def test_an_exec_plugin_that_fails_is_a_one_line_error(tmp_path):
     )
     line = _assert_one_line_error(_run(["controller", "--kubeconfig", str(kubeconfig)], tmp_path), controller=True)
     assert f"kubeconfig {kubeconfig}: user admin: exec plugin failed: exec: process returned 1. no active account" in line, line
+
+
+def test_a_kubeconfig_nested_too_deeply_is_a_one_line_error(tmp_path):
+    """A second adversarial trial: 100,000 nested lists stopped the controller with a
+    RecursionError traceback and exit status 1."""
+    deep = tmp_path / "deep"
+    deep.write_text("a:\n" + "".join("  " * (i + 1) + "-\n" for i in range(30_000)))
+    line = _assert_one_line_error(_run(["controller", "--kubeconfig", str(deep)], tmp_path), controller=True)
+    assert line.startswith(f"backfill: error: kubeconfig {deep}: not "), line
+    assert any(words in line for words in ("too deeply", "nesting depth", "level")), line
 
 
 def test_a_directory_given_as_kubeconfig_is_named_as_such(tmp_path):
