@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import re
 import threading
 import time
 from datetime import datetime, timedelta, timezone
@@ -88,6 +89,16 @@ class LeaseNamespaceMissing(Exception):
     def __init__(self, namespace: str) -> None:
         super().__init__(namespace)
         self.namespace = namespace
+
+
+#: A number in a failure's text, for :meth:`LeaderElector.report_failure`'s "same failure".
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def _seconds(value: float) -> str:
+    """``value`` seconds for a log line: ``15``, ``0.5``, ``2,147,483,647`` (``:g`` wrote
+    ``2.14748e+09`` of a Lease edited to the largest leaseDurationSeconds)."""
+    return format(value, ",.3f").rstrip("0").rstrip(".")
 
 
 def describe_failure(exc: BaseException, namespace: str) -> str:
@@ -258,7 +269,7 @@ class LeaderElector:
         elif holder != self._standby_for:
             log.info(
                 f"standing by: leader lease {self.namespace}/{self.name} is held by {holder} "
-                f"(taken over once its record has stayed unchanged for its {duration:g} s)"
+                f"(taken over once its record has stayed unchanged for its {_seconds(duration)} s)"
             )
         self._standby_for = holder
 
@@ -284,11 +295,13 @@ class LeaderElector:
 
     def report_failure(self, exc: BaseException) -> None:
         """Log a failed round (:func:`describe_failure`) as a warning, unless it is the failure
-        logged last: a refused Lease is one line with its fix, not a line every second."""
+        logged last: a refused Lease is one line with its fix, not a line every second. Two
+        failures that differ only in numbers (a timeout's remaining seconds, a port) are one."""
         text = describe_failure(exc, self.namespace)
-        if text != self._reported:
+        key = _NUMBER.sub("#", text)  # "read timeout=0.4998" and "=0.4991" are one failure (a trial)
+        if key != self._reported:
             log.warning(f"leader election: {text}")
-            self._reported = text
+            self._reported = key
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="leader", daemon=True)

@@ -134,3 +134,38 @@ def test_a_leader_paused_past_its_deadline_says_it_lost_the_lease_when_it_resume
     assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
         ("WARNING", f"lost leader lease {kube_namespace}/paused: it is held by b now")
     ]
+
+
+def test_a_standby_says_a_lease_duration_edited_to_its_largest_in_whole_seconds(kube_api, kube_namespace, caplog):
+    """A trial: a Lease edited to leaseDurationSeconds 2147483647 (int32's largest) was said as
+    ``its 2.14748e+09 s``."""
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    client.CoordinationV1Api(kube_api).create_namespaced_lease(kube_namespace, {
+        "metadata": {"name": "forever"},
+        "spec": {"holderIdentity": "other", "leaseDurationSeconds": 2**31 - 1, "acquireTime": now, "renewTime": now},
+    })  # fmt: skip
+    caplog.set_level(logging.INFO, logger="backfill.controller.leader")
+    b = LeaderElector(kube_api, name="forever", namespace=kube_namespace, identity="b", duration=15, renew=5)
+    assert b.try_acquire() is False
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("standing by")]
+    assert said == [f"standing by: leader lease {kube_namespace}/forever is held by other "
+                    "(taken over once its record has stayed unchanged for its 2,147,483,647 s)"]  # fmt: skip
+
+
+def test_failures_that_differ_only_in_numbers_are_logged_once(kube_api, kube_namespace, caplog):
+    """A trial with the API server paused: each round's read timed out with another remaining
+    time (``read timeout=0.4998``, ``=0.4991``, ...), and each was logged as a new failure, a
+    warning a second. A failure of another kind is logged again."""
+    caplog.set_level(logging.WARNING, logger="backfill.controller.leader")
+    a = _elector(kube_api, kube_namespace, "a")
+    pool = "HTTPSConnectionPool(host='127.0.0.1', port={}): Read timed out. (read timeout={})"
+    for port, left in ((6443, 0.4998), (6443, 0.4991), (6444, 0.5)):
+        a.report_failure(TimeoutError(pool.format(port, left)))
+    a.report_failure(ConnectionRefusedError("[Errno 111] Connection refused"))
+    a.report_failure(TimeoutError(pool.format(6443, 0.4)))
+    said = [r.getMessage() for r in caplog.records]
+    assert said == [
+        "leader election: TimeoutError: " + pool.format(6443, 0.4998),
+        "leader election: ConnectionRefusedError: [Errno 111] Connection refused",
+        "leader election: TimeoutError: " + pool.format(6443, 0.4),
+    ]
