@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import ssl
 import sys
 import threading
@@ -21,6 +22,17 @@ log = logging.getLogger("backfill.controller.http")
 
 #: Seconds a client may take to send its request (slow clients cannot pin a thread for ever).
 REQUEST_TIMEOUT_SECONDS = 10.0
+#: Seconds a client may take from the start of a request (of its connection, for the first:
+#: the TLS handshake included) until the answer begins; then the connection is shut down. The
+#: per-read REQUEST_TIMEOUT_SECONDS alone let a client that sends a byte every few seconds hold
+#: its connection for ever.
+REQUEST_DEADLINE_SECONDS = 30.0
+#: Connections served at once (one thread each); a connection beyond them is answered 503 at
+#: once (closed, over TLS) and not read. A trial: a client that opened connections and sent a
+#: byte now and then held 18,700 threads of the controller and a load average of 590.
+MAX_CONNECTIONS = 256
+#: Seconds between two warnings that connections are refused at MAX_CONNECTIONS.
+REFUSED_LOG_SECONDS = 60.0
 #: Seconds a client may take to complete the TLS handshake; a slower or silent one is dropped.
 #: The handshake runs on the connection's own thread, never on the accept loop, so a silent
 #: client delays nobody else even before this expires.
@@ -74,7 +86,9 @@ def make_server(
     and each accepted connection does its TLS handshake on its own thread, within
     ``handshake_timeout`` seconds (else it is closed), so a client that connects and sends nothing
     blocks neither the accept loop nor other clients. A plain-HTTP connection likewise has its own
-    thread and ``REQUEST_TIMEOUT_SECONDS`` to send its request. The certificate and key files are
+    thread and ``REQUEST_TIMEOUT_SECONDS`` for each read of its request; any request must be
+    read within ``REQUEST_DEADLINE_SECONDS`` of its start, and at most ``MAX_CONNECTIONS`` are
+    served at once (a 503 for any beyond, unread: :class:`_Server`). The certificate and key files are
     looked at again at most every ``tls_reload_seconds``: a renewed pair is served from the next
     connection on (a pair that does not load is logged and the previous one kept).
 
@@ -89,6 +103,15 @@ def make_server(
 
         def log_message(self, fmt: str, *args: Any) -> None:  # quiet access log
             log.debug(fmt % args)
+
+        def handle_one_request(self) -> None:
+            """Each request of a connection (keep-alive) has REQUEST_DEADLINE_SECONDS until its answer."""
+            self.server.deadlines.arm(self.connection)
+            super().handle_one_request()
+
+        def send_response(self, code: int, message: str | None = None) -> None:
+            self.server.deadlines.disarm()  # the request is read: the answer is not cut short
+            super().send_response(code, message)
 
         def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
             """http.server's own errors (a malformed request line, an over-long header...) as JSON, never HTML."""
@@ -181,6 +204,7 @@ def make_server(
             self._ingest(body)
 
         def _ingest(self, body: bytes) -> None:
+            self.server.deadlines.disarm()  # the request is read; the endpoint's own time is not the client's
             try:
                 code, payload = ingest.handle(self.command, dict(self.headers.items()), body, self.client_address[0])
             except Exception as exc:  # noqa: BLE001
@@ -191,10 +215,10 @@ def make_server(
     if tls_cert is not None and tls_key is not None:
         server: ThreadingHTTPServer = _TLSServer(
             (host or "0.0.0.0", int(port)), Handler, _CertificateFiles(Path(tls_cert), Path(tls_key), tls_reload_seconds),
-            handshake_timeout,
+            handshake_timeout, REQUEST_DEADLINE_SECONDS, MAX_CONNECTIONS,
         )
     else:
-        server = _Server((host or "0.0.0.0", int(port)), Handler)
+        server = _Server((host or "0.0.0.0", int(port)), Handler, REQUEST_DEADLINE_SECONDS, MAX_CONNECTIONS)
     server.daemon_threads = True
     return server
 
@@ -204,11 +228,112 @@ def make_server(
 LISTEN_BACKLOG = 1024
 
 
+class _Deadlines:
+    """The connections being read and when each must have been read: a connection whose
+    deadline passes is shut down (its thread's blocked read returns, the thread ends).
+
+    One entry per connection thread (``arm``/``disarm`` on that thread; :meth:`forget` when it
+    ends), checked by one daemon thread every ``min(0.5, seconds / 4)`` seconds."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._lock = threading.Lock()
+        self._due: dict[int, tuple[socket.socket, float]] = {}  # thread ident -> (socket, monotonic deadline)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def arm(self, sock: socket.socket) -> None:
+        """The calling connection thread reads from ``sock`` now: due in ``seconds``."""
+        if self._thread is None:
+            with self._lock:
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._run, name="http-deadlines", daemon=True)
+                    self._thread.start()
+        with self._lock:
+            self._due[threading.get_ident()] = (sock, time.monotonic() + self.seconds)
+
+    def disarm(self) -> None:
+        """The calling connection thread has read its request (or is done)."""
+        with self._lock:
+            self._due.pop(threading.get_ident(), None)
+
+    forget = disarm
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.wait(min(0.5, self.seconds / 4)):
+            now = time.monotonic()
+            with self._lock:
+                late = [ident for ident, (_, due) in self._due.items() if due <= now]
+                socks = [self._due.pop(ident)[0] for ident in late]
+            for sock in socks:
+                try:  # the plain socket's shutdown, also under TLS: the read blocked in it returns
+                    socket.socket.shutdown(sock, socket.SHUT_RDWR)
+                except OSError:
+                    pass  # closed meanwhile
+
+
 class _Server(ThreadingHTTPServer):
     """A ThreadingHTTPServer with a listen backlog for bursts (:data:`LISTEN_BACKLOG`) whose
-    per-connection errors are one structured log line, not a traceback on stderr."""
+    per-connection errors are one structured log line, not a traceback on stderr; it serves at
+    most ``max_connections`` connections at once (a 503 for any beyond: :meth:`refuse`), each
+    request read within ``deadline`` seconds (:class:`_Deadlines`)."""
 
     request_queue_size = LISTEN_BACKLOG
+
+    def __init__(self, address: tuple[str, int], handler: type, deadline: float, max_connections: int) -> None:
+        self.deadlines = _Deadlines(deadline)
+        self.max_connections = max_connections
+        self._slots = threading.BoundedSemaphore(max_connections)
+        self._refused = 0
+        self._refused_logged = -REFUSED_LOG_SECONDS  # monotonic time of the last warning
+        super().__init__(address, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """On the accept loop: a thread for ``request`` if one of the ``max_connections`` is free,
+        else :meth:`refuse` it (never blocks the loop)."""
+        if not self._slots.acquire(blocking=False):
+            self.refuse(request)
+            self.shutdown_request(request)
+            self._refused += 1
+            now = time.monotonic()
+            if now - self._refused_logged >= REFUSED_LOG_SECONDS:
+                log.warning(f"HTTP: {self.max_connections} connections open (the most served at once): "
+                            f"{self._refused:,} refused since the last warning (503, or closed over TLS)")
+                self._refused, self._refused_logged = 0, now
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        """On the connection's thread: its first request is due in ``deadline`` seconds from now."""
+        self.deadlines.arm(request)
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.deadlines.forget()
+            self._slots.release()
+
+    def refuse(self, request: Any) -> None:
+        """Answer a connection over the limit, unread: 503 with ``Retry-After`` (best effort, not
+        waiting on the client)."""
+        body = b'{"error": "service_unavailable", "detail": "too many connections; retry"}'
+        try:
+            request.setblocking(False)
+            request.send(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+                         b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+            request.recv(65536)  # what the client sent already: a close with it unread resets the answer
+        except OSError:
+            pass
+
+    def server_close(self) -> None:
+        self.deadlines.stop()
+        super().server_close()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A connection's handler raised (a client that went away mid-request, mostly): log it
@@ -290,10 +415,14 @@ class _TLSServer(_Server):
     context (:class:`_CertificateFiles`: a renewed certificate is served without a restart).
     """
 
-    def __init__(self, address: tuple[str, int], handler: type, certificates: _CertificateFiles, handshake_timeout: float) -> None:
+    def __init__(self, address: tuple[str, int], handler: type, certificates: _CertificateFiles, handshake_timeout: float,
+                 deadline: float, max_connections: int) -> None:
         self.certificates = certificates
         self.handshake_timeout = handshake_timeout
-        super().__init__(address, handler)
+        super().__init__(address, handler, deadline, max_connections)
+
+    def refuse(self, request: Any) -> None:
+        """Over TLS a connection over the limit is closed unanswered (a 503 would need a handshake)."""
 
     def finish_request(self, request: Any, client_address: Any) -> None:
         """On the connection's thread: handshake within ``handshake_timeout`` s, then serve it."""

@@ -386,3 +386,73 @@ def test_a_client_that_goes_away_is_one_log_line_not_a_traceback(capfd, caplog):
         ]
     finally:
         server.server_close()
+
+
+def test_connections_beyond_the_limit_are_answered_503_without_a_thread_each(monkeypatch):
+    """An adversarial trial: a client that opened connections and sent nothing (or a byte now and
+    then) got one thread each, for as long as it kept them: 18,700 threads in the controller and
+    a load average of 590. Now at most MAX_CONNECTIONS are served at once; the rest are answered
+    503 unread, and served again once the held ones are gone."""
+    import socket
+
+    from backfill.controller import http as http_module
+
+    monkeypatch.setattr(http_module, "MAX_CONNECTIONS", 4, raising=False)
+    server = make_server("127.0.0.1:0", CollectorRegistry(), ready=lambda: True)
+    _serve(server)
+    port = server.server_address[1]
+    before = threading.active_count()
+    held = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(40)]
+    try:
+        status, headers, body = _ask(port, "GET", "/healthz")
+        assert status == 503 and headers["retry-after"] == "1", (status, headers, body)
+        assert json.loads(body)["error"] == "service_unavailable"
+        refused = sum(1 for s in held[4:] if b" 503 " in _recv_until_closed(s, 5.0))
+        assert refused == 36
+        assert threading.active_count() - before <= 4 + 1  # the 4 served, and the deadline watcher
+    finally:
+        for s in held:
+            s.close()
+    end = time.monotonic() + 5
+    while (status := _ask(port, "GET", "/healthz")[0]) == 503 and time.monotonic() < end:
+        time.sleep(0.05)  # the held ones' threads see their clients gone
+    server.shutdown()
+    server.server_close()
+    assert status == 200
+
+
+def test_a_client_trickling_its_request_is_cut_off_at_the_request_deadline(monkeypatch):
+    """The per-read timeout alone let a client that sends a byte more often than it (here every
+    0.2 s, the timeout 1 s) keep its connection, and its thread, for ever. Now the request must
+    be read within REQUEST_DEADLINE_SECONDS (here 1 s): the server shuts the connection down."""
+    import socket
+
+    from backfill.controller import http as http_module
+
+    monkeypatch.setattr(http_module, "REQUEST_TIMEOUT_SECONDS", 1.0)
+    monkeypatch.setattr(http_module, "REQUEST_DEADLINE_SECONDS", 1.0, raising=False)
+    server = make_server("127.0.0.1:0", CollectorRegistry(), ready=lambda: True)
+    _serve(server)
+    try:
+        with socket.create_connection(("127.0.0.1", server.server_address[1]), timeout=5) as s:
+            t0, closed_after = time.monotonic(), None
+            for byte in b"GET /healthz HTTP/1.1\r\nX-Slow: " + b"a" * 100:
+                try:
+                    s.send(bytes([byte]))
+                except OSError:  # reset: the server shut it down
+                    closed_after = time.monotonic() - t0
+                    break
+                s.settimeout(0.2)
+                try:
+                    if s.recv(4096) == b"":  # the server shut it down
+                        closed_after = time.monotonic() - t0
+                        break
+                except TimeoutError:
+                    pass  # still open: send the next byte (every 0.2 s)
+            assert closed_after is not None, "the trickling client kept its connection for 20 s"
+            assert 1.0 <= closed_after < 3.0, closed_after
+        status, _, body = _ask(server.server_address[1], "GET", "/healthz")
+        assert (status, body) == (200, b"ok\n")  # others are served meanwhile and after
+    finally:
+        server.shutdown()
+        server.server_close()
