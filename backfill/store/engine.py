@@ -51,7 +51,8 @@ def normalize_url(url: str) -> str:
     """Rewrite a PostgreSQL URL to the psycopg 3 dialect.
 
     ``postgres://``, ``postgresql://`` and ``postgresql+<other driver>://`` become
-    ``postgresql+psycopg://``; anything that is not PostgreSQL raises :class:`ValueError`.
+    ``postgresql+psycopg://``; anything that is not PostgreSQL, or whose host and port do not
+    parse (``postgresql://[::1/db``, ``postgresql://h:port/db``), raises :class:`ValueError`.
     """
     if not url:
         raise ValueError("empty database URL")
@@ -61,7 +62,14 @@ def normalize_url(url: str) -> str:
     dialect = scheme.split("+", 1)[0].lower()
     if dialect not in ("postgres", "postgresql"):
         raise ValueError(f"only PostgreSQL is supported, got a {dialect!r} URL")
-    return f"postgresql+psycopg://{rest}"
+    out = f"postgresql+psycopg://{rest}"
+    try:
+        sa.engine.make_url(out)
+    except (ValueError, sa.exc.ArgumentError):  # e.g. "invalid literal for int() with base 10: ':1'"
+        # the URL is not said: it may hold a password
+        raise ValueError("not a valid database URL: its host and port do not parse (the port is a number; "
+                         "an IPv6 address goes in brackets, postgresql://user@[::1]:5432/db)") from None
+    return out
 
 
 def _ms(seconds: float) -> int:

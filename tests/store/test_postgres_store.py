@@ -105,6 +105,12 @@ def test_url_normalization_and_schema_validation() -> None:
     for bad in ("mysql://h/db", "sqlite:///x.db", "nonsense", ""):
         with pytest.raises(ValueError):
             normalize_url(bad)
+    assert normalize_url("postgresql://u@[::1]:5432/db") == "postgresql+psycopg://u@[::1]:5432/db"
+    # a trial: "database: invalid literal for int() with base 10: ':1'"; the URL (a password) is not said
+    for bad in ("postgresql://[::1/db", "postgresql://u:hunter2@h:port/db"):
+        with pytest.raises(ValueError, match=r"^not a valid database URL: its host and port do not parse") as caught:
+            normalize_url(bad)
+        assert "hunter2" not in str(caught.value)
     assert validate_schema("backfill") == "backfill"
     assert validate_schema("t_0123abc") == "t_0123abc"
     for bad in ("", "1abc", "Back", "a-b", 'x"; drop table events; --', "a b", "pg_temp", "x" * 64):
