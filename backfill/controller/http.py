@@ -27,10 +27,16 @@ REQUEST_TIMEOUT_SECONDS = 10.0
 #: per-read REQUEST_TIMEOUT_SECONDS alone let a client that sends a byte every few seconds hold
 #: its connection for ever.
 REQUEST_DEADLINE_SECONDS = 30.0
-#: Connections served at once (one thread each); a connection beyond them is answered 503 at
-#: once (closed, over TLS) and not read. A trial: a client that opened connections and sent a
+#: Connections served at once (one thread each; bursts of 50 ingest reports fit); a connection
+#: beyond them is answered 503 at once (closed, over TLS) and not read. With MAX_HEADER_BYTES
+#: and the ingest token checked before a body is read, clients without the token hold at most
+#: 128 x 32 KiB. A trial: a client that opened connections and sent a
 #: byte now and then held 18,700 threads of the controller and a load average of 590.
-MAX_CONNECTIONS = 256
+MAX_CONNECTIONS = 128
+#: Bytes of a request's line and headers together; more is answered 431 (414 for the line alone).
+#: http.server's own bounds (100 headers of 64 KiB each) let one connection hold 6.4 MB before
+#: any routing (a trial: 100 connections, 791 MB).
+MAX_HEADER_BYTES = 32 * 1024
 #: Seconds between two warnings that connections are refused at MAX_CONNECTIONS.
 REFUSED_LOG_SECONDS = 60.0
 #: Seconds a client may take to complete the TLS handshake; a slower or silent one is dropped.
@@ -47,6 +53,15 @@ TLS_RELOAD_CHECK_SECONDS = 5.0
 _GET_PATHS = ("/metrics", "/healthz", "/readyz")
 
 Probe = Callable[[], "bool | tuple[bool, list[str]]"]
+
+
+def _answered(call: Callable[[], Any]) -> Any:
+    """``call()``, or a 500 ``(status, body)`` when it raises (logged): a handler never dies of it."""
+    try:
+        return call()
+    except Exception as exc:  # noqa: BLE001
+        log.exception(f"ingest failed: {exc}")
+        return 500, {"error": "internal error"}
 
 
 def _probe(check: Probe | None) -> tuple[bool, list[str]]:
@@ -77,9 +92,10 @@ def make_server(
 
     ``ready()`` answers /readyz and ``health()`` /healthz (None: always healthy); each returns a
     bool or ``(ok, problems)``: 200 ``ok`` or 503 with one problem per line in the body.
-    ``ingest`` (optional) handles POST /v1/foreground through
-    ``handle(method, headers, body, client) -> (status, dict)`` and has ``max_body_bytes``
-    (every other method on the path goes to it unread: it answers 405 with ``Allow: POST``);
+    ``ingest`` (optional) handles POST /v1/foreground: ``precheck(method, headers, client) ->
+    (status, dict) | None`` before the body is read (every other method on the path goes to it
+    unread: it answers 405 with ``Allow: POST``; a refusal leaves the body unread), then
+    ``accept(body) -> (status, dict)``;
     without it the path is 404. /metrics, /healthz and /readyz answer GET and HEAD, any other
     method 405 (``Allow: GET, HEAD``); an unknown path is 404. Every error body is JSON
     (http.server's own error page included), never HTML. With ``tls_cert`` and ``tls_key`` (PEM files) it serves HTTPS: the listening socket stays plain
@@ -104,9 +120,15 @@ def make_server(
         def log_message(self, fmt: str, *args: Any) -> None:  # quiet access log
             log.debug(fmt % args)
 
+        def setup(self) -> None:
+            super().setup()
+            self.rfile = _HeaderBudget(self.rfile, MAX_HEADER_BYTES)
+
         def handle_one_request(self) -> None:
-            """Each request of a connection (keep-alive) has REQUEST_DEADLINE_SECONDS until its answer."""
+            """Each request of a connection (keep-alive) has REQUEST_DEADLINE_SECONDS until its
+            answer and MAX_HEADER_BYTES for its line and headers."""
             self.server.deadlines.arm(self.connection)
+            self.rfile.budget = self.rfile.limit
             super().handle_one_request()
 
         def send_response(self, code: int, message: str | None = None) -> None:
@@ -149,7 +171,7 @@ def make_server(
             method = self.command
             self._unread_body()
             if path == INGEST_PATH and ingest is not None:
-                self._ingest(b"")  # the endpoint answers 405 (JSON, Allow: POST) before anything else
+                self._ingest_refused()  # the endpoint answers 405 (JSON, Allow: POST) before anything else
             elif path not in _GET_PATHS:
                 self._json(404, {"error": "not found"})
             elif method not in ("GET", "HEAD"):
@@ -193,23 +215,24 @@ def make_server(
                 self.close_connection = True
                 self._json(400, {"error": "bad_request", "detail": "Content-Length must be a non-negative integer"})
                 return
-            limit = getattr(ingest, "max_body_bytes", 1 << 20)
-            # Never read more than the limit: an oversized declared length is refused unread
-            # (the ingest endpoint answers 413 from the header) and the connection closed.
-            if length > limit:
-                body = b""  # unread; the endpoint sees the declared length and answers 413
-                self.close_connection = True
-            else:
-                body = self.rfile.read(length) if length > 0 else b""
-            self._ingest(body)
-
-        def _ingest(self, body: bytes) -> None:
+            if self._ingest_refused():
+                return  # the body is not read (a client without the token holds no memory with it)
+            body = self.rfile.read(length) if length > 0 else b""
             self.server.deadlines.disarm()  # the request is read; the endpoint's own time is not the client's
-            try:
-                code, payload = ingest.handle(self.command, dict(self.headers.items()), body, self.client_address[0])
-            except Exception as exc:  # noqa: BLE001
-                log.exception(f"ingest failed: {exc}")
-                code, payload = 500, {"error": "internal error"}
+            self._ingest_answer(*_answered(lambda: ingest.accept(body)))
+
+        def _ingest_refused(self) -> bool:
+            """The endpoint's checks of the request line and headers (``ingest.precheck``: method,
+            rate limit, token, content type, declared size); a refusal is answered here with the
+            body unread (the connection then closed: :meth:`_unread_body`). True when refused."""
+            refused = _answered(lambda: ingest.precheck(self.command, dict(self.headers.items()), self.client_address[0]))
+            if refused is None:
+                return False
+            self._unread_body()
+            self._ingest_answer(*refused)
+            return True
+
+        def _ingest_answer(self, code: int, payload: dict) -> None:
             self._json(code, payload, response_headers(code, payload))
 
     if tls_cert is not None and tls_key is not None:
@@ -226,6 +249,31 @@ def make_server(
 #: The listen backlog (the kernel caps it at ``net.core.somaxconn``). The standard library's 5
 #: made a burst of ingest reports (50 at once) wait a SYN retransmit (1 s) or be reset.
 LISTEN_BACKLOG = 1024
+
+
+class _HeaderBudget:
+    """A connection's input file whose ``readline`` (the request line and headers; a body is
+    ``read``) yields at most ``limit`` bytes per request (``budget``, reset by the handler): past
+    it a line longer than http.server accepts is returned, so it answers 414 (the line) or 431
+    (a header) and reads no more."""
+
+    def __init__(self, raw: Any, limit: int) -> None:
+        self.raw = raw
+        self.limit = limit
+        self.budget = limit
+
+    def readline(self, size: int = -1) -> bytes:
+        if self.budget < 0:
+            return b"x" * (size if size > 0 else 65537)
+        want = self.budget + 1 if size < 0 else min(size, self.budget + 1)
+        line = self.raw.readline(want)
+        self.budget -= len(line)
+        if self.budget < 0:
+            return b"x" * (size if size > 0 else 65537)  # over http.server's 65,536: refused
+        return line
+
+    def __getattr__(self, name: str) -> Any:  # read, close, closed, ...
+        return getattr(self.raw, name)
 
 
 class _Deadlines:

@@ -35,7 +35,9 @@ optional: without it the idempotency key is the report's (UTC) time and count, s
 same batch is harmless.
 
 Order of checks: method (405), rate limit per client (429), token (401), content type (415),
-body size (413), JSON and schema (400 / 422), time skew (422), unknown model (422). Before them
+declared body size (413), all from the headers before the body is read
+(:meth:`IngestEndpoint.precheck`); then body size (413), JSON and schema (400 / 422), time skew
+(422), unknown model (422) (:meth:`IngestEndpoint.accept`). Before them
 the HTTP server answers 411 ``length_required`` to a POST without ``Content-Length`` or with a
 ``Transfer-Encoding`` (http.server does not decode chunked bodies) and closes the connection.
 """
@@ -308,15 +310,31 @@ class IngestEndpoint:
     # -- the one entry point --------------------------------------------------------------------
 
     def handle(self, method: str, headers: Mapping[str, str], body: bytes, client: str) -> tuple[int, dict[str, Any]]:
-        """Handle one request; never raises. Returns ``(status, JSON-able body)``."""
+        """Handle one request; never raises. Returns ``(status, JSON-able body)``: the header
+        checks (:meth:`precheck`), then the body's (:meth:`accept`)."""
+        return self.precheck(method, headers, client) or self.accept(body)
+
+    def precheck(self, method: str, headers: Mapping[str, str], client: str) -> tuple[int, dict[str, Any]] | None:
+        """The checks a request's line and headers decide, before its body is read: method (405),
+        rate limit (429, one token of ``client``'s bucket taken), token (401), content type (415),
+        declared body size (413). ``(status, JSON-able body)`` of the first that fails, else None
+        (then :meth:`accept` the body). Never raises. The HTTP server reads no body before this
+        passes (an adversarial trial: 600 connections declaring 1 MiB with no token held 600 MiB)."""
         try:
-            return self._handle(method, headers, body, client)
+            return self._precheck(method, headers, client)
         except Exception as exc:  # noqa: BLE001 - the controller must keep running
             return _error(500, "internal_error", f"{type(exc).__name__}: {exc}")
 
-    def _handle(
-        self, method: str, headers: Mapping[str, str], body: bytes, client: str
-    ) -> tuple[int, dict[str, Any]]:
+    def accept(self, body: bytes) -> tuple[int, dict[str, Any]]:
+        """The body of a request whose headers passed :meth:`precheck`: its size (413), JSON and
+        schema (400 / 422), time skew (422), models (422, 503), then the append (202, 503).
+        Never raises."""
+        try:
+            return self._accept(body)
+        except Exception as exc:  # noqa: BLE001 - the controller must keep running
+            return _error(500, "internal_error", f"{type(exc).__name__}: {exc}")
+
+    def _precheck(self, method: str, headers: Mapping[str, str], client: str) -> tuple[int, dict[str, Any]] | None:
         if method.upper() != "POST":
             return _error(405, "method_not_allowed", f"{method} is not allowed; use POST", allow=["POST"])
 
@@ -344,7 +362,12 @@ class IngestEndpoint:
             return _error(415, "unsupported_media_type", f"charset must be utf-8, got {charset!r}")
 
         declared = declared_length(h.get("content-length"))
-        if len(body) > self.max_body_bytes or (declared is not None and declared > self.max_body_bytes):
+        if declared is not None and declared > self.max_body_bytes:
+            return _error(413, "payload_too_large", f"body over {self.max_body_bytes} bytes", limit=self.max_body_bytes)
+        return None
+
+    def _accept(self, body: bytes) -> tuple[int, dict[str, Any]]:
+        if len(body) > self.max_body_bytes:
             return _error(413, "payload_too_large", f"body over {self.max_body_bytes} bytes", limit=self.max_body_bytes)
 
         try:

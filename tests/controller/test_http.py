@@ -456,3 +456,57 @@ def test_a_client_trickling_its_request_is_cut_off_at_the_request_deadline(monke
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_post_without_the_token_is_refused_before_its_body_is_read(monkeypatch):
+    """An adversarial trial: 600 connections declaring a 1 MiB body with no token, sending it
+    all but the last byte, held 600 MiB; the body was read before the token was checked. Now
+    the token (and method, rate limit, content type, size) are checked from the headers: the
+    401 comes before a byte of the body is sent."""
+    import socket
+
+    from backfill.controller import http as http_module
+
+    monkeypatch.setattr(http_module, "REQUEST_TIMEOUT_SECONDS", 30.0)  # the old code waits for the body meanwhile
+    appended: list = []
+    server = make_server("127.0.0.1:0", CollectorRegistry(), ready=lambda: True, ingest=_endpoint(appended))
+    _serve(server)
+    try:
+        for auth in (b"", b"Authorization: Bearer wrong\r\n"):
+            with socket.create_connection(("127.0.0.1", server.server_address[1]), timeout=5) as s:
+                s.sendall(b"POST /v1/foreground HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                          b"Content-Length: 1000000\r\n" + auth + b"\r\n")  # fmt: skip
+                answer = _recv_until_closed(s, 5.0)  # closed after the answer: the body stays unread
+            assert answer.startswith(b"HTTP/1.0 401 "), answer[:200]
+            assert b"www-authenticate: bearer" in answer.lower()
+        assert appended == []
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_request_headers_over_the_budget_are_refused_431():
+    """The same trial: 100 connections, each sending 98 headers of 65 kB (http.server's own
+    bounds are 100 headers of 64 KiB), held 791 MB before any routing. The line and headers of
+    a request now have MAX_HEADER_BYTES (32 KiB) in all."""
+    import socket
+
+    from backfill.controller import http as http_module
+
+    server = make_server("127.0.0.1:0", CollectorRegistry(), ready=lambda: True)
+    _serve(server)
+    port = server.server_address[1]
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"".join(b"X-Pad-%d: %s\r\n" % (i, b"a" * 8000) for i in range(10)) + b"\r\n")
+            answer = _recv_until_closed(s, 5.0)
+        assert answer.startswith(b"HTTP/1.0 431 "), answer[:200]
+        # a request just under the budget is served, and so is the next one on a new connection
+        pad = getattr(http_module, "MAX_HEADER_BYTES", 32 * 1024) - 200
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            s.sendall(b"GET /healthz HTTP/1.0\r\nX-Pad: " + b"a" * pad + b"\r\n\r\n")
+            answer = _recv_until_closed(s, 5.0)
+        assert answer.startswith(b"HTTP/1.0 200 ") and answer.endswith(b"ok\n"), answer[:200]
+    finally:
+        server.shutdown()
+        server.server_close()

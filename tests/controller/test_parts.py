@@ -73,8 +73,12 @@ class _Ingest:
     def __init__(self) -> None:
         self.calls: list = []
 
-    def handle(self, method, headers, body, client):
-        self.calls.append((method, headers.get("Authorization"), body, client))
+    def precheck(self, method, headers, client):
+        self.calls.append((method, headers.get("Authorization"), client))
+        return None
+
+    def accept(self, body):
+        self.calls.append(body)
         return 202, {"accepted": 1}
 
 
@@ -108,7 +112,7 @@ def test_http_endpoints(with_ingest):
             assert code == 404 and json.loads(body) == {"error": "not found"}
         else:
             assert code == 202 and json.loads(body) == {"accepted": 1}
-            assert ingest.calls == [("POST", "Bearer t", b'{"model":"m"}', "127.0.0.1")]
+            assert ingest.calls == [("POST", "Bearer t", "127.0.0.1"), b'{"model":"m"}']
     finally:
         server.shutdown()
         server.server_close()
