@@ -273,6 +273,13 @@ class Controller:
             raise NotLeaderError(sum(1 for e in entries if e.position is None))
         return [None if e.duplicate else (e.position or 0) for e in entries]
 
+    def _api_answers(self) -> None:
+        """A watcher listed after failing: the API server answers again. Cancels whose calls
+        failed meanwhile are re-sent now, not at the end of their back-off (up to 30 s; the
+        store may still be away: neither waits on it)."""
+        self.actor.hurry_cancels()
+        self.preemptor.retry_now()
+
     def _on_object(self, kind: str, obj: dict) -> None:
         """ModelBackfill objects: keep the newest copy (status PUTs need no GET) and queue the
         finalizer for a live object that lacks it."""
@@ -435,6 +442,7 @@ class Controller:
                 stop=self.stop_event,
                 on_object=self._on_object if kind.name == "backfill" else None,
                 after=[x.listed for x in self.watchers if x.kind.name in kind.lists_after],
+                on_answered=self._api_answers,
             )
             self.watchers.append(w)
             w.start()

@@ -179,6 +179,14 @@ class Preemptor:
             self._retry[key] = time.monotonic() + after
         self.signal.set()
 
+    def retry_now(self) -> None:
+        """Re-send every failed cancel call waiting for its retry on the next pass (the API
+        server answers again: :meth:`backfill.controller.actor.Actor.hurry_cancels`)."""
+        with self._lock:
+            for key in self._retry:
+                self._retry[key] = 0.0
+        self.signal.set()
+
     def settle(self, durable: World) -> None:
         """Forget in-flight cancels the durable projection now shows (or that are too old)."""
         now = time.monotonic()

@@ -72,6 +72,8 @@ class Watcher(threading.Thread):
             list waits for them, at most ``settings.api_timeout_seconds`` in all (a kind that
             cannot be listed delays this one once, never for ever).
         list_call / watch_call: override the kubernetes client functions (tests).
+        on_answered: optional ``()`` hook called when a list succeeds after a failed list or
+            watch: the API server answers again (the controller re-sends failed cancels then).
     """
 
     def __init__(
@@ -90,6 +92,7 @@ class Watcher(threading.Thread):
         on_object: Callable[[str, dict], None] | None = None,
         list_call: Callable[..., Any] | None = None,
         after: Iterable[threading.Event] = (),
+        on_answered: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(name=f"watch-{kind.name}", daemon=True)
         self.kind = kind
@@ -103,6 +106,7 @@ class Watcher(threading.Thread):
         self.stop_event = stop
         self.on_object = on_object
         self.after = list(after)
+        self.on_answered = on_answered
         self.listed = threading.Event()  # a first list was handed to ``observe``
         self.synced = threading.Event()
         self.lists = 0
@@ -153,6 +157,8 @@ class Watcher(threading.Thread):
                 # a relist asked for from here on asks for another (it may have missed this one)
                 self._relist_wanted = False
                 rv = self.relist()
+                if self.failing is not None and self.on_answered is not None:
+                    self.on_answered()  # the API server answers again after failing
                 self.failing = None
                 backoff = self.settings.backoff_initial_seconds
                 while not self.stop_event.is_set() and not self._relist_wanted:

@@ -339,3 +339,64 @@ def test_nothing_is_admitted_while_a_watched_kind_cannot_be_read(fault_cluster, 
     print(f"GamingSession CRD back: Job created {seconds:.2f} s later")
     assert cluster_invariants(kube) == []
     assert_replay_clean(pg.url, schema)
+
+
+# --------------------------------------------------------------------------- apiserver and store away
+
+
+#: The apiserver comes back after this many failed DELETEs of the Job: the back-off between
+#: calls (1, 2, 4, 8, 16 s ...) is 16 s by then (about 28 s into the outage).
+FAILED_CALLS_BEFORE_HEAL = 5
+
+
+def _failed_deletes(log_path, job: str) -> int:
+    """How many DELETEs of ``job`` the controller's log says failed."""
+    return sum(1 for line in log_path.read_text().splitlines() if f"deleting Job {job} failed" in line)
+
+
+def test_a_cancel_that_failed_while_the_apiserver_was_away_goes_out_when_it_answers(
+    kube: Kube, player: JobPlayer, controllers, proxy, tmp_path
+):
+    """An adversarial trial: PostgreSQL and the apiserver paused, a demand reported to the ingest
+    endpoint (accepted, spooled), the apiserver resumed 45 s later with PostgreSQL still
+    paused: the DELETE went out on its back-off timer (up to 30 s), 23 s after the apiserver
+    answered again. Now a watcher's successful list after failing re-sends failed cancels at
+    once. The apiserver is cut off by a partition that drops the open connections (a paused
+    apiserver may run a DELETE queued in its socket when it resumes, hiding the back-off).
+    Single replica (no leader election), as in the trial."""
+    pg, schema = controllers.pg, controllers.schema
+    token = tmp_path / "ingest-token"
+    token.write_text("t0ken\n")
+    declare(kube, [("bf", "gemma")])
+    proc = controllers(server=proxy.url, BACKFILL_LEADER_ELECT="false", BACKFILL_INGEST_TOKEN_FILE=str(token)).start()
+    proc.wait_ready()
+    job = start_running(kube, player, "bf")
+
+    pg.pause()
+    try:
+        proxy.partition(drop=True)
+        try:
+            now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            body = json.dumps({"reports": [{"namespace": kube.ns, "model": "gemma", "time": now, "count": 1}]}).encode()
+            req = urllib.request.Request(f"http://{proc.address}/v1/foreground", data=body, method="POST", headers={
+                "Authorization": "Bearer t0ken", "Content-Type": "application/json"})  # fmt: skip
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                answer = (resp.status, json.loads(resp.read()))
+            assert answer[0] == 202 and answer[1]["accepted"] == 1, answer
+            # Heal just after a failed call, when the next one is 16 s away on the back-off (each
+            # call takes ~5 s here: two tries of the 2 s timeout): none is in flight to succeed.
+            wait_for(lambda: _failed_deletes(proc.log_path, job) >= FAILED_CALLS_BEFORE_HEAL or None, timeout=60,
+                     what=f"{FAILED_CALLS_BEFORE_HEAL} failed DELETEs of {job} in the controller's log")  # fmt: skip
+            assert kube.job(job) is not None  # nothing reached the apiserver meanwhile
+        finally:
+            proxy.heal()
+        seconds = timed(lambda: kube.job(job) is None, timeout=CANCEL_BOUND_SECONDS,
+                        what=f"Job {job} deleted after the apiserver answered again, PostgreSQL still paused")  # fmt: skip
+        print(f"apiserver reachable again (PostgreSQL paused): Job gone {seconds:.2f} s later")
+        assert proc.alive, proc.tail()
+    finally:
+        pg.resume()
+    events = _deleted_and_cancelled(pg.url, schema, job)
+    assert [e.reason for _, e in of_type(events, "AttemptCancelled")] == ["ForegroundDemand"]
+    assert cluster_invariants(kube) == []
+    assert_replay_clean(pg.url, schema)
