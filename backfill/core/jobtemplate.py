@@ -14,10 +14,14 @@ CronJob", which is what ``kubectl create job --from=cronjob/NAME`` does, plus th
   suspended (a trial: a CronJob whose jobTemplate said ``suspend: true``);
 - env overrides go to every regular container in sorted key order: an existing entry's value is
   replaced and its ``valueFrom`` removed; a missing one is appended;
-- ``FLEXINFER_WORKLOAD_CLASS=background`` is forced into every init and regular container;
+- ``FLEXINFER_WORKLOAD_CLASS=background`` and ``NVIDIA_VISIBLE_DEVICES=void`` (no GPU through the
+  NVIDIA container runtime, whatever the image sets) are forced into every init and regular
+  container;
 - a GPU request or limit (a resource name containing ``gpu`` or starting with
   ``nvidia.com/mig-``, nonzero quantity as Kubernetes parses it, :mod:`.quantity`) anywhere in
-  the pod template is refused, and so is any dynamic resource claim (it may be a GPU).
+  the pod template is refused, and so is any dynamic resource claim (it may be a GPU) and a
+  container whose env gives it GPUs through the NVIDIA container runtime
+  (``NVIDIA_VISIBLE_DEVICES`` other than ``void`` or ``none``, or from ``valueFrom``).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .quantity import is_zero
-from .spec import BACKGROUND_CLASS, RESERVED_ENV, Spec
+from .spec import BACKGROUND_CLASS, GPU_DEVICES_ENV, NO_GPU_DEVICES, RESERVED_ENV, Spec
 
 API_GROUP = "ai.flexinfer"
 API_VERSION = "v1alpha2"
@@ -125,7 +129,8 @@ def gpu_requests(job_template: Mapping[str, Any]) -> list[str]:
     resource claim (``spec.resourceClaims`` of the pod, ``resources.claims`` of a container) is
     listed too, whatever it claims: its device class lives in another object, and it may be a
     GPU (seed: "or another GPU resource"; fail-closed, beyond cluster-contract's resource-name
-    rule). An empty list means the template is CPU-only.
+    rule); so is a container's ``NVIDIA_VISIBLE_DEVICES`` other than ``void``/``none`` (the NVIDIA
+    container runtime's GPUs, requested or not). An empty list means the template is CPU-only.
     Never raises: malformed parts of the template are skipped (:func:`template_problem` names them).
     """
     found: list[str] = []
@@ -146,6 +151,12 @@ def gpu_requests(job_template: Mapping[str, Any]) -> list[str]:
         for claim in claims if isinstance(claims, list) else []:
             name = claim.get("name", "?") if isinstance(claim, Mapping) else "?"
             found.append(f"{who}: {called} {name} (dynamic resource allocation: may be a GPU)")
+        for entry in owner.get("env") if isinstance(owner.get("env"), list) else []:  # a container's (a pod has none)
+            if isinstance(entry, Mapping) and entry.get("name") == GPU_DEVICES_ENV:
+                value = entry.get("value")
+                if entry.get("valueFrom") is not None or str(value or "").strip().lower() not in ("", "void", "none"):
+                    shown = " from valueFrom" if entry.get("valueFrom") is not None else f"={value}"
+                    found.append(f"{who}: env {GPU_DEVICES_ENV}{shown} (the NVIDIA container runtime exposes these GPUs)")
     return found
 
 
@@ -255,7 +266,7 @@ def build_job(
     job_spec.pop("suspend", None)  # created to run now; the controller owns spec.suspend
     pod = job_spec.setdefault("template", {}).setdefault("spec", {})
     overrides = [(k, v) for k, v in sorted(spec.env)]
-    background = [(RESERVED_ENV, BACKGROUND_CLASS)]
+    background = [(RESERVED_ENV, BACKGROUND_CLASS), (GPU_DEVICES_ENV, NO_GPU_DEVICES)]
     for c in pod.get("containers") or []:
         _set_env(c, overrides + background)
     for c in pod.get("initContainers") or []:

@@ -14,7 +14,7 @@ Rules (seed 000 "Contract", cluster-contract.md "ModelBackfill"):
   be at least one minute (reason ``InvalidRepeatAfter``).
 - ``env``: at most 32 literal variables; every name a valid environment variable name by
   Kubernetes' strict (portable) rule, :func:`is_env_var_name`, and never the reserved
-  ``FLEXINFER_WORKLOAD_CLASS`` (reason ``InvalidEnvironment``). The strict rule, not the relaxed
+  ``FLEXINFER_WORKLOAD_CLASS`` or ``NVIDIA_VISIBLE_DEVICES`` (reason ``InvalidEnvironment``). The strict rule, not the relaxed
   one a newer apiserver may apply, so a declaration behaves the same on every cluster.
 - ``suspend``: bool, default false.
 - ``preemption``: ``Delete`` (default; absent or null is ``Delete``) or ``Suspend`` (a preemption
@@ -39,6 +39,15 @@ MIN_REPEAT_AFTER = 60.0  # seconds; seed: "nonzero values must be at least one m
 MAX_ENV = 32  # seed: "env can override up to 32 literal environment variables"
 RESERVED_ENV = "FLEXINFER_WORKLOAD_CLASS"  # seed: reserved so declarations cannot weaken safety
 BACKGROUND_CLASS = "background"
+#: The NVIDIA container runtime gives a container the GPUs this variable names, whether or not it
+#: requests any (CUDA base images set it to ``all``): every container of a backfill Job gets
+#: ``void`` (no GPU, no driver libraries), and a declaration may not set it. An adversarial
+#: trial: ``spec.env: {NVIDIA_VISIBLE_DEVICES: all}`` was admitted and ran (seed: CPU-only, "must
+#: not request ... another GPU resource").
+GPU_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
+NO_GPU_DEVICES = "void"
+#: The names ``spec.env`` may not set: the controller sets them.
+RESERVED_ENVS = (RESERVED_ENV, GPU_DEVICES_ENV)
 #: ``spec.preemption`` values: what a preemption does to the running Job (issue 11).
 PREEMPTION_DELETE = "Delete"
 PREEMPTION_SUSPEND = "Suspend"
@@ -182,10 +191,10 @@ def parse_spec(raw: Mapping[str, Any] | None) -> Spec | SpecProblem:
         value = env[name]
         if not isinstance(name, str) or not is_env_var_name(name):
             return SpecProblem(INVALID_ENVIRONMENT, f"spec.env key {name!r} is not a valid environment variable name")
-        if name == RESERVED_ENV:
+        if name in RESERVED_ENVS:
             return SpecProblem(
                 INVALID_ENVIRONMENT,
-                f"spec.env may not set {RESERVED_ENV}: the controller reserves it for background safety",
+                f"spec.env may not set {name}: the controller reserves it for background safety",
             )
         if not isinstance(value, str):
             return SpecProblem(INVALID_ENVIRONMENT, f"spec.env {name} must be a literal string value")

@@ -416,7 +416,7 @@ def test_env_overrides_sorted_and_value_from_removed_exactly(kube, start_control
     )
     job = wait_for(lambda: _jobs_of(kube, "envy"), timeout=10, what="Job created")[0]
     spec = job.spec.template.spec
-    bg = {"name": "FLEXINFER_WORKLOAD_CLASS", "value": "background"}
+    class_, no_gpu = {"name": "FLEXINFER_WORKLOAD_CLASS", "value": "background"}, {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
     main, side, bare = spec.containers
     assert _env_list(kube, main) == [
         {"name": "MODELS", "value": "gemma=vllm"},
@@ -425,7 +425,8 @@ def test_env_overrides_sorted_and_value_from_removed_exactly(kube, start_control
         {"name": "TOKEN", "valueFrom": secret},
         {"name": "ALPHA", "value": "a"},
         {"name": "GAUNTLET_API", "value": "chat"},
-        bg,
+        class_,
+        no_gpu,
     ]
     assert _env_list(kube, side) == [
         {"name": "TOKEN", "valueFrom": secret},
@@ -433,17 +434,19 @@ def test_env_overrides_sorted_and_value_from_removed_exactly(kube, start_control
         {"name": "GAUNTLET_API", "value": "chat"},
         {"name": "MODELS", "value": "gemma=vllm"},
         {"name": "ZED", "value": "z"},
-        bg,
+        class_,
+        no_gpu,
     ]
     assert _env_list(kube, bare) == [
         {"name": "ALPHA", "value": "a"},
         {"name": "GAUNTLET_API", "value": "chat"},
         {"name": "MODELS", "value": "gemma=vllm"},
         {"name": "ZED", "value": "z"},
-        bg,
+        class_,
+        no_gpu,
     ]
-    # Init containers get the class variable only: overrides are for regular containers.
-    assert _env_list(kube, spec.init_containers[0]) == [{"name": "A", "value": "1"}, {"name": "MODELS", "valueFrom": cm}, bg]
+    # Init containers get the controller's variables only: overrides are for regular containers.
+    assert _env_list(kube, spec.init_containers[0]) == [{"name": "A", "value": "1"}, {"name": "MODELS", "valueFrom": cm}, class_, no_gpu]
     for c_ in spec.containers:
         names = [e["name"] for e in _env_list(kube, c_)]
         assert len(names) == len(set(names)), c_.name

@@ -58,6 +58,8 @@ def test_a_duration_that_parses_to_zero_takes_the_zero_path(zero):
         ({"modelRef": "m", "templateRef": "t", "env": {"A=B": "x"}}, "InvalidEnvironment", "'A=B'"),
         ({"modelRef": "m", "templateRef": "t", "env": {"X": 1}}, "InvalidEnvironment", "literal string"),
         ({"modelRef": "m", "templateRef": "t", "env": {"FLEXINFER_WORKLOAD_CLASS": "background"}}, "InvalidEnvironment", "reserves"),
+        # an adversarial trial: admitted, and on an NVIDIA-runtime node every GPU in a "CPU-only" Job
+        ({"modelRef": "m", "templateRef": "t", "env": {"NVIDIA_VISIBLE_DEVICES": "all"}}, "InvalidEnvironment", "may not set NVIDIA_VISIBLE_DEVICES"),
         ({"modelRef": "m", "templateRef": "t", "env": {f"V{i}": "" for i in range(33)}}, "InvalidEnvironment", "33 entries"),
         (None, "InvalidSpec", "object"),
     ],
@@ -112,14 +114,16 @@ def test_build_job_copies_the_template_and_applies_the_contract():
         {"name": "KEEP", "value": "k"},
         {"name": "GAUNTLET_API", "value": "chat"},
         {"name": "FLEXINFER_WORKLOAD_CLASS", "value": "background"},
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},
     ]
     assert two["env"] == [
         {"name": "GAUNTLET_API", "value": "chat"},
         {"name": "MODELS", "value": "gemma=vllm"},
         {"name": "FLEXINFER_WORKLOAD_CLASS", "value": "background"},
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},
     ]
     (init,) = job["spec"]["template"]["spec"]["initContainers"]
-    assert init["env"] == [{"name": "FLEXINFER_WORKLOAD_CLASS", "value": "background"}]
+    assert init["env"] == [{"name": "FLEXINFER_WORKLOAD_CLASS", "value": "background"}, {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]
     # the template itself is untouched
     assert TEMPLATE["spec"]["template"]["spec"]["containers"][0]["env"][0] == {"name": "MODELS", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}
 
@@ -187,3 +191,39 @@ def test_a_ref_longer_than_an_object_name_is_invalid_spec():
     assert isinstance(parse_spec({"modelRef": "m" * 253, "templateRef": "t" * 52}), Spec)
     long_template = parse_spec({"modelRef": "m", "templateRef": "t" * 53})
     assert isinstance(long_template, SpecProblem) and "at most 52" in long_template.message
+
+
+@pytest.mark.parametrize(
+    "env, found",
+    [
+        ([{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}], ["c: env NVIDIA_VISIBLE_DEVICES=all (the NVIDIA container runtime exposes these GPUs)"]),
+        ([{"name": "NVIDIA_VISIBLE_DEVICES", "value": "0,1"}], ["c: env NVIDIA_VISIBLE_DEVICES=0,1 (the NVIDIA container runtime exposes these GPUs)"]),
+        ([{"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": {"configMapKeyRef": {"name": "x", "key": "k"}}}],
+         ["c: env NVIDIA_VISIBLE_DEVICES from valueFrom (the NVIDIA container runtime exposes these GPUs)"]),
+        ([{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}], []),
+        ([{"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"}], []),
+        ([{"name": "CUDA_VISIBLE_DEVICES", "value": "0"}], []),  # selects among visible GPUs: none are
+    ],
+)
+def test_a_template_giving_gpus_through_the_nvidia_runtime_is_refused(env, found):
+    """An adversarial trial: a CronJob whose container set ``NVIDIA_VISIBLE_DEVICES=all`` (with
+    ``runtimeClassName: nvidia``) was admitted: on a node with the NVIDIA container runtime the
+    "CPU-only" Job sees every GPU without requesting one."""
+    tpl = {"spec": {"template": {"spec": {"runtimeClassName": "nvidia", "containers": [{"name": "c", "env": env}]}}}}
+    assert gpu_requests(tpl) == found
+    if not found:
+        job = build_job(tpl, namespace="n", backfill="b", backfill_uid="u", attempt=1, spec=Spec("m", "t"))
+        (c,) = job["spec"]["template"]["spec"]["containers"]
+        assert [e for e in c["env"] if e["name"] == "NVIDIA_VISIBLE_DEVICES"] == [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]
+
+
+def test_every_container_of_a_job_gets_no_gpu_through_the_nvidia_runtime():
+    """A CUDA base image sets ``NVIDIA_VISIBLE_DEVICES=all`` in the image: a container's env
+    overrides the image's, so every init and regular container gets ``void``."""
+    tpl = {"spec": {"template": {"spec": {
+        "initContainers": [{"name": "i", "image": "nvidia/cuda:12.4.1-base-ubuntu22.04"}],
+        "containers": [{"name": "a", "image": "nvidia/cuda:12.4.1-base-ubuntu22.04"}, {"name": "b", "env": [{"name": "X", "value": "1"}]}],
+    }}}}  # fmt: skip
+    pod = build_job(tpl, namespace="n", backfill="b", backfill_uid="u", attempt=1, spec=Spec("m", "t"))["spec"]["template"]["spec"]
+    for c in pod["initContainers"] + pod["containers"]:
+        assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"} in c["env"], c
