@@ -20,6 +20,7 @@ import csv
 import io
 import math
 import random
+import stat
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -96,6 +97,19 @@ def _duration(text: str | None, where: str) -> float:
 
 
 def _read_text(path: Path) -> str:
+    """The text of trace ``path``: a file or a pipe (``--trace <(zcat t.csv.gz)``), in UTF-8.
+
+    Raises:
+        TraceError: unreadable, a device (``/dev/zero`` was read until the machine ran out of
+            memory: an adversarial trial, 18.6 GB in 40 s) or socket, or not UTF-8 (the line)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(mode):
+        raise TraceError(f"{path}: is a directory, not a trace file")
+    if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
+        raise TraceError(f"{path}: not a file (a device or socket): give a trace file, or a pipe")
     try:
         data = path.read_bytes()
     except OSError as exc:

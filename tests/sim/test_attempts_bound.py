@@ -77,7 +77,21 @@ def test_a_trace_spanning_millennia_is_one_line_error_not_hours(tmp_path, capsys
         span = (datetime(9000, 12, 30) - datetime(1971, 1, 2)).total_seconds()
         n = 2 * 2 + 1 + int(span // 120)  # two requests, one model; a 1m job + 1m cooldown per cycle
         assert line.startswith(f"backfill: error: the trace could need up to {n:,} attempts"), line
-        assert "more than --max-attempts 5,000,000" in line
+        assert "more than --max-attempts 500,000" in line
+
+
+def test_a_year_typo_at_the_default_repeat_is_refused(tmp_path, capsys):
+    """A new user's trial: ``9998`` for ``2024`` at the default ``--repeat-after 24h`` could need
+    2.9 million attempts, under the earlier default limit of 5,000,000: it ran for 3 minutes and
+    grew to 8.8 GB before it was killed."""
+    p = tmp_path / "typo.csv"
+    p.write_text("model,timestamp\nm,2024-01-01T00:00:00Z\nm,9998-12-31T00:00:00Z\n")
+    assert main(["simulate", "--no-store", "--trace", str(p), "--format", "csv"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    span = (datetime(9998, 12, 31) - datetime(2024, 1, 1)).total_seconds()
+    n = 2 * 2 + 1 + int(span // (15 * 60 + 86400))  # the defaults: --job 15m, --repeat-after 24h
+    assert 500_000 < n < 5_000_000
+    assert line.startswith(f"backfill: error: the trace could need up to {n:,} attempts"), line
 
 
 def test_max_attempts_raises_the_limit(tmp_path, capsys):
@@ -87,3 +101,27 @@ def test_max_attempts_raises_the_limit(tmp_path, capsys):
     assert main([*base, "--max-attempts", "1000"]) == 2
     assert "up to 1,445 attempts" in capsys.readouterr().err
     assert main([*base, "--max-attempts", "1445"]) == 0
+
+
+def test_a_trace_that_is_a_device_is_refused_unread(tmp_path, capsys):
+    """An adversarial trial: ``simulate --trace /dev/zero`` read until the machine ran out of
+    memory (18.6 GB after 40 s). A trace is a file or a pipe; a device is one line, unread."""
+    for cmd in (["simulate", "--no-store"], ["recommend"]):
+        for device in ("/dev/zero", "/dev/urandom"):
+            assert main([*cmd, "--trace", device, "--format", "csv"]) == 2
+            (line,) = capsys.readouterr().err.strip().splitlines()
+            assert line == f"backfill: error: {device}: not a file (a device or socket): give a trace file, or a pipe", line
+    # a pipe is read (a shell's <(zcat trace.csv.gz))
+    import os
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_text("model,timestamp\nm,2024-01-01T00:00:00Z\nm,2024-01-01T01:00:00Z\n"))
+    writer.start()
+    assert main(["simulate", "--no-store", "--json", "--trace", str(fifo), "--format", "csv"]) == 0
+    writer.join(5)
+    import json
+
+    rows = {r["model"]: r for r in json.loads(capsys.readouterr().out)}
+    assert (rows["m"]["requests"], rows["m"]["attempts"]) == (2, 1)  # one idle hour: one 15m Job
