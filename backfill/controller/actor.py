@@ -491,7 +491,9 @@ class Actor:
                 continue
             log.info(
                 f"admitted attempt {c.attempt}: Job {c.job_name}",
-                extra={"backfill": f"{ns}/{name}", "position": world.position, "decision": "AttemptAdmitted"},
+                # the decision's own position in the log (a new user's trial: the basis, one
+                # before it, was logged, where a cancel's line names its event's position)
+                extra={"backfill": f"{ns}/{name}", "position": p, "decision": "AttemptAdmitted"},
             )
             self._event(ns, name, c.uid, "Admitted", f"idle window complete; creating Job {c.job_name} (attempt {c.attempt})")
             self.due("create", ns, c.job_name)  # the first create is this one

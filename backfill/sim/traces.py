@@ -74,9 +74,11 @@ def _epoch(text: str, where: str) -> float:
             value = dt.timestamp()
         except (ValueError, OverflowError):
             raise TraceError(f"{where}: bad timestamp {t!r}") from None
+        if not 0 <= value < _MAX_EPOCH:  # a new user's trial: an RFC 3339 time was said to be Unix seconds
+            raise TraceError(f"{where}: timestamp {t!r} is out of range (from 1970-01-01 up to, not including, 9999-01-01)")
     if not (math.isfinite(value) and 0 <= value < _MAX_EPOCH):
         raise TraceError(
-            f"{where}: timestamp {t!r} is out of range (Unix seconds between 1970 and 9999 expected; "
+            f"{where}: timestamp {t!r} is out of range (Unix seconds from 1970 up to, not including, 9999 expected; "
             "milliseconds?)"
         )
     return value

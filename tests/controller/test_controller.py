@@ -6,6 +6,7 @@ deleted with propagationPolicy Background disappears at once.
 
 from __future__ import annotations
 
+import logging
 import re
 from datetime import timedelta
 
@@ -309,3 +310,17 @@ def test_restart_refolds_the_log_and_relist_sees_what_vanished(kube, start_contr
     assert st["reason"] == "TemplateNotFound"
     missing = _decisions(second, ev.CronJobMissing)
     assert [m.name for m in missing] == ["model-eval-gauntlet"]
+
+
+def test_the_admission_log_line_names_its_decision_s_position(kube, start_controller, caplog):
+    """A new user's trial: ``admitted attempt 1`` said ``"position": 4`` (the world it was decided
+    on) while its AttemptAdmitted was at 5, where a cancel's line names its event's own position."""
+    caplog.set_level(logging.INFO, logger="backfill.controller.actor")
+    kube.cronjob("model-eval-gauntlet")
+    kube.model("gemma", node="node-a")
+    c = start_controller()
+    kube.backfill("model-eval-gemma")
+    wait_for(kube.jobs, timeout=10, what="first Job created")
+    (line,) = [r for r in caplog.records if r.getMessage().startswith("admitted attempt 1:")]
+    (admitted,) = [r.position for r in c.events.read(0) if r.type == "AttemptAdmitted"]
+    assert line.position == admitted

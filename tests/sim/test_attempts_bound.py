@@ -125,3 +125,13 @@ def test_a_trace_that_is_a_device_is_refused_unread(tmp_path, capsys):
 
     rows = {r["model"]: r for r in json.loads(capsys.readouterr().out)}
     assert (rows["m"]["requests"], rows["m"]["attempts"]) == (2, 1)  # one idle hour: one 15m Job
+
+
+def test_an_rfc3339_timestamp_out_of_range_is_said_as_a_date(tmp_path, capsys):
+    """A new user's trial: ``9999-01-01T00:00:00Z`` was "out of range (Unix seconds between 1970
+    and 9999 expected; milliseconds?)": the value was no Unix seconds, and 9999 read as inside."""
+    p = tmp_path / "far.csv"
+    p.write_text("model,timestamp\nm,2024-01-01T00:00:00Z\nm,9999-01-01T00:00:00Z\n")
+    assert main(["simulate", "--no-store", "--trace", str(p), "--format", "csv"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.endswith("timestamp '9999-01-01T00:00:00Z' is out of range (from 1970-01-01 up to, not including, 9999-01-01)"), line
