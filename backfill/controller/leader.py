@@ -32,6 +32,7 @@ import time
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
 
+import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -105,6 +106,8 @@ def describe_failure(exc: BaseException, namespace: str) -> str:
     """One line for a failed Lease call: for an API error its status and the API server's own
     message (which names the user, verb and namespace of a 403), and for a 403 the fix: the RBAC
     the Lease needs in ``namespace``, or another Lease namespace."""
+    if isinstance(exc, urllib3.exceptions.MaxRetryError) and exc.reason is not None:
+        exc = exc.reason  # the failure itself, as the watchers say it (a new user's trial: "MaxRetryError: ... (Caused by ...)")
     if not isinstance(exc, ApiException):
         return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     message = ""

@@ -213,7 +213,8 @@ class Controller:
         """``(ready, problems)`` for /readyz: not ready while a watcher has not listed or is stale,
         or while the event log does not answer (reads or appends)."""
         problems = [f"watcher {w.kind.name}: not synced" for w in self.watchers if not w.synced.is_set()]
-        problems += [f"watcher {w.kind.name}: stale (nothing heard for too long)" for w in self.watchers if w.stale]
+        # a watcher that never listed is "not synced" (a new user's trial: it was also "stale")
+        problems += [f"watcher {w.kind.name}: stale (nothing heard for too long)" for w in self.watchers if w.stale and w.synced.is_set()]
         problems += [f"watcher {w.kind.name}: failing: {w.failing}" for w in self.watchers if w.failing is not None]
         if not self.watchers:
             problems.append("watchers not started")

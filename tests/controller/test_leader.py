@@ -169,3 +169,21 @@ def test_failures_that_differ_only_in_numbers_are_logged_once(kube_api, kube_nam
         "leader election: ConnectionRefusedError: [Errno 111] Connection refused",
         "leader election: TimeoutError: " + pool.format(6443, 0.4),
     ]
+
+
+def test_a_failure_without_an_answer_is_said_as_the_watchers_say_it():
+    """A new user's trial: the Lease's read timing out was logged as ``MaxRetryError:
+    HTTPSConnectionPool(...): Max retries exceeded with url: ... (Caused by ReadTimeoutError(...))``,
+    where the watchers said ``ReadTimeoutError: ...: Read timed out. (read timeout=2.0)``."""
+    import urllib3
+
+    from backfill.controller.leader import describe_failure
+
+    pool = urllib3.HTTPSConnectionPool("127.0.0.1", 6443)
+    cause = urllib3.exceptions.ReadTimeoutError(pool, "/apis", "Read timed out. (read timeout=2.5)")
+    wrapped = urllib3.exceptions.MaxRetryError(pool, "/apis/coordination.k8s.io/v1/x", cause)
+    assert describe_failure(wrapped, "ns") == (
+        "ReadTimeoutError: HTTPSConnectionPool(host='127.0.0.1', port=6443): Read timed out. (read timeout=2.5)"
+    )
+    refused = urllib3.exceptions.MaxRetryError(pool, "/x", ConnectionRefusedError(111, "Connection refused"))
+    assert describe_failure(refused, "ns") == "ConnectionRefusedError: [Errno 111] Connection refused"
