@@ -106,6 +106,8 @@ COMPONENT = "modelbackfill-controller"
 CONFLICT_RETRIES = 5
 #: Largest pause between two re-issues of the same create or delete, seconds.
 RETRY_MAX_SECONDS = 30.0
+#: What :meth:`Actor._try_delete` returns when the attempt's own Job was never there.
+NO_JOB = "no Job of the attempt"
 #: Threads of the "job-deletes" pool (cancel calls: a burst of cancels goes out this many at a
 #: time) and of the "job-creates" pool (admissions); the HTTP pool has room for both
 #: (``kube.CONNECTION_POOL_SIZE``).
@@ -639,6 +641,8 @@ class Actor:
             error = self._try_delete(c.key, c.job_name, suspend, uid, owner)
         finally:
             self.window.end()
+        if error is NO_JOB:
+            return  # nothing of ours to delete (logged by _own_job_uid)
         if error is not None:
             log.error(
                 f"{'suspending' if suspend else 'deleting'} Job {c.job_name} failed again (re-sent from memory): {error}",
@@ -675,6 +679,10 @@ class Actor:
         # Decided in memory: its log position exists once the spool commits it (the spool logs
         # "recorded AttemptCancelled at position P (cause C, basis B)" then); none is named here.
         extra = {"backfill": f"{ns}/{name}", "decision": "AttemptCancelled"}
+        if error is NO_JOB:  # a new user's trial: the Event said "cancelled Job X" of another's Job X, left running
+            log.info(f"cancelled attempt {c.attempt} ({c.reason}) before its Job {c.job_name} was created: {c.message}", extra=extra)
+            self._event(ns, name, c.uid, c.reason, f"cancelled attempt {c.attempt} before its Job {c.job_name} was created: {c.message}", "Warning")
+            return
         if error is not None:
             log.error(f"{'suspending' if c.suspend else 'deleting'} Job {c.job_name} failed (re-issued): {error}", extra=extra)
             self._preempt_failed(c.key)
@@ -720,17 +728,18 @@ class Actor:
     def _try_delete(self, key: tuple[str, str], job_name: str, suspend: bool, uid: str = "", owner: str = "") -> str | None:
         """The preemption call (``spec.suspend: true`` PATCH, else DELETE, see :meth:`delete_job`
         for ``uid`` and ``owner``); returns the error's one line, or None when it was answered
-        (re-sent by the preemptor's retry and by the next decide's DeleteJob / SuspendJob)."""
+        (re-sent by the preemptor's retry and by the next decide's DeleteJob / SuspendJob), or
+        :data:`NO_JOB` when the attempt's own Job was never there to delete."""
         try:
             if suspend:
                 self.suspend_job(key, job_name, True, uid, owner)
-            else:
-                self.delete_job(key, job_name, uid, owner)
+            elif not self.delete_job(key, job_name, uid, owner):
+                return NO_JOB
             return None
         except Exception as exc:  # noqa: BLE001
             return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 
-    def delete_job(self, key: tuple[str, str], job_name: str, uid: str = "", owner: str = "") -> None:
+    def delete_job(self, key: tuple[str, str], job_name: str, uid: str = "", owner: str = "") -> bool:
         """Delete our Job ``job_name`` with ``propagationPolicy=Background``, never another's of
         the same name; a 404 observes ``JobDeleted`` (with ``uid``, the Job's uid when known: the
         same idempotency key as the watch's).
@@ -742,14 +751,16 @@ class Actor:
         a Job of that name exists that is not ours, a trial) and ``owner`` (the ModelBackfill's
         uid) given: the Job is read first (one GET, the delete's timeout); ours (its controller
         ownerReference is ``owner``) is deleted under its uid, another's is not touched and our
-        attempt's Job is observed absent (``JobDeleted``). Raises ApiException for any other
-        answer, urllib3 errors when the resend also fails (the re-issue retries)."""
+        attempt's Job is observed absent (``JobDeleted``). Returns False in that case only (no
+        Job of the attempt was there: nothing was sent), True when the DELETE was answered. Raises
+        ApiException for any other answer, urllib3 errors when the resend also fails (the re-issue
+        retries)."""
         ns, name = key
         self._guard()
         try:
             target = self._target_uid(key, job_name, uid, owner, "deleted")
             if target is None:
-                return
+                return False
             uid = target
             crash_point("cancel/delete-sent")
             _once_more(self._delete_call, ns, job_name, uid)
@@ -758,6 +769,7 @@ class Actor:
             if exc.status != 404 and not (exc.status == 409 and uid):  # 409: the uid precondition failed
                 raise
             self._observed(ev.JobDeleted(at=self.clock(), namespace=ns, backfill=name, name=job_name, uid=uid))
+        return True
 
     def _target_uid(self, key: tuple[str, str], job_name: str, uid: str, owner: str, verb: str) -> str | None:
         """The uid a call on Job ``job_name`` is made under (:meth:`delete_job`,

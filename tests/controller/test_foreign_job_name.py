@@ -57,6 +57,12 @@ def test_a_foreign_job_under_our_attempts_name_survives_the_cancel(kube, start_c
     (cancel,) = [e for _, e in log if isinstance(e, ev.AttemptCancelled)]
     assert (cancel.attempt, cancel.reason) == (1, "ForegroundDemand")
     assert [e.uid for _, e in log if isinstance(e, ev.JobDeleted) and e.name == name] == [""]  # ours never existed
+    # A new user's trial: the Event said "cancelled Job <name>" of the foreign Job, left running.
+    said = wait_for(
+        lambda: [e.message for e in kube.core.list_namespaced_event(kube.ns).items if e.reason == "ForegroundDemand"],
+        timeout=10, what="the cancel's Event",
+    )  # fmt: skip
+    assert said and all(m.startswith(f"cancelled attempt 1 before its Job {name} was created: ") for m in said), said
     # The next attempt gets its own name and runs; the foreign Job is still untouched.
     second = job_name("foreign", mbf["metadata"]["uid"], 2)
     wait_for(lambda: kube.job(second), timeout=20, what="attempt 2's own Job")
