@@ -65,6 +65,10 @@ def describe_error(exc: ValidationError, flags: Mapping[str, str] | None = None)
     return "; ".join(parts)
 
 
+#: The most bytes read from ``database_url_file`` (a URL is far shorter).
+_URL_FILE_MAX = 64 * 1024
+
+
 class Settings(BaseSettings):
     """Controller and CLI settings.
 
@@ -199,13 +203,21 @@ class Settings(BaseSettings):
         """database_url unset and database_url_file set: read the URL from the file.
 
         Raises SettingsCheckError (a one-line settings error naming database_url_file) when the
-        file is unreadable or empty.
+        file is unreadable, empty, over 64 KiB (``/dev/zero`` is not read for ever) or not UTF-8
+        (an adversarial trial: that one's error did not name the setting).
         """
         if self.database_url is None and self.database_url_file is not None:
             try:
-                text = Path(self.database_url_file).read_text().strip()
+                with open(self.database_url_file, "rb") as f:
+                    raw = f.read(_URL_FILE_MAX + 1)
             except OSError as exc:
                 raise SettingsCheckError(("database_url_file",), f"{self.database_url_file}: {exc.strerror or exc}") from None
+            if len(raw) > _URL_FILE_MAX:
+                raise SettingsCheckError(("database_url_file",), f"{self.database_url_file} is over 64 KiB: not a database URL")
+            try:
+                text = raw.decode("utf-8").strip()
+            except UnicodeDecodeError as exc:
+                raise SettingsCheckError(("database_url_file",), f"{self.database_url_file}: not UTF-8 text ({exc.reason} at byte {exc.start + 1})") from None
             if not text:
                 raise SettingsCheckError(("database_url_file",), f"{self.database_url_file} is empty")
             self.database_url = text

@@ -112,6 +112,7 @@ def make_server(
         OSError: the address cannot be bound; ssl.SSLError / OSError: unusable TLS files.
     """
     host, _, port = address.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host  # [::1]:8080, as Go writes it
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "modelbackfill"
@@ -235,13 +236,16 @@ def make_server(
         def _ingest_answer(self, code: int, payload: dict) -> None:
             self._json(code, payload, response_headers(code, payload))
 
+    def ipv6(cls: type) -> type:  # an IPv6 address binds an AF_INET6 socket (a trial: [::1]:8090 did not resolve)
+        return type(cls.__name__, (cls,), {"address_family": socket.AF_INET6}) if ":" in host else cls
+
     if tls_cert is not None and tls_key is not None:
-        server: ThreadingHTTPServer = _TLSServer(
+        server: ThreadingHTTPServer = ipv6(_TLSServer)(
             (host or "0.0.0.0", int(port)), Handler, _CertificateFiles(Path(tls_cert), Path(tls_key), tls_reload_seconds),
             handshake_timeout, REQUEST_DEADLINE_SECONDS, MAX_CONNECTIONS,
         )
     else:
-        server = _Server((host or "0.0.0.0", int(port)), Handler, REQUEST_DEADLINE_SECONDS, MAX_CONNECTIONS)
+        server = ipv6(_Server)((host or "0.0.0.0", int(port)), Handler, REQUEST_DEADLINE_SECONDS, MAX_CONNECTIONS)
     server.daemon_threads = True
     return server
 

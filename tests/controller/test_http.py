@@ -10,6 +10,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -507,6 +508,30 @@ def test_request_headers_over_the_budget_are_refused_431():
             s.sendall(b"GET /healthz HTTP/1.0\r\nX-Pad: " + b"a" * pad + b"\r\n\r\n")
             answer = _recv_until_closed(s, 5.0)
         assert answer.startswith(b"HTTP/1.0 200 ") and answer.endswith(b"ok\n"), answer[:200]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_an_ipv6_address_in_brackets_is_served():
+    """An adversarial trial: ``BACKFILL_METRICS_ADDRESS=[::1]:18090`` failed with ``[Errno -2] Name
+    or service not known`` (the brackets kept, an IPv4 socket)."""
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError as exc:  # a machine without IPv6 on loopback
+        pytest.skip(f"no IPv6 loopback here: {exc}")
+    server = make_server("[::1]:0", CollectorRegistry(), ready=lambda: True)
+    _serve(server)
+    try:
+        assert server.socket.family == socket.AF_INET6
+        conn = http.client.HTTPConnection("::1", server.server_address[1], timeout=5)
+        conn.request("GET", "/healthz")
+        resp = conn.getresponse()
+        assert (resp.status, resp.read()) == (200, b"ok\n")
+        conn.close()
     finally:
         server.shutdown()
         server.server_close()

@@ -159,6 +159,17 @@ def test_an_unreadable_database_url_file_is_named_with_its_error(tmp_path, args)
     assert line == f"backfill: error: settings: BACKFILL_DATABASE_URL_FILE: {absent}: No such file or directory"
 
 
+def test_a_database_url_file_that_is_no_text_url_is_named_with_its_error(tmp_path):
+    """An adversarial trial: a file of Latin-1 bytes gave ``settings: 'utf-8' codec can't decode
+    byte 0xff in position 0`` (the setting unnamed), and ``/dev/zero`` would be read for ever."""
+    latin1 = tmp_path / "url"
+    latin1.write_bytes(b"\xffpostgresql://h/db")
+    line = _assert_one_line_error(_run(["runs"], tmp_path, {"BACKFILL_DATABASE_URL_FILE": str(latin1)}))
+    assert line == f"backfill: error: settings: BACKFILL_DATABASE_URL_FILE: {latin1}: not UTF-8 text (invalid start byte at byte 1)"
+    line = _assert_one_line_error(_run(["runs"], tmp_path, {"BACKFILL_DATABASE_URL_FILE": "/dev/zero"}))
+    assert line == "backfill: error: settings: BACKFILL_DATABASE_URL_FILE: /dev/zero is over 64 KiB: not a database URL"
+
+
 FINITE = "Input should be a finite number"
 PG_MAX = "Input should be less than or equal to 2147483.647"
 
