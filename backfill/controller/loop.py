@@ -220,17 +220,37 @@ class Controller:
             problems.append("watchers not started")
         if self.store_error is not None:
             problems.append(f"store: reading the event log fails: {self.store_error}")
-        since = self._reading_since
-        stall = self.settings.store_stall_seconds
-        if since is not None and time.monotonic() - since > stall:
-            problems.append(f"store: a read of the event log has not answered for {time.monotonic() - since:.0f}s")
         if not self.spool.healthy:
             problems.append(f"store: appends fail, {self.spool.backlog} events spooled in memory: {self.spool.last_error}")
-        elif self.spool.stalled_for() > stall:
-            problems.append(
-                f"store: an append has not answered for {self.spool.stalled_for():.0f}s, {self.spool.backlog} events spooled in memory"
-            )
+        problems += self.store_stalls()
         return (not problems, problems)
+
+    def store_stalls(self) -> list[str]:
+        """A read of the event log, or an append, waiting on the store for longer than
+        ``settings.store_stall_seconds`` (a paused or hung server answers nothing and fails
+        nothing), one line each; [] when neither. Said by /readyz and logged by
+        :meth:`_watch_store` (a new user's trial: a 19 s hang was logged by no replica)."""
+        out = []
+        stall = self.settings.store_stall_seconds
+        since = self._reading_since
+        if since is not None and time.monotonic() - since > stall:
+            out.append(f"store: a read of the event log has not answered for {time.monotonic() - since:.0f}s")
+        if self.spool.healthy and self.spool.stalled_for() > stall:
+            out.append(f"store: an append has not answered for {self.spool.stalled_for():.0f}s, {self.spool.backlog} events spooled in memory")
+        return out
+
+    def _watch_store(self) -> None:
+        """Log a stall of the store (:meth:`store_stalls`) once as a warning when it begins and
+        once when the store answers again, checking every second (never touching the store)."""
+        began: float | None = None
+        while not self.stop_event.wait(1.0):
+            stalls = self.store_stalls()
+            if stalls and began is None:
+                began = time.monotonic() - self.settings.store_stall_seconds
+                log.warning("; ".join(stalls) + " (cancels go on from memory; nothing is admitted until it answers)")
+            elif not stalls and began is not None:
+                log.info(f"the event log answers again after about {time.monotonic() - began:.0f}s")
+                began = None
 
     def liveness(self) -> tuple[bool, list[str]]:
         """``(alive, problems)`` for /healthz: fails when the reconcile loop or the preemptor has
@@ -447,7 +467,7 @@ class Controller:
             )
             self.watchers.append(w)
             w.start()
-        for target, name in ((self._notify, "log-notifier"), (self.run, "reconcile")):
+        for target, name in ((self._notify, "log-notifier"), (self.run, "reconcile"), (self._watch_store, "store-watch")):
             t = threading.Thread(target=target, name=name, daemon=True)
             self._threads.append(t)
             t.start()

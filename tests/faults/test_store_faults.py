@@ -8,6 +8,7 @@ from the cluster (Jobs, statuses) and from the log (PostgreSQL, after it returns
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import time
 
@@ -76,6 +77,11 @@ def test_demand_while_the_store_is_away_cancels_at_once(kube: Kube, player: JobP
         seen = wait_for(lambda: _left_running(kube.status("bf")), timeout=5, what=f"status no longer Running with the store {fault}")
         assert (seen.get("phase"), seen.get("jobName")) == ("WaitingForIdle", None), seen
         assert proc.alive, proc.tail()
+
+    if fault == "pause":  # a hang answers nothing and fails nothing: said in the log all the same (a new user's trial)
+        said = [json.loads(l)["msg"] for l in proc.log_path.read_text().splitlines() if "has not answered for" in l]
+        assert said and "nothing is admitted until it answers" in said[0], said
+        wait_for(lambda: "the event log answers again after" in proc.log_path.read_text(), timeout=10, what="the end of the stall logged")
 
     # The store is back: the log catches up with what happened while it was away.
     def logged() -> bool:
