@@ -644,9 +644,11 @@ def replay(
                     unchecked = ""
                     if pruned:  # the retained decisions before the snapshot: named, not silently left out
                         held = window.count(projection.payloads(es, pruned), upto=start.position)
+                        # a new user's trial: "0 decision(s) recorded before the snapshot are not
+                        # checked" read as if nothing was lost, of a prune that took several
                         unchecked = (
-                            f" (the log was pruned up to position {pruned}: {held} decision(s){window.text()} "
-                            "recorded before the snapshot are not checked"
+                            f" (the log was pruned up to position {pruned}: the decisions up to it are gone; "
+                            f"{held} kept decision(s){window.text()} between it and the snapshot are not checked"
                         )
                         oldest = next(iter(es.read(pruned, batch_size=1)), None)
                         if lo is not None and oldest is not None and lo < oldest.at:  # a window reaching into what is gone

@@ -71,7 +71,8 @@ def test_replay_of_a_pruned_log_starts_from_a_snapshot_it_can_continue(pg_schema
     snap = len(log) // 2
     held = _decisions(log, 1150, snap)  # retained, but before the snapshot: counted, not hidden
     assert held > 0
-    assert f"starting from the snapshot at position {snap} (the log was pruned up to position 1150: {held} decision(s)" in err
+    assert (f"starting from the snapshot at position {snap} (the log was pruned up to position 1150: the decisions up "
+            f"to it are gone; {held} kept decision(s) between it and the snapshot are not checked") in err  # fmt: skip
     assert f"checked {_decisions(log, snap)} decisions" in err and "divergen" not in err
     # --since before the prune: the snapshot before it is gone; the one after the prune stands in,
     # and the decisions made before the oldest event kept are said to be gone (not "checked 0")
