@@ -27,8 +27,11 @@ REQUEST_TIMEOUT_SECONDS = 10.0
 #: per-read REQUEST_TIMEOUT_SECONDS alone let a client that sends a byte every few seconds hold
 #: its connection for ever.
 REQUEST_DEADLINE_SECONDS = 30.0
-#: Connections served at once (one thread each; bursts of 50 ingest reports fit); a connection
-#: beyond them is answered 503 at once (closed, over TLS) and not read. With MAX_HEADER_BYTES
+#: Connections served at once (one thread each; bursts of 50 ingest reports fit). A connection
+#: beyond them shuts the one that has waited longest for its request (line, headers or body) and
+#: takes its slot: 128 idle connections, reopened as soon as closed, otherwise kept probes and
+#: ingest out for good (an adversarial trial). When none is waiting (every one is being
+#: answered) it is answered 503 at once (closed, over TLS) and not read. With MAX_HEADER_BYTES
 #: and the ingest token checked before a body is read, clients without the token hold at most
 #: 128 x 32 KiB. A trial: a client that opened connections and sent a
 #: byte now and then held 18,700 threads of the controller and a load average of 590.
@@ -37,7 +40,10 @@ MAX_CONNECTIONS = 128
 #: http.server's own bounds (100 headers of 64 KiB each) let one connection hold 6.4 MB before
 #: any routing (a trial: 100 connections, 791 MB).
 MAX_HEADER_BYTES = 32 * 1024
-#: Seconds between two warnings that connections are refused at MAX_CONNECTIONS.
+#: Seconds the accept loop waits for the slot of a connection it shut for a new one (its thread
+#: lets go of it within milliseconds).
+EVICT_WAIT_SECONDS = 0.25
+#: Seconds between two warnings while connections stay at MAX_CONNECTIONS.
 REFUSED_LOG_SECONDS = 60.0
 #: Seconds a client may take to complete the TLS handshake; a slower or silent one is dropped.
 #: The handshake runs on the connection's own thread, never on the accept loop, so a silent
@@ -168,6 +174,7 @@ def make_server(
         def _route(self) -> None:
             """Every method but POST: GET/HEAD on the probes and /metrics, 405 (JSON, ``Allow``)
             for any other method on a known path, 404 JSON for an unknown path."""
+            self.server.deadlines.disarm()  # the request is read (a body, if any, is left unread)
             path = self.path.split("?", 1)[0]
             method = self.command
             self._unread_body()
@@ -211,6 +218,12 @@ def make_server(
                                  "detail": "send the body with a Content-Length header (no Transfer-Encoding)"},
                            {"Connection": "close"})
                 return
+            if len({v.strip() for v in self.headers.get_all("Content-Length") or []}) > 1:
+                # RFC 9112 6.3: a message with differing lengths is unrecoverable (a trial: the
+                # size check read the last, the body read took the first: 250 MB read)
+                self.close_connection = True
+                self._json(400, {"error": "bad_request", "detail": "conflicting Content-Length headers"}, {"Connection": "close"})
+                return
             length = declared_length(self.headers["Content-Length"])
             if length is None:
                 self.close_connection = True
@@ -224,7 +237,7 @@ def make_server(
 
         def _ingest_refused(self) -> bool:
             """The endpoint's checks of the request line and headers (``ingest.precheck``: method,
-            rate limit, token, content type, declared size); a refusal is answered here with the
+            token, rate limit, content type, declared size); a refusal is answered here with the
             body unread (the connection then closed: :meth:`_unread_body`). True when refused."""
             refused = _answered(lambda: ingest.precheck(self.command, dict(self.headers.items()), self.client_address[0]))
             if refused is None:
@@ -304,6 +317,20 @@ class _Deadlines:
         with self._lock:
             self._due[threading.get_ident()] = (sock, time.monotonic() + self.seconds)
 
+    def evict_oldest(self) -> bool:
+        """Shut down the connection that has waited longest for its request (the earliest
+        deadline); False when none is waiting."""
+        with self._lock:
+            if not self._due:
+                return False
+            ident = min(self._due, key=lambda i: self._due[i][1])
+            sock = self._due.pop(ident)[0]
+        try:
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
+        except OSError:
+            pass  # closed meanwhile: its slot is free all the same
+        return True
+
     def disarm(self) -> None:
         """The calling connection thread has read its request (or is done)."""
         with self._lock:
@@ -339,28 +366,56 @@ class _Server(ThreadingHTTPServer):
         self.deadlines = _Deadlines(deadline)
         self.max_connections = max_connections
         self._slots = threading.BoundedSemaphore(max_connections)
-        self._refused = 0
-        self._refused_logged = -REFUSED_LOG_SECONDS  # monotonic time of the last warning
+        self._refused = self._evicted = 0  # connections refused / shut for newer ones since the last line
+        self._limit_since: float | None = None  # monotonic time the limit was reached (None: below it)
+        self._limit_logged = 0.0
         super().__init__(address, handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
         """On the accept loop: a thread for ``request`` if one of the ``max_connections`` is free,
         else :meth:`refuse` it (never blocks the loop)."""
-        if not self._slots.acquire(blocking=False):
+        if self._slots.acquire(blocking=False):
+            self._below_limit()
+        elif self.deadlines.evict_oldest() and self._slots.acquire(timeout=EVICT_WAIT_SECONDS):
+            self._at_limit(evicted=True)  # the one waiting longest for its request made room
+        else:
             self.refuse(request)
             self.shutdown_request(request)
-            self._refused += 1
-            now = time.monotonic()
-            if now - self._refused_logged >= REFUSED_LOG_SECONDS:
-                log.warning(f"HTTP: {self.max_connections} connections open (the most served at once): "
-                            f"{self._refused:,} refused since the last warning (503, or closed over TLS)")
-                self._refused, self._refused_logged = 0, now
+            self._at_limit(evicted=False)
             return
         try:
             super().process_request(request, client_address)
         except BaseException:
             self._slots.release()
             raise
+
+    def _at_limit(self, evicted: bool) -> None:
+        """Count a connection that found every slot taken (``evicted``: it took the slot of the
+        one waiting longest for its request; else it was refused); a warning when the limit is
+        first reached and then every ``REFUSED_LOG_SECONDS`` while it lasts, with the counts."""
+        now = time.monotonic()
+        if self._limit_since is None:
+            self._limit_since = self._limit_logged = now
+            log.warning(f"HTTP: {self.max_connections} connections open, the most served at once: each new one shuts "
+                        "the one waiting longest for its request, or is answered 503 when none is waiting")
+        if evicted:
+            self._evicted += 1
+        else:
+            self._refused += 1
+        if now - self._limit_logged >= REFUSED_LOG_SECONDS:
+            log.warning(f"HTTP: still at {self.max_connections} connections: {self._evicted:,} shut for newer ones and "
+                        f"{self._refused:,} refused in the last {now - self._limit_logged:.0f}s")
+            self._evicted = self._refused = 0
+            self._limit_logged = now
+
+    def _below_limit(self) -> None:
+        """A slot was free: the end of a time at the limit, if any, is logged with its counts."""
+        if self._limit_since is not None:
+            now = time.monotonic()
+            log.info(f"HTTP: below {self.max_connections} connections again after {now - self._limit_since:.0f}s: "
+                     f"{self._evicted:,} shut for newer ones and {self._refused:,} refused since the last line")
+            self._limit_since = None
+            self._evicted = self._refused = 0
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         """On the connection's thread: its first request is due in ``deadline`` seconds from now."""

@@ -34,7 +34,7 @@ the Service, until a replica that can act, the leader, or a recovered log takes 
 optional: without it the idempotency key is the report's (UTC) time and count, so re-sending the
 same batch is harmless.
 
-Order of checks: method (405), rate limit per client (429), token (401), content type (415),
+Order of checks: method (405), token (401), rate limit per client (429), content type (415),
 declared body size (413), all from the headers before the body is read
 (:meth:`IngestEndpoint.precheck`); then body size (413), JSON and schema (400 / 422), time skew
 (422), unknown model (422) (:meth:`IngestEndpoint.accept`). Before them
@@ -316,7 +316,7 @@ class IngestEndpoint:
 
     def precheck(self, method: str, headers: Mapping[str, str], client: str) -> tuple[int, dict[str, Any]] | None:
         """The checks a request's line and headers decide, before its body is read: method (405),
-        rate limit (429, one token of ``client``'s bucket taken), token (401), content type (415),
+        token (401), rate limit (429, one token of ``client``'s bucket taken), content type (415),
         declared body size (413). ``(status, JSON-able body)`` of the first that fails, else None
         (then :meth:`accept` the body). Never raises. The HTTP server reads no body before this
         passes (an adversarial trial: 600 connections declaring 1 MiB with no token held 600 MiB)."""
@@ -338,18 +338,21 @@ class IngestEndpoint:
         if method.upper() != "POST":
             return _error(405, "method_not_allowed", f"{method} is not allowed; use POST", allow=["POST"])
 
+        # The token before the rate limit: requests without it take nothing from their client's
+        # bucket (an adversarial trial: 150 token-less POSTs from a router's address left its
+        # own reports 429 rate_limited).
+        h = {k.lower(): v for k, v in headers.items()}
+        presented = h.get("authorization", "").strip().encode()
+        if not hmac.compare_digest(presented, self._expected):
+            reason = "missing bearer token" if not presented else "invalid bearer token"
+            return _error(401, "unauthorized", reason, www_authenticate='Bearer realm="modelbackfill"')
+
         wait = self.buckets.take(client)
         if wait > 0:
             retry = max(1, math.ceil(wait))
             return _error(
                 429, "rate_limited", f"too many requests from {client}; retry after {retry} s", retry_after_seconds=retry
             )
-
-        h = {k.lower(): v for k, v in headers.items()}
-        presented = h.get("authorization", "").strip().encode()
-        if not hmac.compare_digest(presented, self._expected):
-            reason = "missing bearer token" if not presented else "invalid bearer token"
-            return _error(401, "unauthorized", reason, www_authenticate='Bearer realm="modelbackfill"')
 
         media_type, _, params = h.get("content-type", "").partition(";")
         if media_type.strip().lower() != "application/json":

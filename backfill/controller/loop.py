@@ -243,14 +243,17 @@ class Controller:
         """Log a stall of the store (:meth:`store_stalls`) once as a warning when it begins and
         once when the store answers again, checking every second (never touching the store)."""
         began: float | None = None
+        said: set[str] = set()  # the kinds of stall logged ("a read ...", "an append ...")
         while not self.stop_event.wait(1.0):
             stalls = self.store_stalls()
-            if stalls and began is None:
-                began = time.monotonic() - self.settings.store_stall_seconds
+            kinds = {s.split(" has not answered")[0] for s in stalls}
+            if kinds - said:  # a stall begins, or one of another kind joins it (a trial: a read's was not said)
+                began = began if began is not None else time.monotonic() - self.settings.store_stall_seconds
                 log.warning("; ".join(stalls) + " (cancels go on from memory; nothing is admitted until it answers)")
+                said |= kinds
             elif not stalls and began is not None:
                 log.info(f"the event log answers again after about {time.monotonic() - began:.0f}s")
-                began = None
+                began, said = None, set()
 
     def liveness(self) -> tuple[bool, list[str]]:
         """``(alive, problems)`` for /healthz: fails when the reconcile loop or the preemptor has

@@ -21,7 +21,8 @@ CronJob", which is what ``kubectl create job --from=cronjob/NAME`` does, plus th
   ``nvidia.com/mig-``, nonzero quantity as Kubernetes parses it, :mod:`.quantity`) anywhere in
   the pod template is refused, and so is any dynamic resource claim (it may be a GPU) and a
   container whose env gives it GPUs through the NVIDIA container runtime
-  (``NVIDIA_VISIBLE_DEVICES`` other than ``void`` or ``none``, or from ``valueFrom``).
+  (``NVIDIA_VISIBLE_DEVICES`` other than ``void`` or ``none``, or from ``valueFrom``), and a
+  pod template annotation under ``cdi.k8s.io/`` (devices a CDI-enabled runtime injects).
 """
 
 from __future__ import annotations
@@ -130,7 +131,8 @@ def gpu_requests(job_template: Mapping[str, Any]) -> list[str]:
     listed too, whatever it claims: its device class lives in another object, and it may be a
     GPU (seed: "or another GPU resource"; fail-closed, beyond cluster-contract's resource-name
     rule); so is a container's ``NVIDIA_VISIBLE_DEVICES`` other than ``void``/``none`` (the NVIDIA
-    container runtime's GPUs, requested or not). An empty list means the template is CPU-only.
+    container runtime's GPUs, requested or not), and a pod template annotation under
+    ``cdi.k8s.io/`` (devices a CDI-enabled runtime injects). An empty list means the template is CPU-only.
     Never raises: malformed parts of the template are skipped (:func:`template_problem` names them).
     """
     found: list[str] = []
@@ -142,6 +144,10 @@ def gpu_requests(job_template: Mapping[str, Any]) -> list[str]:
         for kind in _CONTAINER_KINDS
         for c in _containers(pod, kind)
     ]
+    annotations = _mapping(_mapping(_mapping(_mapping(_mapping(job_template).get("spec")).get("template")).get("metadata")).get("annotations"))
+    for key, value in annotations.items():
+        if str(key).startswith(CDI_ANNOTATION_PREFIX):  # a runtime with CDI enabled injects these devices
+            found.append(f"pod: annotation {key}={value} (Container Device Interface: devices the runtime injects)")
     for who, owner, claims, called in owners:
         res = _mapping(owner.get("resources"))
         for section in ("requests", "limits"):
@@ -161,6 +167,10 @@ def gpu_requests(job_template: Mapping[str, Any]) -> list[str]:
 
 
 _CONTAINER_KINDS = ("initContainers", "containers", "ephemeralContainers")
+#: Pod annotations a container runtime with the Container Device Interface enabled (containerd,
+#: CRI-O) reads as devices to inject, e.g. ``cdi.k8s.io/gpu: nvidia.com/gpu=all`` (an adversarial
+#: trial: copied into the Job unchanged).
+CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
 
 
 def template_problem(job_template: Mapping[str, Any] | None) -> str | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import http.client
 import json
+import logging
 import ssl
 import threading
 import time
@@ -389,11 +390,12 @@ def test_a_client_that_goes_away_is_one_log_line_not_a_traceback(capfd, caplog):
         server.server_close()
 
 
-def test_connections_beyond_the_limit_are_answered_503_without_a_thread_each(monkeypatch):
+def test_connections_beyond_the_limit_shut_the_longest_waiting_and_get_no_thread_each(monkeypatch):
     """An adversarial trial: a client that opened connections and sent nothing (or a byte now and
     then) got one thread each, for as long as it kept them: 18,700 threads in the controller and
-    a load average of 590. Now at most MAX_CONNECTIONS are served at once; the rest are answered
-    503 unread, and served again once the held ones are gone."""
+    a load average of 590. Then (a second trial) a cap alone let 128 idle connections, reopened
+    as soon as closed, keep the probes and ingest out for good. Now at most MAX_CONNECTIONS are
+    served at once, and a new one shuts the one that has waited longest for its request."""
     import socket
 
     from backfill.controller import http as http_module
@@ -403,23 +405,61 @@ def test_connections_beyond_the_limit_are_answered_503_without_a_thread_each(mon
     _serve(server)
     port = server.server_address[1]
     before = threading.active_count()
-    held = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(40)]
+    held = []
     try:
-        status, headers, body = _ask(port, "GET", "/healthz")
-        assert status == 503 and headers["retry-after"] == "1", (status, headers, body)
-        assert json.loads(body)["error"] == "service_unavailable"
-        refused = sum(1 for s in held[4:] if b" 503 " in _recv_until_closed(s, 5.0))
-        assert refused == 36
+        for _ in range(40):
+            held.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+            time.sleep(0.005)  # accepted in this order: the oldest is shut first
         assert threading.active_count() - before <= 4 + 1  # the 4 served, and the deadline watcher
+        for _ in range(3):  # a probe behind 40 idle connections is answered, each time
+            assert _ask(port, "GET", "/healthz")[0] == 200
+        # every held one but those still in a slot was shut by the server, unanswered
+        def shut_unanswered(sock) -> bool:
+            try:
+                return _recv_until_closed(sock, 0.5) == b""
+            except TimeoutError:
+                return False  # still open: it holds a slot
+
+        shut = sum(1 for sock in held if shut_unanswered(sock))
+        assert 40 - 4 <= shut <= 40, shut
     finally:
         for s in held:
             s.close()
-    end = time.monotonic() + 5
-    while (status := _ask(port, "GET", "/healthz")[0]) == 503 and time.monotonic() < end:
-        time.sleep(0.05)  # the held ones' threads see their clients gone
-    server.shutdown()
-    server.server_close()
-    assert status == 200
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_new_connection_is_answered_503_when_every_slot_is_being_answered(monkeypatch, caplog):
+    """When no connection is waiting for its request (each is being answered), a new one is
+    answered 503 with Retry-After, unread, and the time at the limit is logged with its counts."""
+    from backfill.controller import http as http_module
+
+    monkeypatch.setattr(http_module, "MAX_CONNECTIONS", 2, raising=False)
+    caplog.set_level(logging.INFO, logger="backfill.controller.http")
+    release = threading.Event()
+    server = make_server("127.0.0.1:0", CollectorRegistry(), ready=lambda: release.wait(10))
+    _serve(server)
+    port = server.server_address[1]
+    slow: list = []
+    askers = [threading.Thread(target=lambda: slow.append(_ask(port, "GET", "/readyz")[0])) for _ in range(2)]
+    try:
+        for t in askers:
+            t.start()
+        time.sleep(0.5)  # both are being answered (the probe waits)
+        status, headers, body = _ask(port, "GET", "/healthz")
+        assert (status, headers["retry-after"], json.loads(body)["error"]) == (503, "1", "service_unavailable")
+        release.set()
+        for t in askers:
+            t.join(5)
+        assert slow == [200, 200]
+        assert _ask(port, "GET", "/healthz")[0] == 200
+    finally:
+        release.set()
+        server.shutdown()
+        server.server_close()
+    said = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith("HTTP: 2 connections open, the most served at once") for m in said), said
+    assert any(m.startswith("HTTP: below 2 connections again after") and "0 shut for newer ones and 1 refused" in m for m in said), said
 
 
 def test_a_client_trickling_its_request_is_cut_off_at_the_request_deadline(monkeypatch):
@@ -532,6 +572,28 @@ def test_an_ipv6_address_in_brackets_is_served():
         resp = conn.getresponse()
         assert (resp.status, resp.read()) == (200, b"ok\n")
         conn.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_conflicting_content_lengths_are_400_unread():
+    """An adversarial trial: ``Content-Length: 300000000`` then ``Content-Length: 10`` passed the
+    size check (it read the last) while the body was read by the first: 250 MB read on one
+    connection; a first value of 10**20 raised MemoryError and dropped the connection unanswered."""
+    import socket
+
+    appended: list = []
+    server = make_server("127.0.0.1:0", CollectorRegistry(), ready=lambda: True, ingest=_endpoint(appended))
+    _serve(server)
+    try:
+        for first in (b"300000000", b"99999999999999999999"):
+            with socket.create_connection(("127.0.0.1", server.server_address[1]), timeout=5) as s:
+                s.sendall(b"POST /v1/foreground HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer secret\r\n"
+                          b"Content-Type: application/json\r\nContent-Length: " + first + b"\r\nContent-Length: 10\r\n\r\n")  # fmt: skip
+                answer = _recv_until_closed(s, 5.0)
+            assert answer.startswith(b"HTTP/1.0 400 ") and b"conflicting Content-Length headers" in answer, answer[:300]
+        assert appended == []
     finally:
         server.shutdown()
         server.server_close()

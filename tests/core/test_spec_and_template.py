@@ -227,3 +227,18 @@ def test_every_container_of_a_job_gets_no_gpu_through_the_nvidia_runtime():
     pod = build_job(tpl, namespace="n", backfill="b", backfill_uid="u", attempt=1, spec=Spec("m", "t"))["spec"]["template"]["spec"]
     for c in pod["initContainers"] + pod["containers"]:
         assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"} in c["env"], c
+
+
+def test_a_cdi_device_annotation_on_the_pod_template_is_refused():
+    """An adversarial trial: ``cdi.k8s.io/gpu: nvidia.com/gpu=all`` on the CronJob's pod template
+    was copied into the Job unchanged: a runtime with the Container Device Interface enabled
+    (containerd, CRI-O) injects those devices into a container that requests none."""
+    def tpl(annotations):
+        return {"spec": {"template": {"metadata": {"annotations": annotations}, "spec": {"containers": [{"name": "c"}]}}}}
+
+    assert gpu_requests(tpl({"cdi.k8s.io/gpu": "nvidia.com/gpu=all"})) == [
+        "pod: annotation cdi.k8s.io/gpu=nvidia.com/gpu=all (Container Device Interface: devices the runtime injects)"
+    ]
+    assert gpu_requests(tpl({"example.com/cdi.k8s.io": "x", "team": "eval"})) == []
+    with pytest.raises(ValueError, match="GPU resources are forbidden"):
+        build_job(tpl({"cdi.k8s.io/gpu": "nvidia.com/gpu=0"}), namespace="n", backfill="b", backfill_uid="u", attempt=1, spec=Spec("m", "t"))

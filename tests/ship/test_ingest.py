@@ -202,8 +202,13 @@ def test_rate_limit_per_client_is_429_with_retry_after(event_store, wakes):
     assert body["retry_after_seconds"] == 2  # one token at 0.5/s
     assert response_headers(429, body) == {"Retry-After": "2"}
     assert event_store.head() == head and len(wakes) == n_wakes
-    # Unauthenticated floods are limited too (checked before the token).
-    assert endpoint.handle("POST", {}, raw, "10.0.0.1")[0] == 429
+    # Requests without the token are 401 and take nothing from the bucket (an adversarial trial:
+    # token-less POSTs from a router's address left the router's own reports 429).
+    assert endpoint.handle("POST", {}, raw, "10.0.0.1")[0] == 401
+    clock.t += 2.0  # one token back
+    for _ in range(50):
+        assert endpoint.handle("POST", {}, raw, "10.0.0.1")[0] == 401
+    assert endpoint.handle("POST", GOOD_HEADERS, _body(_report(id="after-401s")), "10.0.0.1")[0] == 202
     # Another client is unaffected; the first recovers after the refill.
     assert endpoint.handle("POST", GOOD_HEADERS, _body(_report(id="other")), "10.0.0.2")[0] == 202
     clock.t += 2.0
