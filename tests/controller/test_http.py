@@ -194,6 +194,27 @@ def _recv_until_closed(sock, limit: float) -> bytes:
     return raw
 
 
+@pytest.fixture
+def ingest_server():
+    """``(port, appended)``: a plain-HTTP server with the ingest endpoint (token ``secret``) and
+    the records it appended; shut down after the test."""
+    appended: list = []
+    server = make_server("127.0.0.1:0", CollectorRegistry(), ready=lambda: True, ingest=_endpoint(appended))
+    _serve(server)
+    yield server.server_address[1], appended
+    server.shutdown()
+    server.server_close()
+
+
+def _raw_answer(port: int, request: bytes) -> bytes:
+    """Send the bytes ``request`` on a new connection; everything answered until the server closes it."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(request)
+        return _recv_until_closed(s, 5.0)
+
+
 def test_a_silent_tcp_connection_does_not_stall_the_https_server(tmp_path):
     """A TLS handshake run in the accept loop (the listening socket wrapped) waited, with no
     timeout, for a client that connected and sent nothing: /healthz hung until it went away."""
@@ -499,38 +520,25 @@ def test_a_client_trickling_its_request_is_cut_off_at_the_request_deadline(monke
         server.server_close()
 
 
-def test_a_post_without_the_token_is_refused_before_its_body_is_read(monkeypatch):
+def test_a_post_without_the_token_is_refused_before_its_body_is_read(ingest_server):
     """An adversarial trial: 600 connections declaring a 1 MiB body with no token, sending it
     all but the last byte, held 600 MiB; the body was read before the token was checked. Now
     the token (and method, rate limit, content type, size) are checked from the headers: the
-    401 comes before a byte of the body is sent."""
-    import socket
-
-    from backfill.controller import http as http_module
-
-    monkeypatch.setattr(http_module, "REQUEST_TIMEOUT_SECONDS", 30.0)  # the old code waits for the body meanwhile
-    appended: list = []
-    server = make_server("127.0.0.1:0", CollectorRegistry(), ready=lambda: True, ingest=_endpoint(appended))
-    _serve(server)
-    try:
-        for auth in (b"", b"Authorization: Bearer wrong\r\n"):
-            with socket.create_connection(("127.0.0.1", server.server_address[1]), timeout=5) as s:
-                s.sendall(b"POST /v1/foreground HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                          b"Content-Length: 1000000\r\n" + auth + b"\r\n")  # fmt: skip
-                answer = _recv_until_closed(s, 5.0)  # closed after the answer: the body stays unread
-            assert answer.startswith(b"HTTP/1.0 401 "), answer[:200]
-            assert b"www-authenticate: bearer" in answer.lower()
-        assert appended == []
-    finally:
-        server.shutdown()
-        server.server_close()
+    401 comes before a byte of the body is sent (the old code waited for it: a timeout here)."""
+    port, appended = ingest_server
+    for auth in (b"", b"Authorization: Bearer wrong\r\n"):
+        answer = _raw_answer(port, b"POST /v1/foreground HTTP/1.1\r\nHost: x\r\n"
+                             b"Content-Type: application/json\r\nContent-Length: 1000000\r\n" + auth + b"\r\n")  # fmt: skip
+        # closed after the answer: the body stays unread
+        assert answer.startswith(b"HTTP/1.0 401 "), answer[:200]
+        assert b"www-authenticate: bearer" in answer.lower()
+    assert appended == []
 
 
 def test_request_headers_over_the_budget_are_refused_431():
     """The same trial: 100 connections, each sending 98 headers of 65 kB (http.server's own
     bounds are 100 headers of 64 KiB), held 791 MB before any routing. The line and headers of
     a request now have MAX_HEADER_BYTES (32 KiB) in all."""
-    import socket
 
     from backfill.controller import http as http_module
 
@@ -538,15 +546,11 @@ def test_request_headers_over_the_budget_are_refused_431():
     _serve(server)
     port = server.server_address[1]
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"".join(b"X-Pad-%d: %s\r\n" % (i, b"a" * 8000) for i in range(10)) + b"\r\n")
-            answer = _recv_until_closed(s, 5.0)
+        answer = _raw_answer(port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"".join(b"X-Pad-%d: %s\r\n" % (i, b"a" * 8000) for i in range(10)) + b"\r\n")
         assert answer.startswith(b"HTTP/1.0 431 "), answer[:200]
         # a request just under the budget is served, and so is the next one on a new connection
         pad = getattr(http_module, "MAX_HEADER_BYTES", 32 * 1024) - 200
-        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-            s.sendall(b"GET /healthz HTTP/1.0\r\nX-Pad: " + b"a" * pad + b"\r\n\r\n")
-            answer = _recv_until_closed(s, 5.0)
+        answer = _raw_answer(port, b"GET /healthz HTTP/1.0\r\nX-Pad: " + b"a" * pad + b"\r\n\r\n")
         assert answer.startswith(b"HTTP/1.0 200 ") and answer.endswith(b"ok\n"), answer[:200]
     finally:
         server.shutdown()
@@ -577,23 +581,13 @@ def test_an_ipv6_address_in_brackets_is_served():
         server.server_close()
 
 
-def test_conflicting_content_lengths_are_400_unread():
+def test_conflicting_content_lengths_are_400_unread(ingest_server):
     """An adversarial trial: ``Content-Length: 300000000`` then ``Content-Length: 10`` passed the
     size check (it read the last) while the body was read by the first: 250 MB read on one
     connection; a first value of 10**20 raised MemoryError and dropped the connection unanswered."""
-    import socket
-
-    appended: list = []
-    server = make_server("127.0.0.1:0", CollectorRegistry(), ready=lambda: True, ingest=_endpoint(appended))
-    _serve(server)
-    try:
-        for first in (b"300000000", b"99999999999999999999"):
-            with socket.create_connection(("127.0.0.1", server.server_address[1]), timeout=5) as s:
-                s.sendall(b"POST /v1/foreground HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer secret\r\n"
-                          b"Content-Type: application/json\r\nContent-Length: " + first + b"\r\nContent-Length: 10\r\n\r\n")  # fmt: skip
-                answer = _recv_until_closed(s, 5.0)
-            assert answer.startswith(b"HTTP/1.0 400 ") and b"conflicting Content-Length headers" in answer, answer[:300]
-        assert appended == []
-    finally:
-        server.shutdown()
-        server.server_close()
+    port, appended = ingest_server
+    for first in (b"300000000", b"99999999999999999999"):
+        answer = _raw_answer(port, b"POST /v1/foreground HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer secret\r\n"
+                             b"Content-Type: application/json\r\nContent-Length: " + first + b"\r\nContent-Length: 10\r\n\r\n")  # fmt: skip
+        assert answer.startswith(b"HTTP/1.0 400 ") and b"conflicting Content-Length headers" in answer, answer[:300]
+    assert appended == []
