@@ -21,8 +21,9 @@ CronJob", which is what ``kubectl create job --from=cronjob/NAME`` does, plus th
   ``nvidia.com/mig-``, nonzero quantity as Kubernetes parses it, :mod:`.quantity`) anywhere in
   the pod template is refused, and so is any dynamic resource claim (it may be a GPU) and a
   container whose env gives it GPUs through the NVIDIA container runtime
-  (``NVIDIA_VISIBLE_DEVICES`` other than ``void`` or ``none``, or from ``valueFrom``), and a
-  pod template annotation under ``cdi.k8s.io/`` (devices a CDI-enabled runtime injects).
+  (``NVIDIA_VISIBLE_DEVICES`` other than ``void`` or ``none``, or from ``valueFrom``), a pod
+  template annotation under ``cdi.k8s.io/`` (devices a CDI-enabled runtime injects), a
+  privileged container, and a ``hostPath`` volume of ``/dev``, below it, or ``/``.
 """
 
 from __future__ import annotations
@@ -131,8 +132,9 @@ def gpu_requests(job_template: Mapping[str, Any]) -> list[str]:
     listed too, whatever it claims: its device class lives in another object, and it may be a
     GPU (seed: "or another GPU resource"; fail-closed, beyond cluster-contract's resource-name
     rule); so is a container's ``NVIDIA_VISIBLE_DEVICES`` other than ``void``/``none`` (the NVIDIA
-    container runtime's GPUs, requested or not), and a pod template annotation under
-    ``cdi.k8s.io/`` (devices a CDI-enabled runtime injects). An empty list means the template is CPU-only.
+    container runtime's GPUs, requested or not), a pod template annotation under
+    ``cdi.k8s.io/`` (devices a CDI-enabled runtime injects), a privileged container and a
+    ``hostPath`` volume of ``/dev`` (or below it, or ``/``): each sees the node's devices. An empty list means the template is CPU-only.
     Never raises: malformed parts of the template are skipped (:func:`template_problem` names them).
     """
     found: list[str] = []
@@ -148,7 +150,13 @@ def gpu_requests(job_template: Mapping[str, Any]) -> list[str]:
     for key, value in annotations.items():
         if str(key).startswith(CDI_ANNOTATION_PREFIX):  # a runtime with CDI enabled injects these devices
             found.append(f"pod: annotation {key}={value} (Container Device Interface: devices the runtime injects)")
+    for volume in pod.get("volumes") if isinstance(pod.get("volumes"), list) else []:
+        path = str(_mapping(_mapping(volume).get("hostPath")).get("path") or "").rstrip("/") or "/"
+        if path == "/" or path == "/dev" or path.startswith("/dev/"):
+            found.append(f"pod: volume {_mapping(volume).get('name', '?')} hostPath {path} (the node's devices, GPUs included)")
     for who, owner, claims, called in owners:
+        if owner is not pod and _mapping(owner.get("securityContext")).get("privileged") is True:  # a container's
+            found.append(f"{who}: securityContext.privileged (a privileged container sees every device of the node, GPUs included)")
         res = _mapping(owner.get("resources"))
         for section in ("requests", "limits"):
             for rname, qty in _mapping(res.get(section)).items():

@@ -242,3 +242,24 @@ def test_a_cdi_device_annotation_on_the_pod_template_is_refused():
     assert gpu_requests(tpl({"example.com/cdi.k8s.io": "x", "team": "eval"})) == []
     with pytest.raises(ValueError, match="GPU resources are forbidden"):
         build_job(tpl({"cdi.k8s.io/gpu": "nvidia.com/gpu=0"}), namespace="n", backfill="b", backfill_uid="u", attempt=1, spec=Spec("m", "t"))
+
+
+def test_privileged_containers_and_host_device_mounts_are_refused():
+    """Left undone by the first GPU-guard round (the adversarial trial's list): a privileged
+    container sees every device node of the host, ``/dev/nvidia*`` included, and so does a
+    ``hostPath`` mount of ``/dev`` (or of ``/``): a "CPU-only" Job with the node's GPUs."""
+    def tpl(pod):
+        return {"spec": {"template": {"spec": {"containers": [{"name": "c"}], **pod}}}}
+
+    privileged = tpl({"initContainers": [{"name": "i", "securityContext": {"privileged": True}}]})
+    assert gpu_requests(privileged) == ["i: securityContext.privileged (a privileged container sees every device of the node, GPUs included)"]
+    for path in ("/dev", "/dev/", "/dev/nvidia0", "/"):
+        mounted = tpl({"volumes": [{"name": "d", "hostPath": {"path": path}}]})
+        shown = path.rstrip("/") or "/"
+        assert gpu_requests(mounted) == [f"pod: volume d hostPath {shown} (the node's devices, GPUs included)"], path
+    fine = tpl({"volumes": [{"name": "data", "hostPath": {"path": "/var/lib/data"}}, {"name": "devx", "hostPath": {"path": "/devices-cache"}}],
+                "securityContext": {"runAsNonRoot": True}})  # fmt: skip
+    fine["spec"]["template"]["spec"]["containers"][0]["securityContext"] = {"privileged": False, "allowPrivilegeEscalation": False}
+    assert gpu_requests(fine) == []
+    with pytest.raises(ValueError, match="GPU resources are forbidden"):
+        build_job(privileged, namespace="n", backfill="b", backfill_uid="u", attempt=1, spec=Spec("m", "t"))
