@@ -109,8 +109,9 @@ def make_server(
     ``handshake_timeout`` seconds (else it is closed), so a client that connects and sends nothing
     blocks neither the accept loop nor other clients. A plain-HTTP connection likewise has its own
     thread and ``REQUEST_TIMEOUT_SECONDS`` for each read of its request; any request must be
-    read within ``REQUEST_DEADLINE_SECONDS`` of its start, and at most ``MAX_CONNECTIONS`` are
-    served at once (a 503 for any beyond, unread: :class:`_Server`). The certificate and key files are
+    read within ``REQUEST_DEADLINE_SECONDS`` of its start, its line and headers within
+    ``MAX_HEADER_BYTES``, and at most ``MAX_CONNECTIONS`` are served at once (one beyond shuts
+    the one waiting longest for its request, or gets a 503 unread: :class:`_Server`). The certificate and key files are
     looked at again at most every ``tls_reload_seconds``: a renewed pair is served from the next
     connection on (a pair that does not load is logged and the previous one kept).
 
@@ -357,8 +358,9 @@ class _Deadlines:
 class _Server(ThreadingHTTPServer):
     """A ThreadingHTTPServer with a listen backlog for bursts (:data:`LISTEN_BACKLOG`) whose
     per-connection errors are one structured log line, not a traceback on stderr; it serves at
-    most ``max_connections`` connections at once (a 503 for any beyond: :meth:`refuse`), each
-    request read within ``deadline`` seconds (:class:`_Deadlines`)."""
+    most ``max_connections`` connections at once (one beyond shuts the one waiting longest for its
+    request, or gets a 503 when none is waiting: :meth:`process_request`), each request read
+    within ``deadline`` seconds (:class:`_Deadlines`)."""
 
     request_queue_size = LISTEN_BACKLOG
 
@@ -372,8 +374,9 @@ class _Server(ThreadingHTTPServer):
         super().__init__(address, handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        """On the accept loop: a thread for ``request`` if one of the ``max_connections`` is free,
-        else :meth:`refuse` it (never blocks the loop)."""
+        """On the accept loop: a thread for ``request`` if one of the ``max_connections`` is free;
+        else the slot of the connection waiting longest for its request, shut for it (the loop
+        waits at most ``EVICT_WAIT_SECONDS`` for that slot); else :meth:`refuse` it."""
         if self._slots.acquire(blocking=False):
             self._below_limit()
         elif self.deadlines.evict_oldest() and self._slots.acquire(timeout=EVICT_WAIT_SECONDS):
