@@ -281,17 +281,24 @@ class _HeaderBudget:
         self.budget = limit
 
     def readline(self, size: int = -1) -> bytes:
-        if self.budget < 0:
-            return b"x" * (size if size > 0 else 65537)
-        want = self.budget + 1 if size < 0 else min(size, self.budget + 1)
-        line = self.raw.readline(want)
-        self.budget -= len(line)
-        if self.budget < 0:
-            return b"x" * (size if size > 0 else 65537)  # over http.server's 65,536: refused
-        return line
+        if self.budget >= 0:
+            line = self.raw.readline(self.budget + 1 if size < 0 else min(size, self.budget + 1))
+            self.budget -= len(line)
+            if self.budget >= 0:
+                return line
+        return b"x" * (size if size > 0 else 65537)  # over http.server's 65,536: refused
 
     def __getattr__(self, name: str) -> Any:  # read, close, closed, ...
         return getattr(self.raw, name)
+
+
+def _shut(sock: socket.socket) -> None:
+    """Shut connection ``sock`` down both ways (the plain socket's shutdown, also under TLS): a
+    read blocked in it on the connection's thread returns, and the thread ends."""
+    try:
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+    except OSError:
+        pass  # closed meanwhile
 
 
 class _Deadlines:
@@ -326,10 +333,7 @@ class _Deadlines:
                 return False
             ident = min(self._due, key=lambda i: self._due[i][1])
             sock = self._due.pop(ident)[0]
-        try:
-            socket.socket.shutdown(sock, socket.SHUT_RDWR)
-        except OSError:
-            pass  # closed meanwhile: its slot is free all the same
+        _shut(sock)
         return True
 
     def disarm(self) -> None:
@@ -349,10 +353,7 @@ class _Deadlines:
                 late = [ident for ident, (_, due) in self._due.items() if due <= now]
                 socks = [self._due.pop(ident)[0] for ident in late]
             for sock in socks:
-                try:  # the plain socket's shutdown, also under TLS: the read blocked in it returns
-                    socket.socket.shutdown(sock, socket.SHUT_RDWR)
-                except OSError:
-                    pass  # closed meanwhile
+                _shut(sock)
 
 
 class _Server(ThreadingHTTPServer):

@@ -223,10 +223,10 @@ def _yaml_reason(exc: yaml.YAMLError, raw: bytes) -> str:
     return problem + (f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else "")
 
 
-def _load(doc: Any, base: Path, label: str, load: Any, path: Path | None = None) -> client.ApiClient:
+def _load(doc: Any, base: Path, label: str, load: Any) -> client.ApiClient:
     """Check kubeconfig document ``doc`` (:func:`_problem`; ``base``: where a relative exec
     plugin is run from), then build the client with ``load(configuration)``; errors are
-    ``KubeConfigError("{label}: reason")`` (``path``: the file the client names, left out of the reason)."""
+    ``KubeConfigError("{label}: reason")``."""
     problem = _problem(doc, base)
     if problem is not None:
         raise KubeConfigError(f"{label}: {problem}")
@@ -234,7 +234,7 @@ def _load(doc: Any, base: Path, label: str, load: Any, path: Path | None = None)
         with _root_errors() as errors:
             api = _client(load)
     except (ConfigException, ValueError, TypeError, AttributeError, KeyError, OSError) as exc:
-        raise KubeConfigError(f"{label}: {_reason(exc, path)}") from None
+        raise KubeConfigError(f"{label}: {_reason(exc, None)}") from None
     user, entry = _current_user(doc)
     if errors and isinstance(entry, dict) and "exec" in entry:
         api.close()

@@ -222,35 +222,34 @@ class Controller:
             problems.append(f"store: reading the event log fails: {self.store_error}")
         if not self.spool.healthy:
             problems.append(f"store: appends fail, {self.spool.backlog} events spooled in memory: {self.spool.last_error}")
-        problems += self.store_stalls()
+        problems += self.store_stalls().values()
         return (not problems, problems)
 
-    def store_stalls(self) -> list[str]:
+    def store_stalls(self) -> dict[str, str]:
         """A read of the event log, or an append, waiting on the store for longer than
         ``settings.store_stall_seconds`` (a paused or hung server answers nothing and fails
-        nothing), one line each; [] when neither. Said by /readyz and logged by
+        nothing): ``{"read" | "append": line}``, {} when neither. Said by /readyz and logged by
         :meth:`_watch_store` (a new user's trial: a 19 s hang was logged by no replica)."""
-        out = []
+        out = {}
         stall = self.settings.store_stall_seconds
         since = self._reading_since
         if since is not None and time.monotonic() - since > stall:
-            out.append(f"store: a read of the event log has not answered for {time.monotonic() - since:.0f}s")
+            out["read"] = f"store: a read of the event log has not answered for {time.monotonic() - since:.0f}s"
         if self.spool.healthy and self.spool.stalled_for() > stall:
-            out.append(f"store: an append has not answered for {self.spool.stalled_for():.0f}s, {self.spool.backlog} events spooled in memory")
+            out["append"] = f"store: an append has not answered for {self.spool.stalled_for():.0f}s, {self.spool.backlog} events spooled in memory"
         return out
 
     def _watch_store(self) -> None:
         """Log a stall of the store (:meth:`store_stalls`) once as a warning when it begins and
         once when the store answers again, checking every second (never touching the store)."""
         began: float | None = None
-        said: set[str] = set()  # the kinds of stall logged ("a read ...", "an append ...")
+        said: set[str] = set()  # the kinds of stall logged ("read", "append")
         while not self.stop_event.wait(1.0):
             stalls = self.store_stalls()
-            kinds = {s.split(" has not answered")[0] for s in stalls}
-            if kinds - said:  # a stall begins, or one of another kind joins it (a trial: a read's was not said)
+            if stalls.keys() - said:  # a stall begins, or one of another kind joins it (a trial: a read's was not said)
                 began = began if began is not None else time.monotonic() - self.settings.store_stall_seconds
-                log.warning("; ".join(stalls) + " (cancels go on from memory; nothing is admitted until it answers)")
-                said |= kinds
+                log.warning("; ".join(stalls.values()) + " (cancels go on from memory; nothing is admitted until it answers)")
+                said |= stalls.keys()
             elif not stalls and began is not None:
                 log.info(f"the event log answers again after about {time.monotonic() - began:.0f}s")
                 began, said = None, set()

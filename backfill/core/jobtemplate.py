@@ -115,8 +115,12 @@ def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
+def _pod_template(job_template: Mapping[str, Any]) -> Mapping[str, Any]:
+    return _mapping(_mapping(_mapping(job_template).get("spec")).get("template"))
+
+
 def _pod_spec(job_template: Mapping[str, Any]) -> Mapping[str, Any]:
-    return _mapping(_mapping(_mapping(_mapping(job_template).get("spec")).get("template")).get("spec"))
+    return _mapping(_pod_template(job_template).get("spec"))
 
 
 def _containers(pod: Mapping[str, Any], kind: str) -> list[Mapping[str, Any]]:
@@ -146,7 +150,7 @@ def gpu_requests(job_template: Mapping[str, Any]) -> list[str]:
         for kind in _CONTAINER_KINDS
         for c in _containers(pod, kind)
     ]
-    annotations = _mapping(_mapping(_mapping(_mapping(_mapping(job_template).get("spec")).get("template")).get("metadata")).get("annotations"))
+    annotations = _mapping(_mapping(_pod_template(job_template).get("metadata")).get("annotations"))
     for key, value in annotations.items():
         if str(key).startswith(CDI_ANNOTATION_PREFIX):  # a runtime with CDI enabled injects these devices
             found.append(f"pod: annotation {key}={value} (Container Device Interface: devices the runtime injects)")
