@@ -612,7 +612,7 @@ def replay(
     """
     from .core.audit import WINDOW, Auditor
     from .core.events import EventDecodeError
-    from .core.perf import paused_gc
+    from .core.perf import long_fold
     from .store import EventStore
     from .store import projection
 
@@ -637,7 +637,7 @@ def replay(
         if start is None and pruned:
             raise CLIError(f"schema {schema}: {projection.unrebuildable(es, unreadable) or f'the event log was pruned up to position {pruned}'}")
         auditor = Auditor(backfill=key, world=start) if start is not None else Auditor(backfill=key)  # type: ignore[arg-type]
-        with paused_gc():
+        with long_fold():
             try:
                 window = _Window(auditor, lo, hi)
                 if start is not None:

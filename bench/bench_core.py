@@ -27,7 +27,7 @@ from rich.table import Table  # noqa: E402
 
 from backfill.core import events as ev  # noqa: E402
 from backfill.core.events import encode  # noqa: E402
-from backfill.core.perf import paused_gc  # noqa: E402
+from backfill.core.perf import long_fold, paused_gc  # noqa: E402
 from backfill.core.projector import fold, fold_all  # noqa: E402
 from backfill.core.state import World  # noqa: E402
 from backfill.sim.cluster import SimParams, SimResult, simulate  # noqa: E402
@@ -202,12 +202,19 @@ def _store_log(url: str, schema: str, records: list[Any]) -> tuple[Any, Any]:
     return engine, es
 
 
-def _read_and_replay(es: Any, repeat: int) -> tuple[float, float, float]:
-    """``(raw read seconds, full replay seconds, full replay seconds without read-ahead)`` of
-    the whole log of ``es``, best of ``repeat`` each: the raw read (no decode), read + decode +
-    the batch fold (as start-up folds the log's tail), and the same reading each batch only after
-    the one before was folded (``EventStore.read_payloads`` before its read-ahead), with the
-    cyclic collector paused as start-up pauses it."""
+def _read_and_replay(es: Any, repeat: int, variants: bool = False) -> dict[str, float]:
+    """Seconds, best of ``repeat`` each, to read and fold the whole log of ``es``:
+
+    - ``read``: the raw read (no decode);
+    - ``replay``: what start-up does: read + decode (foreground requests in their compiled form,
+      ``lean=True``) + the batch fold, inside :func:`backfill.core.perf.long_fold` (collector
+      paused, a 0.2 ms switch interval);
+
+    and with ``variants``, the same replay with one thing changed each (the baselines of the
+    request log's rows): ``default_switch`` (the collector paused, the interpreter's default
+    5 ms switch interval), ``pydantic`` (every event a pydantic instance, ``lean=False``),
+    ``serial`` (each batch read only once the one before is folded: no read-ahead).
+    """
     from backfill.core.events import decode_rows
     from backfill.store.projection import payloads
 
@@ -215,20 +222,25 @@ def _read_and_replay(es: Any, repeat: int) -> tuple[float, float, float]:
         for _ in es.read_payloads(0, batch_size=20000):
             pass
 
-    def replay() -> None:
+    def replay(lean: bool = True, fold_context: Any = long_fold) -> None:
         w = World()
-        with paused_gc():
-            for batch in payloads(es, 0, batch_size=20000):
+        with fold_context():
+            for batch in payloads(es, 0, batch_size=20000, lean=lean):
                 w = fold_all(w, batch)
 
-    def replay_one_after_another() -> None:
+    def serial() -> None:
         w, after = World(), 0
-        with paused_gc():
+        with long_fold():
             while rows := es._payload_batch(after, 20000):
-                w = fold_all(w, decode_rows(rows))
+                w = fold_all(w, decode_rows(rows, lean=True))
                 after = rows[-1][0]
 
-    return best(read_only, repeat), best(replay, repeat), best(replay_one_after_another, repeat)
+    out = {"read": best(read_only, repeat), "replay": best(replay, repeat)}
+    if variants:
+        out["default_switch"] = best(lambda: replay(fold_context=paused_gc), repeat)
+        out["pydantic"] = best(lambda: replay(lean=False), repeat)
+        out["serial"] = best(serial, repeat)
+    return out
 
 
 def replay_rows(url: str, result: SimResult, repeat: int = 3, schema: str = "bench_core", requests: int = 1_000_000) -> list[Row]:
@@ -250,8 +262,8 @@ def replay_rows(url: str, result: SimResult, repeat: int = 3, schema: str = "ben
     engine, es = _store_log(url, schema, records)
     del records
     try:
-        read_secs, replay_secs, _ = _read_and_replay(es, repeat)
-        read_rate, replay_rate = n / read_secs, n / replay_secs
+        secs = _read_and_replay(es, repeat)
+        read_rate, replay_rate = n / secs["read"], n / secs["replay"]
         audited: list[Any] = []
 
         def audit() -> None:  # what ``backfill replay`` does: every decision checked against its basis
@@ -259,7 +271,7 @@ def replay_rows(url: str, result: SimResult, repeat: int = 3, schema: str = "ben
             from backfill.store import projection
 
             a = Auditor()
-            with paused_gc():
+            with long_fold():
                 projection.replay(es, a)
             audited[:] = [a]
 
@@ -277,12 +289,12 @@ def replay_rows(url: str, result: SimResult, repeat: int = 3, schema: str = "ben
         es.append([encode(e, f"bench/{start + i}") for i, e in enumerate(chunk)])
     m = len(setup) + requests
     try:
-        req_read_secs, req_replay_secs, req_serial_secs = _read_and_replay(es, repeat)
+        req = {k: m / v for k, v in _read_and_replay(es, repeat, variants=True).items()}  # events/s
     finally:
         es.close()
         engine.dispose()
         drop_schema(url, schema)
-    req_read_rate, req_replay_rate, req_serial_rate = m / req_read_secs, m / req_replay_secs, m / req_serial_secs
+    req_read_rate, req_replay_rate = req["read"], req["replay"]
     return [
         Row("read from PostgreSQL (lean rows, no decode)", read_rate, "ev/s", note=f"{n:,} events of the simulation; best of {repeat}"),
         Row(
@@ -293,7 +305,7 @@ def replay_rows(url: str, result: SimResult, repeat: int = 3, schema: str = "ben
             baseline_name="raw read",
             target=REPLAY_TARGET,
             note=f"the simulation's {n:,} events (mostly admissions and their Job facts, with foreground requests and cancels): "
-            f"backfill.store.projection.payloads (read + decode) and fold_all (the batch fold of start-up); ratio = replay / raw read of the same rows; best of {repeat}",
+            f"backfill.store.projection.payloads (read + decode, lean=True) and fold_all (the batch fold of start-up) inside perf.long_fold; ratio = replay / raw read of the same rows; best of {repeat}",
         ),
         Row(
             "full replay from PostgreSQL, a log of foreground requests",
@@ -310,11 +322,30 @@ def replay_rows(url: str, result: SimResult, repeat: int = 3, schema: str = "ben
             "read-ahead: replay of the request log",
             req_replay_rate,
             "ev/s",
-            baseline=req_serial_rate,
+            baseline=req["serial"],
             baseline_name="no read-ahead",
             note=f"the row above (the same {m:,} events, read + decode + fold_all), the next batch read on a helper thread while "
             f"one folds; baseline: each batch read only once the one before is folded (read_payloads before it read ahead); "
             f"ratio = the speed-up; best of {repeat}",
+        ),
+        Row(
+            "switch interval 0.2 ms: replay of the request log",
+            req_replay_rate,
+            "ev/s",
+            baseline=req["default_switch"],
+            baseline_name="5 ms, the default",
+            note=f"the same replay inside backfill.core.perf.long_fold (as start-up and backfill replay fold): the interpreter's "
+            f"switch interval 0.2 ms, so the read-ahead thread takes each chunk off the socket without waiting up to 5 ms for the "
+            f"lock; baseline: the same with the default interval; ratio = the speed-up; best of {repeat}",
+        ),
+        Row(
+            "compiled foreground requests: replay of the request log",
+            req_replay_rate,
+            "ev/s",
+            baseline=req["pydantic"],
+            baseline_name="pydantic instances",
+            note=f"the same replay, each ForegroundRequest row decoded to its checked msgspec row (decode_rows(lean=True), as "
+            f"start-up folds); baseline: every row assembled into its pydantic event; ratio = the speed-up; best of {repeat}",
         ),
         Row(
             "replay audit from PostgreSQL (backfill replay)",

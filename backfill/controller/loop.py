@@ -38,7 +38,7 @@ from typing import Any, Callable
 from backfill.core import events as ev
 from backfill.core.commands import Admit, Resume, WriteStatus
 from backfill.core.events import decode_many, decode_rows
-from backfill.core.perf import paused_gc
+from backfill.core.perf import long_fold
 from backfill.core.projector import affected, decide, fold, fold_all, only_position_moved
 from backfill.core.runs import previous_row, run_rows
 from backfill.core.state import World
@@ -371,14 +371,14 @@ class Controller:
         """
         keys: set[Key] = set()
         stored = self._runs_checkpoint
-        foreground = ev.ForegroundRequest
+        foreground = (ev.ForegroundRequest, ev.ForegroundRequestRow)
         for batch in self.events.read_payloads(self.position, batch_size=5000):
             world = self.world
             rows = []
             count = self._live and self.is_leader()
             requests: list[tuple[int, Any]] = []  # a run of foreground requests, folded together
-            for position, e in decode_rows(batch):
-                if type(e) is foreground:
+            for position, e in decode_rows(batch, lean=True):  # folded only: requests in their compiled form
+                if type(e) in foreground:
                     requests.append((position, e))
                     continue
                 if requests:
@@ -432,7 +432,7 @@ class Controller:
 
                 raise ControllerConfigError(why)
         start = self.position
-        with paused_gc():
+        with long_fold():
             self.catch_up()
         pruned = self.events.pruned_up_to()
         if pruned > start:  # a prune dropped events after the snapshot while they were being read

@@ -363,6 +363,7 @@ def _wake_table() -> dict[type, tuple[Scope, ...]]:
 
 _WAKES = _wake_table()
 assert set(_WAKES) == set(ev.EVENT_TYPES.values()), "every event type must wake something (or say why not)"
+_WAKES.update({row: _WAKES[cls] for row, cls in ev.COMPILED.items()})  # an event's compiled form wakes as the event
 
 
 def affected(world: World, event: Any) -> tuple[Key, ...]:

@@ -82,16 +82,20 @@ def fold_all(world: World, events: Iterable[tuple[int, Any]]) -> World:
     event of the run costs about the same whatever the number of objects; every other event goes
     through its handler as in :func:`fold`.
 
+    An event may be its compiled form (:data:`backfill.core.events.COMPILED`, as
+    ``decode_rows(..., lean=True)`` gives it): it folds exactly as the event.
+
     Raises:
         KeyError: an object that is not an event (as :func:`fold`).
     """
     table = _FOLD
     foreground = ev.ForegroundRequest
+    compiled = ev.ForegroundRequestRow
     run = None  # the models transient of the current run of foreground requests
     last = 0
     for position, event in events:
         t = type(event)
-        if t is foreground:
+        if t is foreground or t is compiled:
             if run is None:
                 run = world[1].mutate()
             key = (event.namespace, event.model)
@@ -922,6 +926,7 @@ _FOLD: dict[type, Callable[[World, Any, int], World]] = {
     ev.FinalizerReleased: _fold_finalizer,
 }
 assert set(_FOLD) == set(ev.EVENT_TYPES.values()), "every event type needs a fold handler"
+_FOLD.update({row: _FOLD[cls] for row, cls in ev.COMPILED.items()})  # an event's compiled form folds as the event
 
 
 

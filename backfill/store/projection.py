@@ -183,10 +183,12 @@ def save(events: Any, world: World, keep: int | None = None) -> None:
     events.save_snapshot(PROJECTION, world.position, code_version(), dump_world(world), keep=keep)
 
 
-def payloads(events: Any, after: int, batch_size: int = 20000) -> Iterator[list[tuple[int, Any]]]:
-    """``(position, event)`` batches of the log after ``after``, decoded."""
+def payloads(events: Any, after: int, batch_size: int = 20000, *, lean: bool = False) -> Iterator[list[tuple[int, Any]]]:
+    """``(position, event)`` batches of the log after ``after``, decoded (``lean``: for a caller
+    that only folds them, foreground requests in their compiled form, see
+    :func:`backfill.core.events.decode_rows`)."""
     for batch in events.read_payloads(after, batch_size=batch_size):
-        yield decode_rows(batch)
+        yield decode_rows(batch, lean=lean)
 
 
 def replay(events: Any, auditor: Auditor, *, after: int = 0, progress: Callable[[int], None] | None = None) -> int:

@@ -125,3 +125,39 @@ def test_older_version_is_upcast_then_validated(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setitem(ev.UPCASTERS, ("ForegroundRequest", 0), lambda p: {**{k: v for k, v in p.items() if k != "n"}, "count": p["n"]})
     [e] = ev.decode_many([(rec.type, 0, json.dumps(old))])
     assert e.count == 3 and e == ev.ForegroundRequest(at=T0, namespace="ns", model="m", count=3)
+
+
+def _foreground_examples() -> list[Any]:
+    return [
+        ev.ForegroundRequest(at=T0, namespace="ns", model="m"),
+        ev.ForegroundRequest(at=T0, namespace="ns", model="m-é", source="trace", count=7, busy_until=T0 + timedelta(seconds=90)),
+    ]
+
+
+def test_lean_decode_gives_foreground_requests_in_their_compiled_form() -> None:
+    # decode_rows(lean=True), the fold-only path of start-up: a ForegroundRequest row is its
+    # checked msgspec row, every attribute equal to the pydantic event's; other types as before
+    others = [e for e in EXAMPLES if type(e) is not ev.ForegroundRequest]
+    events = _foreground_examples() + others
+    rows = [(i, r.type, r.version, _as_postgres_renders_it(r.data)) for i, r in enumerate((ev.encode(e, "k") for e in events), 1)]
+    lean, full = ev.decode_rows(rows, lean=True), ev.decode_rows(rows)
+    assert [p for p, _ in lean] == [p for p, _ in full] == list(range(1, len(events) + 1))
+    for (_, got), (_, want), event in zip(lean, full, events):
+        assert want == event
+        if type(event) is ev.ForegroundRequest:
+            assert type(got) is ev.ForegroundRequestRow and ev.COMPILED[type(got)] is ev.ForegroundRequest
+            assert {name: getattr(got, name) for name in ev.ForegroundRequest.model_fields} == event.model_dump()
+        else:
+            assert type(got) is type(event) and got == event
+
+
+def test_lean_decode_sends_what_the_compiled_form_refuses_through_pydantic() -> None:
+    good = ev.encode(_foreground_examples()[1], "k")
+    lax = json.loads(good.data) | {"count": "7"}  # a lax value pydantic coerces, msgspec refuses
+    got = ev.decode_rows([(1, good.type, good.version, json.dumps(lax))], lean=True)
+    assert type(got[0][1]) is ev.ForegroundRequest and got[0][1].count == 7
+    bad = json.loads(good.data) | {"count": 0}  # below its bound: refused by both
+    with pytest.raises(ev.EventDecodeError):
+        ev.decode_rows([(1, good.type, good.version, json.dumps(bad))], lean=True)
+    with pytest.raises(ev.EventDecodeError, match="newer than this code"):  # the version is checked first
+        ev.decode_rows([(1, good.type, good.version + 1, good.data)], lean=True)

@@ -102,3 +102,26 @@ def test_fold_all_of_nothing_and_of_requests_only():
     assert got.models[(NS, "m0")].busy_until == t(114) and got.models[(NS, "m0")].busy_pos == pos + 4
     assert got.models[(NS, "m1")] is base.models[(NS, "m1")]  # untouched models are shared
     assert got.backfills is base.backfills
+
+
+@settings(max_examples=100, deadline=None)
+@given(steps)
+def test_compiled_foreground_requests_fold_and_wake_as_the_events(script):
+    # start-up folds foreground requests in their compiled form (decode_rows(lean=True)): the
+    # worlds, and the backfills each request wakes, must be those of the pydantic events
+    from backfill.core.conditions import affected
+
+    log, _decisions, world = run(script)
+    recs = [ev.encode(e, f"k{i}") for i, e in enumerate(log)]
+    rows = [(i, r.type, r.version, r.data) for i, r in enumerate(recs, 1)]
+    lean = ev.decode_rows(rows, lean=True)
+    requests = sum(type(e) is ev.ForegroundRequest for e in log)
+    assert sum(type(e) is ev.ForegroundRequestRow for _, e in lean) == requests
+    assert fold_all(World(), lean) == world
+    w = World()
+    for (position, compiled), event in zip(lean, log):
+        before = w
+        w = fold(w, compiled, position)
+        assert w == fold(before, event, position)
+        assert affected(w, compiled) == affected(w, event)
+    assert w == world

@@ -1,5 +1,6 @@
 """``paused_gc``: the collector is off inside, its state restored after, and what the block
-left alive is in the oldest generation (no young pass over it), cycles still collected."""
+left alive is in the oldest generation (no young pass over it), cycles still collected;
+``long_fold``: the same with a short switch interval, restored after."""
 
 from __future__ import annotations
 
@@ -75,3 +76,20 @@ def test_paused_gc_keeps_a_frozen_heap_frozen() -> None:
         assert gc.isenabled()
     finally:
         gc.unfreeze()
+
+
+def test_long_fold_shortens_the_switch_interval_and_restores_it_also_on_error() -> None:
+    import sys
+
+    import pytest
+
+    from backfill.core.perf import FOLD_SWITCH_INTERVAL, long_fold
+
+    before = sys.getswitchinterval()
+    assert before != FOLD_SWITCH_INTERVAL
+    with pytest.raises(RuntimeError):
+        with long_fold():
+            assert not gc.isenabled()  # the collector paused as by paused_gc
+            assert abs(sys.getswitchinterval() - FOLD_SWITCH_INTERVAL) < 1e-9
+            raise RuntimeError("a fold that failed")
+    assert gc.isenabled() and sys.getswitchinterval() == before
