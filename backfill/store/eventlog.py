@@ -42,9 +42,12 @@ the same rows in the same batches before partitioning, and at 64-82% (batches of
 with 1,000) and ``executemany`` in pipeline mode ~40%, so neither is used. Reads use keyset pagination
 on ``position`` with a binary cursor and build :class:`StoredEvent` from the fetched tuples with
 ``itertools.starmap``. :meth:`EventStore.read_payloads` reads the next batch on a helper thread
-while the caller folds one: 1.05-1.15x on a full replay (``python -m bench --only replay``, row
-"read-ahead"); the helper needs the interpreter lock for every chunk it takes off the socket,
-which bounds the overlap.
+while the caller folds one. The helper needs the interpreter lock for every chunk it takes off
+the socket: with Python's default 5 ms switch interval the overlap was small (1.05-1.15x on a full
+replay); start-up and ``backfill replay`` fold inside :func:`backfill.core.perf.long_fold` (a
+0.2 ms switch interval), where the read-ahead gave 1.31x and the switch interval 1.26x on the
+log of foreground requests (``python -m bench --only replay``, rows "read-ahead" and "switch
+interval", 2026-12-05).
 
 Wake-ups
 --------
