@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import gc
 import sys
+import threading
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Any, Iterator
 
 #: The interpreter's switch interval inside :func:`long_fold`, seconds (Python's default: 0.005).
 FOLD_SWITCH_INTERVAL = 0.0002
@@ -68,21 +69,41 @@ def freeze_heap() -> int:
 def long_fold(switch_interval: float = FOLD_SWITCH_INTERVAL) -> Iterator[None]:
     """The block folds a long stretch of the log read from the store (start-up, ``backfill
     replay``): the collector paused (:func:`paused_gc`) and the interpreter's switch interval
-    (``sys.setswitchinterval``, seconds) shortened from its 5 ms default; both restored on exit.
+    (``sys.setswitchinterval``, seconds) at most ``switch_interval`` (Python's default is 5 ms).
 
     Why the switch interval: :meth:`backfill.store.EventStore.read_payloads` reads the next batch
     on a helper thread while this one folds, and that thread needs the interpreter lock for each
     chunk it takes off the socket (a Unix socket holds about 200 kB, a tenth of a batch). With
     the default it waits up to 5 ms for the lock each time while the server, its send buffer
-    full, waits for it: the read hardly overlaps the fold. Measured on a log of 1,011,001
-    foreground requests (``python -m bench --only replay``, the row "switch interval"): see
-    BENCHMARKS.md. Other threads (the watchers, the cancel path) also get the lock sooner
-    meanwhile; the fold pays a few more switches.
+    full, waits for it: the read hardly overlaps the fold (``python -m bench --only replay``,
+    the row "switch interval": 1.26x on 2026-12-05, BENCHMARKS.md). Other threads (the watchers,
+    the cancel path) also get the lock sooner meanwhile; the fold pays a few more switches.
+
+    Folds that overlap in one process (threads, two embedded controllers) share the setting:
+    the interval the process had before the first of them is restored, to the microsecond (the
+    interpreter's unit), when the last one ends (an adversarial trial found the interval left at
+    0.2 ms after two overlapping folds, and 1 us lost per restore). An interval already at or
+    below ``switch_interval`` is left alone. Restoring never raises.
     """
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(switch_interval)
+    with _SWITCH_LOCK:
+        if _SWITCH["folds"] == 0:
+            before = sys.getswitchinterval()
+            _SWITCH["before"] = before if before > switch_interval else None
+        _SWITCH["folds"] += 1
+        if _SWITCH["before"] is not None and sys.getswitchinterval() > switch_interval:
+            sys.setswitchinterval(switch_interval)
     try:
         with paused_gc():
             yield
     finally:
-        sys.setswitchinterval(before)
+        with _SWITCH_LOCK:
+            _SWITCH["folds"] -= 1
+            if _SWITCH["folds"] == 0 and _SWITCH["before"] is not None:
+                # The interpreter keeps whole microseconds, truncating: half a microsecond more
+                # makes the value read on entry come back exactly.
+                sys.setswitchinterval((round(_SWITCH["before"] * 1e6) + 0.5) / 1e6)
+
+
+#: The folds inside :func:`long_fold` now, and the switch interval to restore after the last.
+_SWITCH: dict[str, Any] = {"folds": 0, "before": None}
+_SWITCH_LOCK = threading.Lock()

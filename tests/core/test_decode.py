@@ -161,3 +161,16 @@ def test_lean_decode_sends_what_the_compiled_form_refuses_through_pydantic() -> 
         ev.decode_rows([(1, good.type, good.version, json.dumps(bad))], lean=True)
     with pytest.raises(ev.EventDecodeError, match="newer than this code"):  # the version is checked first
         ev.decode_rows([(1, good.type, good.version + 1, good.data)], lean=True)
+
+
+@pytest.mark.parametrize("lean", [False, True])
+def test_a_row_without_its_type_key_is_refused_on_every_path(lean: bool) -> None:
+    # an adversarial trial: the compiled path filled the missing ``type`` with its default and
+    # accepted the row that pydantic (whose discriminator is ``type``) refuses
+    rec = ev.encode(_foreground_examples()[0], "k")
+    data = json.loads(rec.data)
+    del data["type"]
+    with pytest.raises(ev.EventDecodeError):
+        ev.decode(rec.type, rec.version, json.dumps(data))
+    with pytest.raises(ev.EventDecodeError):
+        ev.decode_rows([(1, rec.type, rec.version, json.dumps(data))], lean=lean)

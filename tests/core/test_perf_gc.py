@@ -93,3 +93,59 @@ def test_long_fold_shortens_the_switch_interval_and_restores_it_also_on_error() 
             assert abs(sys.getswitchinterval() - FOLD_SWITCH_INTERVAL) < 1e-9
             raise RuntimeError("a fold that failed")
     assert gc.isenabled() and sys.getswitchinterval() == before
+
+
+def test_overlapping_long_folds_restore_the_interval_the_process_had() -> None:
+    # an adversarial trial: fold A enters, fold B enters (reading A's 0.2 ms), A ends, B ends:
+    # the process was left at 0.2 ms for good
+    import sys
+    import threading
+
+    from backfill.core.perf import FOLD_SWITCH_INTERVAL, long_fold
+
+    before = sys.getswitchinterval()
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+    seen: list[float] = []
+
+    def fold_a() -> None:
+        with long_fold():
+            a_in.set()
+            b_in.wait(10)
+        a_out.set()
+
+    def fold_b() -> None:
+        a_in.wait(10)
+        with long_fold():
+            b_in.set()
+            a_out.wait(10)
+            seen.append(sys.getswitchinterval())  # A ended, B still folding: still short
+
+    threads = [threading.Thread(target=fold_a), threading.Thread(target=fold_b)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(20)
+    assert abs(seen[0] - FOLD_SWITCH_INTERVAL) < 1e-6
+    assert sys.getswitchinterval() == before
+
+
+def test_long_fold_restores_a_custom_interval_to_the_microsecond_and_leaves_a_shorter_one() -> None:
+    import sys
+
+    from backfill.core.perf import long_fold
+
+    before = sys.getswitchinterval()
+    try:
+        for custom in (0.0073, 0.000999, 1.0):
+            sys.setswitchinterval(custom)
+            read = sys.getswitchinterval()
+            for _ in range(20):  # truncation to whole microseconds used to lose 1 us a round for some values
+                with long_fold():
+                    pass
+            assert sys.getswitchinterval() == read
+        sys.setswitchinterval(5e-7)  # below the interpreter's unit: reads back as 0.0
+        with long_fold():
+            assert sys.getswitchinterval() == 0.0  # already shorter: left alone
+        assert sys.getswitchinterval() == 0.0  # and nothing raised on the way out
+    finally:
+        sys.setswitchinterval(before)
