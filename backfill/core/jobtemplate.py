@@ -23,7 +23,7 @@ CronJob", which is what ``kubectl create job --from=cronjob/NAME`` does, plus th
   container whose env gives it GPUs through the NVIDIA container runtime
   (``NVIDIA_VISIBLE_DEVICES`` other than ``void`` or ``none``, or from ``valueFrom``), a pod
   template annotation under ``cdi.k8s.io/`` (devices a CDI-enabled runtime injects), a
-  privileged container, and a ``hostPath`` volume of ``/dev``, below it, or ``/``.
+  privileged container, and a ``hostPath`` volume of ``/dev``, below it, or ``/`` (however spelled).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from __future__ import annotations
 import copy
 import functools
 import hashlib
+import posixpath
 from collections.abc import Mapping
 from typing import Any
 
@@ -155,7 +156,8 @@ def gpu_requests(job_template: Mapping[str, Any]) -> list[str]:
         if str(key).startswith(CDI_ANNOTATION_PREFIX):  # a runtime with CDI enabled injects these devices
             found.append(f"pod: annotation {key}={value} (Container Device Interface: devices the runtime injects)")
     for volume in pod.get("volumes") if isinstance(pod.get("volumes"), list) else []:
-        path = str(_mapping(_mapping(volume).get("hostPath")).get("path") or "").rstrip("/") or "/"
+        # as the node resolves it: the API server takes "//dev" and "/./dev/." (it refuses only "..")
+        path = posixpath.normpath("/" + str(_mapping(_mapping(volume).get("hostPath")).get("path") or "").lstrip("/"))
         if path == "/" or path == "/dev" or path.startswith("/dev/"):
             found.append(f"pod: volume {_mapping(volume).get('name', '?')} hostPath {path} (the node's devices, GPUs included)")
     for who, owner, claims, called in owners:
