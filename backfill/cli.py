@@ -794,6 +794,8 @@ def runs(
     ]
     def val(r: Any, f: str) -> Any:
         v = getattr(r, f)
+        if isinstance(v, float):  # times are microseconds: 6.037612, not the subtraction's 6.037611999999999
+            return round(v, 6)
         return rfc3339(v) if isinstance(v, datetime) else v
     if output == OutputFormat.json:
         print(json.dumps([{f: val(r, f) for f in fields} for r in rows], indent=2))

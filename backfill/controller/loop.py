@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+from collections import deque
 import threading
 import time
 from datetime import datetime, timezone
@@ -61,6 +62,15 @@ from .watchers import Watcher
 log = logging.getLogger("backfill.controller.loop")
 
 RUNS_CHECKPOINT = "runs"
+#: Up to where the acting replica counted the run rows in its metrics (:meth:`Controller.catch_up`).
+#: A replica that takes over counts the rows it folded while it did not act and that lie after
+#: it: a new user's trial found a Job that ended while no replica led counted by none of them.
+COUNTED_CHECKPOINT = "runs-counted"
+#: Run-row changes a replica keeps, while it does not act, to count when it takes over: past
+#: UNCOUNTED_PRUNE it drops those the acting replica counted (one read of the checkpoint), and
+#: past UNCOUNTED_MAX the oldest (no replica acted for that long). About 1 kB each.
+UNCOUNTED_PRUNE = 10_000
+UNCOUNTED_MAX = 100_000
 #: Seconds an observation may wait for the log before statuses are held (``Reconciler._log_lags``):
 #: an append answers in milliseconds; a backlog this old means the store is paused, hung or down.
 STATUS_LAG_SECONDS = 1.0
@@ -191,6 +201,9 @@ class Controller:
         self._statuses_held = False  # statuses were not written while the log lagged (see step)
         self._unreadable: list[str] = []  # watched kinds that cannot be read (admissions held)
         self._runs_checkpoint = 0  # during the start-up refold: run rows up to here are stored
+        # run-row changes folded and not counted yet: (position, row, previous, admitted)
+        self._uncounted: deque[tuple[int, Any, Any, bool]] = deque(maxlen=UNCOUNTED_MAX)
+        self._counting = 0  # the position up to which this replica counted while acting (0: not acting)
         self.store_error: str | None = None
         self._reading_since: float | None = None  # monotonic start of the log read in flight
         self.snapshot_position = 0  # position of the newest snapshot loaded or saved
@@ -367,7 +380,14 @@ class Controller:
 
         Run rows go to the ``runs`` table with the ``runs`` checkpoint in the same transaction,
         only when a batch changed some. Rows at or below the stored checkpoint are already
-        there: the start-up refold skips them. Metrics count only while this replica acts.
+        there: the start-up refold skips them. The metrics count the rows only while this
+        replica acts, after they are stored (so the replicas' sum is the true figure, and a
+        batch retried after a failed write is not counted twice); the changes folded meanwhile
+        are kept and counted when it acts, those after :data:`COUNTED_CHECKPOINT`.
+
+        Raises:
+            Any error of the store (a read, a write of run rows): :attr:`position` is then
+            still before the batch that failed.
         """
         keys: set[Key] = set()
         stored = self._runs_checkpoint
@@ -375,7 +395,7 @@ class Controller:
         for batch in self.events.read_payloads(self.position, batch_size=5000):
             world = self.world
             rows = []
-            count = self._live and self.is_leader()
+            tallies: list[tuple[int, Any, Any, bool]] = []  # what the metrics follow (_count_uncounted)
             requests: list[tuple[int, Any]] = []  # a run of foreground requests, folded together
             for position, e in decode_rows(batch, lean=True):  # folded only: requests in their compiled form
                 if type(e) in foreground:
@@ -390,10 +410,10 @@ class Controller:
                     keys.update(affected(world, e))
                 if position <= stored:
                     continue
+                admitted = isinstance(e, (ev.AttemptAdmitted, ev.AttemptResumed))
                 for row in run_rows(before, world, e):
                     rows.append(row)
-                    if count:
-                        self._count(before, row, e)
+                    tallies.append((position, row, None if row.result is None else previous_row(before, row), admitted))
             if requests:
                 world = _fold_requests(world, requests, keys)
             if rows:
@@ -404,13 +424,58 @@ class Controller:
                     crash_point("cancel/runrow-written")
             self.world = world
             self.position = batch[-1][0]
+            self._uncounted.extend(tallies)
+            if not (self._live and self.is_leader()):
+                self._counting = 0  # when it acts again, another replica may have counted meanwhile
+                if len(self._uncounted) >= UNCOUNTED_PRUNE:
+                    self._drop_counted()
+            elif self._uncounted:
+                self._count_uncounted(batch[0][0])
         return keys
 
-    def _count(self, before: World, row: Any, event: Any) -> None:
-        """The metrics follow the rows: a start per row begun by an admission or a resume, an
-        end (completion, preemption, running seconds) when a row's ``result`` is first set."""
-        admitted = isinstance(event, (ev.AttemptAdmitted, ev.AttemptResumed))
-        self.metrics.follow(row, None if row.result is None else previous_row(before, row), admitted=admitted)
+    def _drop_counted(self) -> None:
+        """Drop the kept run-row changes the acting replica counted (at or before
+        :data:`COUNTED_CHECKPOINT`); best effort (on a store error they stay, bounded)."""
+        try:
+            counted = self.runs.get_checkpoint(COUNTED_CHECKPOINT)
+        except Exception:  # noqa: BLE001 - kept; the deque's bound holds meanwhile
+            return
+        while self._uncounted and self._uncounted[0][0] <= counted:
+            self._uncounted.popleft()
+
+    def _count_uncounted(self, batch_start: int) -> None:
+        """The metrics follow the run rows (a start per row begun by an admission or a resume;
+        an end, with its running seconds, when a row's ``result`` is first set): count the
+        changes folded and not counted yet that lie after what was counted before, by this
+        replica while it acted throughout, else after :data:`COUNTED_CHECKPOINT` (what the
+        replica that acted before counted), then move that checkpoint. A failed write of the
+        checkpoint is logged: a replica that takes over later may then count those again (the
+        counters are per process). Never raises: when the checkpoint cannot be read nothing is
+        counted and the changes are kept for the next batch (the fold of this one stands).
+        """
+        counted = self._counting
+        if not counted:
+            try:
+                counted = self.runs.get_checkpoint(COUNTED_CHECKPOINT)
+            except Exception as exc:  # noqa: BLE001 - kept for the next batch
+                log.warning(f"reading the {COUNTED_CHECKPOINT} checkpoint failed: {type(exc).__name__}: {exc}", extra={"position": self.position})
+                return
+        todo = [t for t in self._uncounted if t[0] > counted]
+        self._uncounted.clear()
+        if not todo:
+            return
+        if todo[0][0] < batch_start:  # not only this batch's: a takeover, or the first count after start-up
+            log.info(
+                f"counting {len(todo)} run row change(s) folded after position {counted} while another replica acted, or none did",
+                extra={"position": todo[-1][0]},
+            )
+        for _, row, previous, admitted in todo:
+            self.metrics.follow(row, previous, admitted=admitted)
+        self._counting = todo[-1][0]
+        try:
+            self.runs.apply([], COUNTED_CHECKPOINT, self._counting)
+        except Exception as exc:  # noqa: BLE001 - counted here; only a later takeover could count them again
+            log.warning(f"moving the {COUNTED_CHECKPOINT} checkpoint failed: {type(exc).__name__}: {exc}", extra={"position": self._counting})
 
     # -- threads ------------------------------------------------------------------------------
 
@@ -609,11 +674,17 @@ class Controller:
         here. Without this the checkpoint moved only with a batch that changed a row, and in a
         quiet cluster (every declaration done, suspended or Blocked) it stayed behind for ever,
         and with it every ``backfill db prune`` (a trial: "after checkpoint 'runs' at 3715"
-        while the log and its snapshot were at 6215). Best effort, as the snapshot."""
+        while the log and its snapshot were at 6215). Best effort, as the snapshot.
+
+        :data:`COUNTED_CHECKPOINT` too, when this replica acts and counted every change up to
+        ``position`` (nothing kept): like every checkpoint it holds back ``backfill db prune``.
+        """
         try:
             self.runs.apply([], RUNS_CHECKPOINT, position)
+            if self._live and self.is_leader() and not self._uncounted and position <= self.position:
+                self.runs.apply([], COUNTED_CHECKPOINT, position)
         except Exception as exc:  # noqa: BLE001 - the next snapshot tries again
-            log.warning(f"moving the runs checkpoint failed: {type(exc).__name__}: {exc}", extra={"position": position})
+            log.warning(f"moving the runs checkpoints failed: {type(exc).__name__}: {exc}", extra={"position": position})
 
     def scope(self, keys: Any) -> Any:
         """``keys`` (None: every backfill in the projection) limited to this controller's

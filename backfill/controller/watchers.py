@@ -152,6 +152,7 @@ class Watcher(threading.Thread):
                 )
                 break
         backoff = self.settings.backoff_initial_seconds
+        missing = False  # the last failure was a 404: the resource (its CRD) did not exist
         while not self.stop_event.is_set():
             try:
                 # a relist asked for from here on asks for another (it may have missed this one)
@@ -175,6 +176,12 @@ class Watcher(threading.Thread):
                     log.info("watch expired (410 Gone); relisting", extra={"resource": self.kind.name})
                     self.restarts += 1
                     continue
+                if missing and exc.status != 404:
+                    # the resource exists now (a CRD installed after the start): that is progress, and the
+                    # next failure (a 429 while the new watch cache warms up) starts its own back-off; a
+                    # new user's trial waited 30 s more, carried over from the 404s
+                    backoff = self.settings.backoff_initial_seconds
+                missing = exc.status == 404
                 self.failing = f"HTTP {exc.status} {exc.reason}"
                 hint = ""
                 if exc.status == 404 and self.kind.custom:
@@ -188,6 +195,7 @@ class Watcher(threading.Thread):
             except Exception as exc:  # noqa: BLE001 - the loop must never die silently
                 if self.stop_event.is_set():
                     break
+                missing = False
                 self.failing = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
                 log.warning(
                     f"{self.kind.name} watch failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}; "

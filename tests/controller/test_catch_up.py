@@ -5,6 +5,7 @@ the same run rows (middle tier: the in-memory store, no apiserver)."""
 from __future__ import annotations
 
 import random
+from types import SimpleNamespace
 
 from kubernetes import client
 
@@ -104,3 +105,52 @@ def test_a_snapshot_moves_the_runs_checkpoint_in_a_quiet_cluster():
     finally:
         c.spool.stop(0.5)
         c.actor.close()
+
+
+def test_an_acting_replica_counts_every_run_row_once_and_its_checkpoint_follows_the_snapshot():
+    # The metrics follow the rows after they are stored; the ``runs-counted`` checkpoint moves
+    # with each counted batch and, in a quiet cluster, with the snapshot (as ``runs``: every
+    # checkpoint holds back ``backfill db prune``). A standby keeps its changes (none counted).
+    result = simulate(_trace(), SimParams(idle_for=300, max_run=1800, repeat_after=60, job=900, cancel_latency=2))
+    log = [(pos, e, k) for pos, e, k in result.events]
+    ended = [r for r in result.runs if r.result is not None]
+    assert len(result.runs) > 20 and ended
+    replicas = []
+    for acting in (True, False):
+        backend = MemoryBackend()
+        events, runs = MemoryEventStore(backend), MemoryRunStore(backend)
+        c = Controller(Settings(snapshot_every_events=1), client.ApiClient(), events, runs, Metrics(), leader=SimpleNamespace(is_leader=lambda a=acting: a))
+        c._live = True  # as start() leaves it
+        replicas.append((c, events, runs))
+        for i in range(0, len(log), 997):  # batches of rows, counted as they come
+            events.append([encode(e, k) for _, e, k in log[i : i + 997]])
+            c.catch_up()
+    (leader, events, runs), (standby, _, standby_runs) = replicas
+    try:
+        get = leader.metrics.registry.get_sample_value
+        by_result: dict[str, int] = {}
+        for r in ended:  # the simulator's own rows, not the controller's
+            by_result[r.result] = by_result.get(r.result, 0) + 1
+        for res, n in by_result.items():
+            total = sum(get("flexinfer_model_backfill_completions_total", {"backfill": b, "namespace": "sim", "model": m, "result": res}) or 0
+                        for b, m in {(r.backfill, r.model) for r in result.runs})  # fmt: skip
+            assert total == n, res
+        assert not leader._uncounted and len(standby._uncounted) > 0
+        assert standby_runs.get_checkpoint("runs-counted") == 0  # a standby counts nothing
+        counted = runs.get_checkpoint("runs-counted")
+        world, last_change = World(), 0  # the reference: one event at a time, the last one that changed a row
+        for pos, e, _ in log:
+            before, world = world, fold(world, e, pos)
+            if run_rows(before, world, e):
+                last_change = pos
+        assert counted == last_change > 0
+        quiet = [ev.ForegroundRequest(at=log[-1][1].at, namespace="sim", model="model-0", source="ingest") for _ in range(50)]
+        head = events.append([encode(e, f"quiet/{i}") for i, e in enumerate(quiet)])[-1]
+        leader.catch_up()
+        assert runs.get_checkpoint("runs-counted") == counted < head  # no row changed: catch-up leaves it
+        leader._maybe_snapshot()
+        assert runs.get_checkpoint("runs-counted") == runs.get_checkpoint("runs") == head
+    finally:
+        for c, _, _ in replicas:
+            c.spool.stop(0.5)
+            c.actor.close()

@@ -219,3 +219,53 @@ def test_an_ingest_report_whose_suspension_is_recorded_first_is_still_resumed(ku
     wait_for(lambda: player.spec_suspend() is False, timeout=15, what="the same Job resumed")
     assert [j.metadata.name for j in kube.jobs()] == [job]
     assert _audited(log_of(leader)) == ["admit", "suspend", "resume"]
+
+
+def test_a_run_that_ends_while_no_replica_leads_is_counted_by_the_next_leader(kube, start_controller):
+    # A new user's trial: the leader was SIGKILLed, the Job completed meanwhile, and the replica
+    # that took over had folded the end as a standby: completions_total and the useful seconds
+    # were counted by no replica (the sum over replicas said 1 start, 0 completions).
+    from datetime import timedelta
+
+    from .conftest import LeaderSwitch as Switch, ts
+
+    kube.cronjob("model-eval-gauntlet")
+    kube.model("gemma", node="node-a")
+    a_lease, b_lease = Switch(True), Switch(False)
+    a = start_controller(leader=a_lease)
+    b = start_controller(leader=b_lease)
+    kube.backfill("busy")
+    job = wait_for(kube.jobs, what="Job created by the leader")[0].metadata.name
+    a_lease.leading = False  # the leader is gone (its lease lapses); nobody acts
+    done = now_s()
+    kube.job_status(job, {
+        "startTime": ts(done - timedelta(seconds=7)), "completionTime": ts(done), "succeeded": 1,
+        "conditions": [
+            {"type": "SuccessCriteriaMet", "status": "True", "lastTransitionTime": ts(done)},
+            {"type": "Complete", "status": "True", "lastTransitionTime": ts(done)},
+        ],
+    })  # fmt: skip
+
+    def row():
+        rows = [r for r in b.runs.query(namespace=kube.ns, backfill="busy") if r.job_name == job and r.result]
+        return rows[0] if rows else None
+
+    r = wait_for(row, timeout=10, what="the run row ended")
+    assert r.result == "succeeded"
+    ended = [p for p, e in log_of(b) if type(e) is ev.JobSucceeded]
+    wait_for(lambda: a.position >= ended[0] and b.position >= ended[0], what="both replicas folded the end")
+    labels = {"backfill": "busy", "namespace": kube.ns, "model": "gemma"}
+
+    def total(name: str, extra: dict | None = None) -> float:
+        return sum(c.metrics.registry.get_sample_value(name, {**labels, **(extra or {})}) or 0.0 for c in (a, b))
+
+    assert total("flexinfer_model_backfill_completions_total", {"result": "succeeded"}) == 0  # nobody acted yet
+    b_lease.leading = True  # the standby takes over
+    kube.model("other", node="node-b")  # any new event: the next batch it folds
+    wait_for(lambda: total("flexinfer_model_backfill_completions_total", {"result": "succeeded"}) == 1,
+             timeout=10, what="the new leader counted the completion")  # fmt: skip
+    get_b = b.metrics.registry.get_sample_value
+    assert get_b("flexinfer_model_backfill_completions_total", {**labels, "result": "succeeded"}) == 1
+    assert total("flexinfer_model_backfill_starts_total") == 1  # the start: counted once, by the old leader
+    assert abs(total("flexinfer_model_backfill_useful_running_seconds_total") - r.running_seconds) < 1e-6
+    assert r.running_seconds > 0

@@ -55,7 +55,7 @@ class _Stream:
     shutdown = close
 
 
-def _run(script: list) -> tuple[list, list]:
+def _run(script: list, settings: Settings | None = None) -> tuple[list, list]:
     """Run a model watcher over ``script`` (one entry per call: a list body, a watch's events, or
     an exception to raise); returns the calls made (``("list"|"watch", resourceVersion)``) and
     the observed events' types and times."""
@@ -79,7 +79,7 @@ def _run(script: list) -> tuple[list, list]:
     w = Watcher(
         kind, None, namespace=NS, translate=kind.translate(Translator()), known=lambda: [],
         observe=lambda pairs: observed.extend((type(e).__name__, getattr(e, "at", None)) for e, _ in pairs) or [],
-        clock=lambda: NOW, settings=Settings(backoff_initial_seconds=0.01, backoff_max_seconds=0.01),
+        clock=lambda: NOW, settings=settings or Settings(backoff_initial_seconds=0.01, backoff_max_seconds=0.01),
         stop=stop, list_call=list_call,
     )  # fmt: skip
     w.start()
@@ -117,3 +117,19 @@ def test_a_410_on_the_watch_call_or_in_the_stream_relists_then_watches_from_the_
     # each relist re-observes the Model: the lastActiveTime that moved is demand, the same one
     # listed again is not (the translator only takes a time moving forward)
     assert demands == ["2026-12-01T11:00:00+00:00", "2026-12-01T11:40:00+00:00"]
+
+
+def test_the_back_off_of_a_missing_crd_does_not_carry_over_once_it_exists(caplog):
+    # a new user's trial: the controller started before the CRDs; the 404s backed off to 16 s,
+    # and when the CRD appeared the 429 of its warming watch cache waited the 30 s cap
+    import re
+
+    not_found, too_many = ApiException(status=404, reason="Not Found"), ApiException(status=429, reason="Too Many Requests")
+    settings = Settings(backoff_initial_seconds=0.1, backoff_max_seconds=2.0)
+    calls, _ = _run([not_found, not_found, not_found, too_many, too_many, not_found, too_many,
+                     {"items": [], "metadata": {"resourceVersion": "5"}}, []], settings)  # fmt: skip
+    waits = [float(m.group(1)) for r in caplog.records if (m := re.search(r"watch failed: HTTP (?:404|429).*retrying in ([0-9.]+)s", r.getMessage()))]
+    # 404s double; the first failure after them (the resource exists now) starts again; so does
+    # one after another 404; a repeated 429 doubles
+    assert waits == [0.1, 0.2, 0.4, 0.1, 0.2, 0.4, 0.1], waits
+    assert calls[:9] == [("list", None)] * 8 + [("watch", "5")]  # seven failed lists, then one that answered

@@ -118,3 +118,23 @@ def test_a_terminal_too_narrow_for_the_columns_lists_each_run_field_by_field(pg_
     fields = dict(line.split(": ", 1) for line in lines if ": " in line)
     assert fields["job_name"] == row.job_name and fields["running_seconds"] == "24" and fields["result"] == "preempted"
     assert fields["backfill"] == f"{row.namespace}/{row.backfill}"
+
+
+def test_csv_and_json_print_seconds_to_the_microsecond(pg_schema, pg_engine, capsys) -> None:
+    """A new user's trial: ``wasted_seconds`` printed as 6.037611999999999 (a float subtraction)
+    beside ``useful_seconds`` 8.962388."""
+    import csv
+    import io
+    import json
+
+    url, schema = pg_schema
+    row = run_row("u", 1, started_at=T0, ended_at=T0 + timedelta(seconds=15), result="preempted", reason="ForegroundDemand",
+                  running_seconds=15.0, completed_indexes="0", kept_seconds=8.962388)  # fmt: skip
+    assert 15.0 - 8.962388 != 6.037612  # the float subtraction the row's property makes
+    RunStore(pg_engine).apply([row], "runs", 1)
+    assert main(["runs", "--database-url", url, "--schema", schema, "-o", "json"]) == 0
+    (got,) = json.loads(capsys.readouterr().out)
+    assert (got["useful_seconds"], got["wasted_seconds"]) == (8.962388, 6.037612)
+    assert main(["runs", "--database-url", url, "--schema", schema, "-o", "csv"]) == 0
+    (line,) = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert (line["useful_seconds"], line["wasted_seconds"]) == ("8.962388", "6.037612")
