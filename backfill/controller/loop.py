@@ -391,6 +391,7 @@ class Controller:
         """
         keys: set[Key] = set()
         stored = self._runs_checkpoint
+        first = self.position + 1  # the first position this call may fold
         foreground = (ev.ForegroundRequest, ev.ForegroundRequestRow)
         for batch in self.events.read_payloads(self.position, batch_size=5000):
             world = self.world
@@ -425,12 +426,12 @@ class Controller:
             self.world = world
             self.position = batch[-1][0]
             self._uncounted.extend(tallies)
-            if not (self._live and self.is_leader()):
-                self._counting = 0  # when it acts again, another replica may have counted meanwhile
-                if len(self._uncounted) >= UNCOUNTED_PRUNE:
-                    self._drop_counted()
-            elif self._uncounted:
-                self._count_uncounted(batch[0][0])
+            if len(self._uncounted) >= UNCOUNTED_PRUNE and not (self._live and self.is_leader()):
+                self._drop_counted()
+        if not (self._live and self.is_leader()):
+            self._counting = 0  # when it acts again, another replica may have counted meanwhile
+        elif self._uncounted:  # also with no new batch: what start-up or a standby spell kept
+            self._count_uncounted(first)
         return keys
 
     def _drop_counted(self) -> None:
@@ -443,7 +444,7 @@ class Controller:
         while self._uncounted and self._uncounted[0][0] <= counted:
             self._uncounted.popleft()
 
-    def _count_uncounted(self, batch_start: int) -> None:
+    def _count_uncounted(self, first: int) -> None:
         """The metrics follow the run rows (a start per row begun by an admission or a resume;
         an end, with its running seconds, when a row's ``result`` is first set): count the
         changes folded and not counted yet that lie after what was counted before, by this
@@ -464,7 +465,7 @@ class Controller:
         self._uncounted.clear()
         if not todo:
             return
-        if todo[0][0] < batch_start:  # not only this batch's: a takeover, or the first count after start-up
+        if todo[0][0] < first:  # not only this call's: a takeover, or the first count after start-up
             log.info(
                 f"counting {len(todo)} run row change(s) folded after position {counted} while another replica acted, or none did",
                 extra={"position": todo[-1][0]},

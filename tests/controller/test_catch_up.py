@@ -107,6 +107,14 @@ def test_a_snapshot_moves_the_runs_checkpoint_in_a_quiet_cluster():
         c.actor.close()
 
 
+def _sum(metrics: Metrics, name: str, **labels: str) -> float:
+    """The sum of every sample ``name`` of ``metrics`` whose labels include ``labels``."""
+    return sum(
+        s.value for m in metrics.registry.collect() for s in m.samples
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+    )  # fmt: skip
+
+
 def test_an_acting_replica_counts_every_run_row_once_and_its_checkpoint_follows_the_snapshot():
     # The metrics follow the rows after they are stored; the ``runs-counted`` checkpoint moves
     # with each counted batch and, in a quiet cluster, with the snapshot (as ``runs``: every
@@ -120,21 +128,26 @@ def test_an_acting_replica_counts_every_run_row_once_and_its_checkpoint_follows_
         backend = MemoryBackend()
         events, runs = MemoryEventStore(backend), MemoryRunStore(backend)
         c = Controller(Settings(snapshot_every_events=1), client.ApiClient(), events, runs, Metrics(), leader=SimpleNamespace(is_leader=lambda a=acting: a))
-        c._live = True  # as start() leaves it
         replicas.append((c, events, runs))
-        for i in range(0, len(log), 997):  # batches of rows, counted as they come
+        half = len(log) // 2
+        events.append([encode(e, k) for _, e, k in log[:half]])
+        c.catch_up()  # the start-up refold: nothing is counted before start() ends
+        assert c._uncounted and _sum(c.metrics, "flexinfer_model_backfill_starts_total") == 0
+        c._live = True  # as start() leaves it
+        c.catch_up()  # no new event: what start-up kept is counted now (when acting)
+        assert bool(c._uncounted) is not acting
+        for i in range(half, len(log), 997):  # batches of rows, counted as they come
             events.append([encode(e, k) for _, e, k in log[i : i + 997]])
             c.catch_up()
     (leader, events, runs), (standby, _, standby_runs) = replicas
     try:
-        get = leader.metrics.registry.get_sample_value
         by_result: dict[str, int] = {}
         for r in ended:  # the simulator's own rows, not the controller's
             by_result[r.result] = by_result.get(r.result, 0) + 1
         for res, n in by_result.items():
-            total = sum(get("flexinfer_model_backfill_completions_total", {"backfill": b, "namespace": "sim", "model": m, "result": res}) or 0
-                        for b, m in {(r.backfill, r.model) for r in result.runs})  # fmt: skip
-            assert total == n, res
+            assert _sum(leader.metrics, "flexinfer_model_backfill_completions_total", result=res) == n, res
+        assert _sum(leader.metrics, "flexinfer_model_backfill_starts_total") == len(result.runs)
+        assert _sum(standby.metrics, "flexinfer_model_backfill_starts_total") == 0
         assert not leader._uncounted and len(standby._uncounted) > 0
         assert standby_runs.get_checkpoint("runs-counted") == 0  # a standby counts nothing
         counted = runs.get_checkpoint("runs-counted")
