@@ -201,6 +201,7 @@ class Controller:
         self._statuses_held = False  # statuses were not written while the log lagged (see step)
         self._unreadable: list[str] = []  # watched kinds that cannot be read (admissions held)
         self._runs_checkpoint = 0  # during the start-up refold: run rows up to here are stored
+        self._counted_checkpoint = 0  # and their changes up to here counted (0: as the rows)
         # run-row changes folded and not counted yet: (position, row, previous, admitted)
         self._uncounted: deque[tuple[int, Any, Any, bool]] = deque(maxlen=UNCOUNTED_MAX)
         self._counting = 0  # the position up to which this replica counted while acting (0: not acting)
@@ -380,7 +381,10 @@ class Controller:
 
         Run rows go to the ``runs`` table with the ``runs`` checkpoint in the same transaction,
         only when a batch changed some. Rows at or below the stored checkpoint are already
-        there: the start-up refold skips them. The metrics count the rows only while this
+        there: the start-up refold does not store them again, but keeps their changes after
+        :data:`COUNTED_CHECKPOINT` for counting (a replica died between storing and counting
+        them, or a standby stored them and restarted: a trial found both counted by none). The
+        metrics count the rows only while this
         replica acts, after they are stored (so the replicas' sum is the true figure, and a
         batch retried after a failed write is not counted twice); the changes folded meanwhile
         are kept and counted when it acts, those after :data:`COUNTED_CHECKPOINT`.
@@ -391,6 +395,9 @@ class Controller:
         """
         keys: set[Key] = set()
         stored = self._runs_checkpoint
+        # changes up to here need no counting either; a row stored and not counted (its replica
+        # died in between, or a standby stored it and restarted) is kept for counting
+        counted = min(stored, self._counted_checkpoint) if self._counted_checkpoint else stored
         first = self.position + 1  # the first position this call may fold
         foreground = (ev.ForegroundRequest, ev.ForegroundRequestRow)
         for batch in self.events.read_payloads(self.position, batch_size=5000):
@@ -409,11 +416,12 @@ class Controller:
                 world = fold(world, e, position)
                 if not only_position_moved(before, world):
                     keys.update(affected(world, e))
-                if position <= stored:
+                if position <= counted:
                     continue
                 admitted = isinstance(e, (ev.AttemptAdmitted, ev.AttemptResumed))
                 for row in run_rows(before, world, e):
-                    rows.append(row)
+                    if position > stored:
+                        rows.append(row)
                     tallies.append((position, row, None if row.result is None else previous_row(before, row), admitted))
             if requests:
                 world = _fold_requests(world, requests, keys)
@@ -484,6 +492,7 @@ class Controller:
         """Refold the log, then start the preemptor, the watchers, the log notifier and the loop."""
         t0 = time.monotonic()
         self._runs_checkpoint = self.runs.get_checkpoint(RUNS_CHECKPOINT)
+        self._counted_checkpoint = self.runs.get_checkpoint(COUNTED_CHECKPOINT)
         unreadable: list[str] = []
         snap = snapshots.latest(self.events, unreadable=unreadable)
         for problem in unreadable:
@@ -508,7 +517,7 @@ class Controller:
                 f"the event log was pruned up to position {pruned} while start-up folded it from position {start}: "
                 "some of those events may be missing from the state; start again (it then starts from a newer snapshot)"
             )
-        self._runs_checkpoint = 0
+        self._runs_checkpoint = self._counted_checkpoint = 0
         self._live = True
         log.info(
             f"folded the log up to position {self.position} in {time.monotonic() - t0:.2f}s "

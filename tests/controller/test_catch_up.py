@@ -107,6 +107,17 @@ def test_a_snapshot_moves_the_runs_checkpoint_in_a_quiet_cluster():
         c.actor.close()
 
 
+def _last_row_change(log) -> int:
+    """The position of the last event of ``log`` that changed a run row, folding one event at a
+    time (the reference, not catch_up)."""
+    world, last = World(), 0
+    for pos, e, _ in log:
+        before, world = world, fold(world, e, pos)
+        if run_rows(before, world, e):
+            last = pos
+    return last
+
+
 def _sum(metrics: Metrics, name: str, **labels: str) -> float:
     """The sum of every sample ``name`` of ``metrics`` whose labels include ``labels``."""
     return sum(
@@ -151,12 +162,7 @@ def test_an_acting_replica_counts_every_run_row_once_and_its_checkpoint_follows_
         assert not leader._uncounted and len(standby._uncounted) > 0
         assert standby_runs.get_checkpoint("runs-counted") == 0  # a standby counts nothing
         counted = runs.get_checkpoint("runs-counted")
-        world, last_change = World(), 0  # the reference: one event at a time, the last one that changed a row
-        for pos, e, _ in log:
-            before, world = world, fold(world, e, pos)
-            if run_rows(before, world, e):
-                last_change = pos
-        assert counted == last_change > 0
+        assert counted == _last_row_change(log) > 0
         quiet = [ev.ForegroundRequest(at=log[-1][1].at, namespace="sim", model="model-0", source="ingest") for _ in range(50)]
         head = events.append([encode(e, f"quiet/{i}") for i, e in enumerate(quiet)])[-1]
         leader.catch_up()
@@ -165,5 +171,51 @@ def test_an_acting_replica_counts_every_run_row_once_and_its_checkpoint_follows_
         assert runs.get_checkpoint("runs-counted") == runs.get_checkpoint("runs") == head
     finally:
         for c, _, _ in replicas:
+            c.spool.stop(0.5)
+            c.actor.close()
+
+
+def test_rows_stored_and_not_counted_before_a_restart_are_counted_by_the_next_leader():
+    # An adversarial trial: the leader died; the standby folded and stored the rows that ended
+    # meanwhile (the ``runs`` checkpoint moved past them) and was then restarted (a rolling
+    # update) before it took over: the start-up refold skipped every row up to ``runs``, and
+    # those changes were counted by no replica. Likewise a leader killed between storing a
+    # batch's rows and counting them.
+    result = simulate(_trace(), SimParams(idle_for=300, max_run=1800, repeat_after=60, job=900, cancel_latency=2))
+    log = [(pos, e, k) for pos, e, k in result.events]
+    backend = MemoryBackend()
+    events, runs = MemoryEventStore(backend), MemoryRunStore(backend)
+    half = len(log) // 2
+
+    def replica(acting: bool) -> Controller:
+        c = Controller(Settings(), client.ApiClient(), events, runs, Metrics(), leader=SimpleNamespace(is_leader=lambda: acting))
+        # what start() does around its refold: the checkpoints read, the log folded, then live
+        c._runs_checkpoint, c._counted_checkpoint = runs.get_checkpoint("runs"), runs.get_checkpoint("runs-counted")
+        c.catch_up()
+        c._runs_checkpoint = c._counted_checkpoint = 0
+        c._live = True
+        return c
+
+    events.append([encode(e, k) for _, e, k in log[:half]])
+    leader = replica(acting=True)
+    leader.catch_up()
+    standby = replica(acting=False)
+    events.append([encode(e, k) for _, e, k in log[half:]])  # the leader is gone: it folds none of these
+    standby.catch_up()
+    assert runs.get_checkpoint("runs") > runs.get_checkpoint("runs-counted") > 0  # stored, not counted
+    restarted = replica(acting=True)  # the standby, restarted, then leading
+    restarted.catch_up()
+    try:
+        for res in {r.result for r in result.runs if r.result}:
+            n = sum(r.result == res for r in result.runs)
+            assert _sum(leader.metrics, "flexinfer_model_backfill_completions_total", result=res) + _sum(
+                restarted.metrics, "flexinfer_model_backfill_completions_total", result=res
+            ) == n, res
+        starts = _sum(leader.metrics, "flexinfer_model_backfill_starts_total") + _sum(restarted.metrics, "flexinfer_model_backfill_starts_total")
+        assert starts == len(result.runs)
+        assert 0 < _sum(restarted.metrics, "flexinfer_model_backfill_starts_total") < len(result.runs)
+        assert not restarted._uncounted and runs.get_checkpoint("runs-counted") == _last_row_change(log)
+    finally:
+        for c in (leader, standby, restarted):
             c.spool.stop(0.5)
             c.actor.close()
