@@ -94,7 +94,10 @@ def _gaming_decided_after(kube, leader, done: Callable[[], bool], observed: type
     (gaming_pos,) = [p for p, e in log if isinstance(e, ev.GamingIntentStarted)]
     (observed_pos,) = [p for p, e in log if isinstance(e, observed)]
     (cancel_pos, cancel), = cancels
-    assert gaming_pos < observed_pos < cancel_pos, log[-6:]
+    # the race under test: the observation before the decision. Under load the other replica may
+    # record it even before the session's event (the DELETE goes out before that is durable; a
+    # CI run saw JobDeleted at 7, GamingIntentStarted at 8): the fold takes that too (_late_cancel)
+    assert observed_pos < cancel_pos and gaming_pos < cancel_pos, log[-6:]
     assert (cancel.reason, cancel.cause) == ("GamingIntent", gaming_pos)
     return gaming_pos, cancel
 
