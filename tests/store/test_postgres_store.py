@@ -364,10 +364,23 @@ def _read_ahead_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("backfill-read-ahead")]
 
 
-def test_a_read_ahead_error_is_raised_at_the_batch_it_would_have_returned(event_store: EventStore) -> None:
+def test_a_read_ahead_error_is_raised_at_the_batch_it_would_have_returned(event_store: EventStore, monkeypatch) -> None:
+    import backfill.store.eventlog as eventlog
+
+    futures: list = []
+
+    def kept(read, after, limit):  # the real read ahead, its future kept to wait on
+        futures.append(read_ahead(read, after, limit))
+        return futures[-1]
+
+    read_ahead = eventlog._read_ahead
+    monkeypatch.setattr(eventlog, "_read_ahead", kept)
     positions = event_store.append([record(f"e/{i}") for i in range(10)])
     reader = event_store.read_payloads(0, batch_size=3)
-    assert [p for p, *_ in next(reader)] == positions[0:3]  # the read of 4-6 is under way or done
+    assert [p for p, *_ in next(reader)] == positions[0:3]
+    # The read of 4-6 must have run before the rename: a CI run under load renamed the table
+    # before the helper thread's SELECT began, and that read failed instead of the next one.
+    assert len(futures) == 1 and futures[0].exception(timeout=10) is None
     with event_store.engine.begin() as conn:  # every read after this one fails
         conn.execute(sa.text("ALTER TABLE events RENAME TO events_gone"))
     assert [p for p, *_ in next(reader)] == positions[3:6]  # read ahead, before the rename
