@@ -383,11 +383,12 @@ class Controller:
         only when a batch changed some. Rows at or below the stored checkpoint are already
         there: the start-up refold does not store them again, but keeps their changes after
         :data:`COUNTED_CHECKPOINT` for counting (a replica died between storing and counting
-        them, or a standby stored them and restarted: a trial found both counted by none). The
-        metrics count the rows only while this
-        replica acts, after they are stored (so the replicas' sum is the true figure, and a
-        batch retried after a failed write is not counted twice); the changes folded meanwhile
-        are kept and counted when it acts, those after :data:`COUNTED_CHECKPOINT`.
+        them, or a standby stored them and restarted: a trial found both counted by none).
+
+        The metrics count the rows only while this replica acts, after they are stored (so the
+        replicas' sum is the true figure, and a batch retried after a failed write is not
+        counted twice); the changes folded meanwhile are kept and counted when it acts, those
+        after :data:`COUNTED_CHECKPOINT`.
 
         Raises:
             Any error of the store (a read, a write of run rows): :attr:`position` is then
