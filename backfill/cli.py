@@ -185,10 +185,22 @@ class TraceFormat(str, Enum):
     csv = "csv"
 
 
+def _trace_format(trace: Optional[Path], fmt: Optional[TraceFormat]) -> str:
+    """The ``--format`` of a ``--trace`` (csv when unset).
+
+    Raises:
+        CLIError: ``--format`` without ``--trace`` (a new user's trial: ``simulate --format
+            alibaba-genai`` ran the synthetic workload and said nothing).
+    """
+    if trace is None and fmt is not None:
+        raise CLIError(f"--format {fmt.value} applies to a --trace file; give --trace FILE, or leave --format out")
+    return (fmt or TraceFormat.csv).value
+
+
 @app.command()
 def simulate(
     trace: Optional[Path] = typer.Option(None, "--trace", help="Foreground request trace; unset: the seeded synthetic workload."),
-    fmt: TraceFormat = typer.Option(TraceFormat.csv, "--format", help="Trace format."),
+    fmt: Optional[TraceFormat] = typer.Option(None, "--format", help="Format of the --trace file (default csv)."),
     model: list[str] = typer.Option([], "--model", metavar="NAME", help="Only these models (repeatable)."),
     idle_for: str = typer.Option("30m", "--idle-for", help="spec.idleFor (Go duration)."),
     max_run: str = typer.Option("30m", "--max-run", help="spec.maxRunDuration (Go duration)."),
@@ -217,6 +229,7 @@ def simulate(
     from .sim.report import plot as draw, summarize, total
     from .sim.traces import TraceError, read_trace, synthetic
 
+    _trace_format(trace, fmt)
     params = SimParams(
         idle_for=_seconds(idle_for, "--idle-for"),
         max_run=_seconds(max_run, "--max-run"),
@@ -228,7 +241,7 @@ def simulate(
     )
     _check_params(params)
     try:
-        tr = read_trace(trace, fmt.value) if trace is not None else synthetic(seed, synthetic_models, days)
+        tr = read_trace(trace, _trace_format(trace, fmt)) if trace is not None else synthetic(seed, synthetic_models, days)
         tr = tr.filtered(model)
     except TraceError as exc:
         raise CLIError(str(exc)) from None
@@ -433,7 +446,7 @@ def _ns_name(text: str, what: str, *, bare: bool = False) -> tuple[Any, str]:
 @app.command()
 def recommend(
     trace: Optional[Path] = typer.Option(None, "--trace", help="Foreground request trace (else the event log)."),
-    fmt: TraceFormat = typer.Option(TraceFormat.csv, "--format", help="Trace format."),
+    fmt: Optional[TraceFormat] = typer.Option(None, "--format", help="Format of the --trace file (default csv)."),
     model: list[str] = typer.Option([], "--model", metavar="NAME", help="Model (repeatable): NAME in a trace, NAMESPACE/NAME in the log."),
     backfill: Optional[str] = typer.Option(None, "--backfill", help="NAMESPACE/NAME: a ModelBackfill in the log (its model, spec, runs)."),
     database_url: Optional[str] = DatabaseOpt,
@@ -519,9 +532,10 @@ def _recommend_inputs(trace, fmt, models, backfill, database_url, schema) -> lis
         if backfill is not None:
             raise CLIError("--backfill reads the event log; do not combine it with --trace")
         try:
-            return from_trace(read_trace(trace, fmt.value), models)
+            return from_trace(read_trace(trace, _trace_format(trace, fmt)), models)
         except (TraceError, HistoryError) as exc:
             raise CLIError(str(exc)) from None
+    _trace_format(trace, fmt)
     if backfill is None and not models:
         raise CLIError("give --trace FILE, --backfill NAMESPACE/NAME or --model NAMESPACE/NAME")
     if backfill is not None and models:
@@ -1094,15 +1108,18 @@ def _run_controller(log: Any, schema: str, given: dict[str, Any]) -> None:
     except KubeConfigError as exc:
         raise CLIError(str(exc)) from None
     url, _ = _store(settings.database_url, schema, say=log.info)
-    try:
-        upgrade(url, schema)  # every start: a no-op when the schema is at the newest revision
-        log.info(f"database schema {schema} at revision {current(url, schema)} (migrated at start)")
-    except Exception as exc:
-        raise CLIError(f"db upgrade: {_db_error(exc)}") from None
+
+    def migrate() -> None:  # after the checks that need no database (run's first steps)
+        try:
+            upgrade(url, schema)  # every start: a no-op when the schema is at the newest revision
+            log.info(f"database schema {schema} at revision {current(url, schema)} (migrated at start)")
+        except Exception as exc:
+            raise CLIError(f"db upgrade: {_db_error(exc)}") from None
+
     from .controller import ControllerConfigError
 
     try:
-        run(settings.model_copy(update={"database_url": url}), schema=schema)
+        run(settings.model_copy(update={"database_url": url}), schema=schema, migrate=migrate)
     except (ControllerConfigError, KubeConfigError) as exc:
         raise CLIError(str(exc)) from None
 

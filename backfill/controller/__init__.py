@@ -17,7 +17,7 @@ import signal
 import socket
 import threading
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Callable
 
 from backfill.settings import Settings
 
@@ -61,19 +61,28 @@ def _first_election_round(leader: Any) -> None:
     """The first leader-election round in the foreground: a missing Lease namespace is a
     setting error (:class:`ControllerConfigError`); any other failure is logged and the election
     thread keeps retrying."""
+    try:
+        _lease_namespace_exists(leader.try_acquire)
+        leader.healthy = True
+    except ControllerConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - unreachable/forbidden: the election thread keeps retrying
+        leader.report_failure(exc)
+
+
+def _lease_namespace_exists(call: Callable[[], Any]) -> None:
+    """``call()``; its :class:`~backfill.controller.leader.LeaseNamespaceMissing` as the
+    one-line :class:`ControllerConfigError` that names the fixes."""
     from .leader import LeaseNamespaceMissing
 
     try:
-        leader.try_acquire()
-        leader.healthy = True
+        call()
     except LeaseNamespaceMissing as exc:
         raise ControllerConfigError(
             f"leader election: the Lease namespace {exc.namespace!r} does not exist; create it "
             f"(kubectl create namespace {exc.namespace}), set --lease-namespace/BACKFILL_LEASE_NAMESPACE "
             "to an existing namespace, or run without --leader-elect"
         ) from None
-    except Exception as exc:  # noqa: BLE001 - unreachable/forbidden: the election thread keeps retrying
-        leader.report_failure(exc)
 
 
 def _ready(controller: Any, leader: Any) -> tuple[bool, list[str]]:
@@ -90,15 +99,24 @@ def run(
     *,
     stop: threading.Event | None = None,
     configure_logging: bool = True,
+    migrate: Callable[[], None] | None = None,
 ) -> None:
     """Run the controller until SIGTERM/SIGINT (main thread) or until ``stop`` is set.
 
+    The settings that can be checked without the database come first (the ingest token file,
+    the HTTP address, the Lease namespace): a bad one is one error before any slow step.
+
     Args:
         settings: every tunable; ``database_url`` unset starts the embedded server.
-        schema: the PostgreSQL schema (already migrated).
+        schema: the PostgreSQL schema (migrated by ``migrate``, else already).
         ingest: optional handler of POST /v1/foreground (see :mod:`backfill.controller.http`).
         stop: set it to stop the controller (tests, embedding).
         configure_logging: install the JSON log formatter on the root logger.
+        migrate: called once those checks passed, before the store is opened (``backfill
+            controller``: the schema's migration).
+
+    Raises:
+        ControllerConfigError: a setting the controller cannot start with (one line).
     """
     from backfill.core.perf import freeze_heap
     from backfill.store import open_store
@@ -112,64 +130,81 @@ def run(
     if configure_logging:
         setup_logging()
     log = logging.getLogger("backfill.controller")
-    # The one factory of the store (a trial: building it here as well had left
-    # BACKFILL_EVENT_PARTITION_SIZE unapplied: partitions stayed at the default size).
-    store = open_store(settings, schema)
-    if store.note:
-        log.info(store.note)
-    events, runs = store.events, store.runs
     api = api_client(settings)
     identity = settings.identity or f"{socket.gethostname()}-{os.getpid()}"
+    controller: Controller | None = None  # built once the store is open; the server serves after that
     leader: LeaderElector | None = None
-    if settings.leader_elect:  # off unless asked for (controller-runtime's convention); on in the Deployment
-        leader = LeaderElector(
-            api,
-            name=settings.lease_name,
-            namespace=settings.lease_namespace,
-            identity=identity,
-            duration=settings.lease_duration_seconds,
-            renew=settings.lease_renew_seconds,
-        )
-    else:
-        other = led_elsewhere(
-            api, settings.lease_name, settings.lease_namespace, datetime.now(timezone.utc),
-            settings.lease_duration_seconds, settings.api_timeout_seconds,
-        )
-        if other is not None:
-            log.warning(
-                f"leader election is off, but {other} holds the leader Lease "
-                f"{settings.lease_namespace}/{settings.lease_name}: another controller is running, and both will "
-                "admit and cancel backfill Jobs; stop one, or run this one with --leader-elect"
-            )
-    metrics = Metrics()
-    controller = Controller(settings, api, events, runs, metrics, leader=leader, identity=identity)
     if ingest is None and settings.ingest_token_file is not None:
         from .ingest import IngestEndpoint, load_token
 
         try:
             token = load_token(settings.ingest_token_file)
-        except (OSError, ValueError) as exc:
+        except OSError as exc:
+            raise ControllerConfigError(f"ingest token file {settings.ingest_token_file}: {exc.strerror or exc}") from None
+        except ValueError as exc:
             raise ControllerConfigError(f"ingest token file {settings.ingest_token_file}: {exc}") from None
 
         def known_model(namespace: str, model: str) -> bool:
-            m = controller.world.models.get((namespace, model))
+            m = controller.world.models.get((namespace, model))  # type: ignore[union-attr]
             return m is not None and m.exists
 
         ingest = IngestEndpoint(
-            token, controller.ingest_append, known_model, controller.signal.set, settings, lambda: datetime.now(timezone.utc)
+            token,
+            lambda *a, **k: controller.ingest_append(*a, **k),  # type: ignore[union-attr]
+            known_model,
+            lambda: controller.signal.set(),  # type: ignore[union-attr]
+            settings,
+            lambda: datetime.now(timezone.utc),
         )
+    metrics = Metrics()
     try:
         server = make_server(
             settings.metrics_address,
             metrics.registry,
             ready=lambda: _ready(controller, leader),
-            health=controller.liveness,
+            health=lambda: controller.liveness(),  # type: ignore[union-attr]
             ingest=ingest,
             tls_cert=settings.tls_cert_file,
             tls_key=settings.tls_key_file,
         )
     except (OSError, ValueError, OverflowError) as exc:  # ssl.SSLError is an OSError
         raise ControllerConfigError(f"HTTP server on {settings.metrics_address}: {exc}") from None
+    store = None
+    try:
+        if settings.leader_elect:  # off unless asked for (controller-runtime's convention); on in the Deployment
+            leader = LeaderElector(
+                api,
+                name=settings.lease_name,
+                namespace=settings.lease_namespace,
+                identity=identity,
+                duration=settings.lease_duration_seconds,
+                renew=settings.lease_renew_seconds,
+            )
+            _lease_namespace_exists(leader.check_namespace)
+        else:
+            other = led_elsewhere(
+                api, settings.lease_name, settings.lease_namespace, datetime.now(timezone.utc),
+                settings.lease_duration_seconds, settings.api_timeout_seconds,
+            )
+            if other is not None:
+                log.warning(
+                    f"leader election is off, but {other} holds the leader Lease "
+                    f"{settings.lease_namespace}/{settings.lease_name}: another controller is running, and both will "
+                    "admit and cancel backfill Jobs; stop one, or run this one with --leader-elect"
+                )
+        if migrate is not None:
+            migrate()
+        # The one factory of the store (a trial: building it here as well had left
+        # BACKFILL_EVENT_PARTITION_SIZE unapplied: partitions stayed at the default size).
+        store = open_store(settings, schema)
+        if store.note:
+            log.info(store.note)
+        controller = Controller(settings, api, store.events, store.runs, metrics, leader=leader, identity=identity)
+    except BaseException:
+        server.server_close()
+        if store is not None:
+            store.close()
+        raise
     stop = stop if stop is not None else threading.Event()
 
     def on_signal(signum: int, _frame: Any) -> None:

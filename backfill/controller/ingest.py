@@ -236,7 +236,7 @@ def load_token(path: str | Path) -> str:
     """
     token = Path(path).read_text(encoding="utf-8").strip()
     if not token:
-        raise ValueError(f"ingest token file {path} is empty")
+        raise ValueError("the file is empty")
     return token
 
 

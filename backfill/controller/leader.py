@@ -187,14 +187,8 @@ class LeaderElector:
         except ApiException as exc:
             if exc.status != 404:
                 raise
-            body = {
-                "apiVersion": "coordination.k8s.io/v1",
-                "kind": "Lease",
-                "metadata": {"name": self.name, "namespace": self.namespace},
-                "spec": self._spec(now, now, 0),
-            }
             try:
-                self.coord.create_namespaced_lease(self.namespace, body, _request_timeout=self.request_timeout)
+                self.coord.create_namespaced_lease(self.namespace, self._new_lease(now), _request_timeout=self.request_timeout)
             except ApiException as exc2:
                 if exc2.status == 409:
                     return False
@@ -221,6 +215,37 @@ class LeaderElector:
                 return False
             raise
         return self._won(t0)
+
+    def check_namespace(self) -> None:
+        """Check, before start-up's slow steps (migration, refold), that the Lease's namespace
+        exists: a dry-run create of the Lease (``dryRun=All``: nothing is stored; the ``create``
+        verb the election needs anyway). A new user's trial waited 2.5 s, through the migration,
+        the refold and every watcher's start, for the one-line error of ``--lease-namespace
+        nope``.
+
+        Raises:
+            LeaseNamespaceMissing: the create 404s (a namespaced create 404s only without its
+                namespace). Any other failure (the Lease exists: 409; forbidden; unreachable) is
+                left to the election rounds, which report it.
+        """
+        try:
+            self.coord.create_namespaced_lease(
+                self.namespace, self._new_lease(self.clock()), dry_run="All", _request_timeout=self.request_timeout
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                raise LeaseNamespaceMissing(self.namespace) from None
+        except Exception:  # noqa: BLE001 - unreachable, a timeout: the election rounds report it
+            pass
+
+    def _new_lease(self, now: datetime) -> dict:
+        """The body of a Lease this candidate creates, holding it from ``now``."""
+        return {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": self.name, "namespace": self.namespace},
+            "spec": self._spec(now, now, 0),
+        }
 
     def _held_by_another(self, spec: Any) -> bool:
         """Whether another candidate's record in ``spec`` is still valid: this elector first read

@@ -101,3 +101,60 @@ def test_controller_command_bad_settings(capsys, tmp_path):
         assert err.count("\n") == 0, err
         assert json.loads(err)["msg"] == f"backfill: error: settings: --metrics-address: {bad!r} is not host:port with a port from 0 to 65535"
     assert logging.getLogger().handlers == handlers  # the JSON handler is not left on the root logger
+
+
+@pytest.mark.db
+@pytest.mark.parametrize("case", ["empty token", "missing token", "address in use", "missing lease namespace"])
+def test_a_setting_checked_without_the_database_fails_before_the_migration(case, kube_cluster, pg_url, tmp_path, monkeypatch, capsys):
+    """A new user's trial: ``--lease-namespace nope``, an empty or missing ingest token file and
+    an HTTP address in use were reported only after the migration, the refold and every
+    watcher's start (10 lines, 2.5 s); the empty file's message named the file twice. Now one
+    line, and the schema is not even created."""
+    import secrets
+    import socket
+
+    import sqlalchemy as sa
+
+    schema = f"t_{secrets.token_hex(6)}"
+    token = tmp_path / "token"
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    for k in [k for k in __import__("os").environ if k.startswith("BACKFILL_")]:
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("BACKFILL_DATABASE_URL", pg_url)
+    monkeypatch.setenv("BACKFILL_SCHEMA", schema)
+    monkeypatch.setenv("BACKFILL_METRICS_ADDRESS", "127.0.0.1:0")
+    args = ["controller", "--kubeconfig", kube_cluster.kubeconfig_path]
+    if case == "empty token":
+        token.write_text(" \n")
+        monkeypatch.setenv("BACKFILL_INGEST_TOKEN_FILE", str(token))
+        expected = f"ingest token file {token}: the file is empty"
+    elif case == "missing token":
+        monkeypatch.setenv("BACKFILL_INGEST_TOKEN_FILE", str(token))
+        expected = f"ingest token file {token}: No such file or directory"
+    elif case == "address in use":
+        address = "127.0.0.1:%d" % busy.getsockname()[1]
+        monkeypatch.setenv("BACKFILL_METRICS_ADDRESS", address)
+        expected = f"HTTP server on {address}: [Errno 98] Address already in use"
+    else:
+        args += ["--leader-elect", "--lease-namespace", f"nope-{secrets.token_hex(3)}"]
+        expected = f"leader election: the Lease namespace '{args[-1]}' does not exist"
+    handlers = logging.getLogger().handlers[:]
+    try:
+        assert main(args) == 2
+    finally:
+        busy.close()
+        logging.getLogger().handlers[:] = handlers
+    records = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.strip()]
+    errors = [r["msg"] for r in records if r["msg"].startswith("backfill: error:")]
+    assert len(errors) == 1 and errors[0].startswith(f"backfill: error: {expected}"), records
+    assert errors[0].count(str(token)) <= 1
+    assert not [r for r in records if "migrated at start" in r["msg"] or "watch" in r["msg"]], records
+    engine = sa.create_engine(pg_url)
+    try:
+        with engine.connect() as conn:
+            found = conn.execute(sa.text("SELECT 1 FROM information_schema.schemata WHERE schema_name = :s"), {"s": schema}).all()
+    finally:
+        engine.dispose()
+    assert found == []  # no migration ran

@@ -1,6 +1,7 @@
 """The README's local try-out block (after ``<!-- try-out -->``) works as written with kubectl
 against the real API server: the platform CRD stand-ins, the ModelBackfill CRD, the seed's
-example declaration with its CronJob, and a Model made Ready by hand.
+example declaration with its CronJob, and a Model made Ready by hand; then the block after
+``<!-- try-out-job -->`` (a shorter ``idleFor``, and a backfill Job marked succeeded by hand).
 
 The session's API server already has every CRD (tests/conftest.py): applying them again must
 succeed as on a fresh cluster. The block runs as written in a scratch copy of the checkout's
@@ -30,10 +31,10 @@ MODEL = "gemma4-26b-a4b-gptq-5930k"
 pytestmark = [pytest.mark.kube, pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")]
 
 
-def readme_tryout_commands() -> list[str]:
+def readme_tryout_commands(marker: str = "try-out") -> list[str]:
     text = (ROOT / "README.md").read_text()
-    block = re.search(r"<!-- try-out -->\n```\n(.*?)```", text, flags=re.S)
-    assert block, "README.md: no ``` block after <!-- try-out -->"
+    block = re.search(rf"<!-- {marker} -->\n```\n(.*?)```", text, flags=re.S)
+    assert block, f"README.md: no ``` block after <!-- {marker} -->"
     return [line.split("  #")[0].strip() for line in block.group(1).splitlines() if line.strip() and not line.startswith("#")]
 
 
@@ -69,6 +70,23 @@ def test_readme_tryout_block_applies_the_crds_and_makes_the_example_model_ready(
         mbf = co.get_namespaced_custom_object("ai.flexinfer", "v1alpha2", ns, "modelbackfills", "model-eval-gemma4-5930k")
         assert mbf["spec"] == SEED_SPEC and mbf["spec"]["modelRef"] == MODEL
         assert client.BatchV1Api(kube_api).read_namespaced_cron_job("model-eval-gauntlet", ns).spec.suspend is True
+        # the second block (a new user's trial asked how to mark a Job succeeded by hand): a
+        # shorter window, and the backfill Job (made here, as the controller would) succeeded
+        batch = client.BatchV1Api(kube_api)
+        job = {
+            "metadata": {"name": "model-eval-gemma4-5930k-1"},
+            "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}},
+        }
+        batch.create_namespaced_job(ns, job)
+        for command in readme_tryout_commands("try-out-job"):
+            command = command.replace(NS, ns)
+            proc = subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+            assert proc.returncode == 0, f"{command}: {proc.stderr}"
+        mbf = co.get_namespaced_custom_object("ai.flexinfer", "v1alpha2", ns, "modelbackfills", "model-eval-gemma4-5930k")
+        assert mbf["spec"]["idleFor"] == "1m"
+        status = batch.read_namespaced_job_status("model-eval-gemma4-5930k-1", ns).status
+        assert status.succeeded == 1 and status.completion_time is not None
+        assert {(c.type, c.status) for c in status.conditions} == {("SuccessCriteriaMet", "True"), ("Complete", "True")}
     finally:  # a Ready Model would let another test's controller (all namespaces) act on the example
-        for kind in ("modelbackfill", "model"):
+        for kind in ("modelbackfill", "model", "job"):
             subprocess.run(["kubectl", "-n", ns, "delete", kind, "--all", "--wait=false"], env=env, capture_output=True, timeout=60)

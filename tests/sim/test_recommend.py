@@ -181,3 +181,11 @@ def test_a_value_without_useful_work_is_never_recommended(tmp_path, capsys):
     assert m["recommended"]["idle_for"] == 60
     got = _recommend(capsys, "--trace", str(csv), "--job", "1m", "--idle-for-values", "5m")
     assert got["models"][0]["recommended"] is None
+
+
+def test_a_format_without_a_trace_is_a_one_line_error(capsys):
+    """``--format`` names the format of a ``--trace`` file; without one it was silently ignored
+    (found in ``simulate`` by a new user's trial; ``recommend`` shares the option)."""
+    assert main(["recommend", "--format", "azure-llm", "--backfill", "ns/x"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["backfill: error: --format azure-llm applies to a --trace file; give --trace FILE, or leave --format out"]

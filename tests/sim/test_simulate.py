@@ -130,6 +130,8 @@ def test_bad_trace_rows_give_one_line_errors_and_nothing_stored(tmp_path, pg_url
         (["--repeat-after", "30s"], "--repeat-after must be 0 (one-shot) or at least 1m"),
         (["--job", "-5m"], "--job: duration '-5m' is negative"),
         (["--format", "parquet"], "--format"),
+        # a new user's trial: the synthetic workload ran and the --format was silently ignored
+        (["--format", "alibaba-genai"], "--format alibaba-genai applies to a --trace file"),
         (["--model", "nope"], "no requests for model(s) nope"),
     ],
 )
