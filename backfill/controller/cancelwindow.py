@@ -33,6 +33,12 @@ class CancelWindow:
         self._last_end = 0.0  # time.monotonic() of the last answered DELETE
         self.waited = 0.0  # seconds callers spent waiting, in all (for the benchmark's breakdown)
 
+    @property
+    def inflight(self) -> int:
+        """Preemption DELETEs sent and not yet answered (nor failed)."""
+        with self._cond:
+            return self._inflight
+
     def begin(self) -> None:
         """A preemption DELETE is about to be sent."""
         with self._cond:

@@ -30,7 +30,10 @@ leader answers so, since only the leader cancels, from memory, while the store i
 hands reports to the leader through the log alone; when the log did not take them within the wait
 it answers ``503 {"error": "not_leader", ..., "spooled": n, "retry_after_seconds": 1}`` with
 ``Retry-After: 1`` (the reports stay spooled and reach the log later; the client retries, through
-the Service, until a replica that can act, the leader, or a recovered log takes them). ``id`` is
+the Service, until a replica that can act, the leader, or a recovered log takes them). The
+leader answers the same way, ``503 {"error": "cancel_unanswered", ...}``, when the log did not
+take them and a cancel call of its own is unanswered (in flight or failed: the API server is
+away from it, so it may be unable to act on them either). ``id`` is
 optional: without it the idempotency key is the report's (UTC) time and count, so re-sending the
 same batch is harmless.
 
@@ -74,6 +77,7 @@ __all__ = [
     "TokenBuckets",
     "IngestClientError",
     "NotLeaderError",
+    "CancelUnansweredError",
     "NOT_LEADER_RETRY_AFTER_SECONDS",
     "load_token",
     "idempotency_key",
@@ -225,6 +229,21 @@ class NotLeaderError(RuntimeError):
 
     def __init__(self, spooled: int) -> None:
         super().__init__(f"not the leader, and the event log did not take {spooled} report(s) in time")
+        self.spooled = spooled
+
+
+class CancelUnansweredError(NotLeaderError):
+    """Raised by an ``append`` (``Controller.ingest_append``) on the leader when the log did not
+    take the reports within its wait and a cancel call of this replica is still unanswered (in
+    flight, or failed and waiting for its re-send): the reports are acted on by nobody yet. A
+    chaos soak: with PostgreSQL down, a leader cut off from the API server answered 202 to a
+    report; the router did not retry, the standby that took the Lease over never learnt of it,
+    and the Job ran until the store came back (31 s). The endpoint answers 503 with
+    ``Retry-After`` so the client retries, through the Service, until a replica that can act
+    takes the report (harmless: idempotency keys)."""
+
+    def __init__(self, spooled: int) -> None:
+        RuntimeError.__init__(self, f"the event log did not take {spooled} report(s) in time and a cancel call is unanswered")
         self.spooled = spooled
 
 
@@ -414,6 +433,13 @@ class IngestEndpoint:
         ]
         try:
             positions = self._append(records)
+        except CancelUnansweredError as exc:
+            detail = (
+                "the event log cannot take the report now and a cancel call of this replica (the leader) has not "
+                "been answered by the API server, so nobody may act on the report; retry (another replica may; "
+                "the report is spooled here and reaches the log later; its idempotency key makes a retry harmless)"
+            )
+            return _error(503, "cancel_unanswered", detail, spooled=exc.spooled, retry_after_seconds=NOT_LEADER_RETRY_AFTER_SECONDS)
         except NotLeaderError as exc:
             detail = (
                 "this replica is not the leader and the event log cannot take the report now, so the "

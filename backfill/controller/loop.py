@@ -295,19 +295,27 @@ class Controller:
 
         Returns per record its position, None for a duplicate, or 0 when it is accepted but
         still spooled (the store did not answer within ``wait``; only on the leader, which cancels
-        from memory).
+        from memory, and only when its cancel calls were answered).
 
         Raises:
             NotLeaderError: this replica is not the leader (checked after the wait) and the log
                 did not take every record within ``wait``: the leader, which alone cancels,
-                learns of them only through the log. They stay spooled and reach it later."""
-        from .ingest import NotLeaderError  # ingest imports nothing of the controller's
+                learns of them only through the log. They stay spooled and reach it later.
+            CancelUnansweredError: the leader, the log did not take them either, and a cancel
+                call of this replica is in flight or failed (any backfill's: the API server does
+                not answer this replica, so it may act on nothing; a chaos soak). The client
+                retries; another replica may act."""
+        from .ingest import CancelUnansweredError, NotLeaderError  # ingest imports nothing of the controller's
 
         decoded = decode_many([(r.type, r.version, r.data) for r in records])
         entries = self.observe([(e, r.idempotency_key) for e, r in zip(decoded, records)])
         committed = self.spool.wait_committed(entries, wait)
-        if not committed and not self.is_leader():
-            raise NotLeaderError(sum(1 for e in entries if e.position is None))
+        if not committed:
+            spooled = sum(1 for e in entries if e.position is None)
+            if not self.is_leader():
+                raise NotLeaderError(spooled)
+            if self.window.inflight or self.preemptor.unanswered():
+                raise CancelUnansweredError(spooled)
         return [None if e.duplicate else (e.position or 0) for e in entries]
 
     def _api_answers(self) -> None:

@@ -179,6 +179,12 @@ class Preemptor:
             self._retry[key] = time.monotonic() + after
         self.signal.set()
 
+    def unanswered(self) -> bool:
+        """True while a cancel call decided here failed and waits for its re-send (the API
+        server did not answer it: a partition, an outage)."""
+        with self._lock:
+            return bool(self._retry)
+
     def retry_now(self) -> None:
         """Re-send every failed cancel call waiting for its retry on the next pass (the API
         server answers again: :meth:`backfill.controller.actor.Actor.hurry_cancels`)."""

@@ -502,6 +502,13 @@ def _fold_job_deleted(w: World, e: ev.JobDeleted, pos: int) -> World:
     if found is None:  # also an ended attempt's (its Job's end is folded once)
         return _unexplained(w, e, pos)
     b, a = found
+    if not e.uid and a.job_uid:
+        # An absence without a uid is the actor's read of a Job whose uid its deciding state did
+        # not know (the create not yet confirmed). The log knows it now: the read may have come
+        # before the create landed (the admission's create in flight; a chaos soak saw the 404,
+        # then the 201, and the attempt ended with its Job running and never deleted). It ends
+        # nothing: the re-issued delete goes under the uid, and its 404 is observed with it.
+        return _at(w, pos)
     if a.lifecycle == SUSPENDED:
         # Deleted by someone else while suspended: no segment ran (the last row stays preempted);
         # the attempt is over and the next admission creates a new Job.
