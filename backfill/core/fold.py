@@ -563,6 +563,18 @@ def ended_unexplained(a: Attempt | None) -> bool:
     )  # fmt: skip
 
 
+def ended_for_condition(a: Attempt | None) -> bool:
+    """True when attempt ``a`` ended by a deletion of its Job while a cancel condition held and
+    no cancel decision of it was in the log (:func:`_fold_job_deleted`: ended for that
+    condition, ``cancel_reason`` and ``cancel_pos`` its reason and cause, ``cancelled_at``
+    unset: no decision). A cancel of ``a`` for the same reason recorded later is the decision
+    behind that deletion, reaching the log after it (the replay auditor checks it so)."""
+    return (
+        a is not None and a.lifecycle == IDLE and a.ended_at is not None and a.cancelled_at is None
+        and bool(a.cancel_pos) and a.segment_ended_at is None
+    )  # fmt: skip
+
+
 def _late_cancel(a: Attempt, e: ev.AttemptCancelled, pos: int) -> Attempt | None:
     """``a`` re-attributed to deleting cancel ``e`` when ``e`` is the decision that deleted its Job
     but reached the log after the deletion (:func:`ended_unexplained`). A cancel is decided only

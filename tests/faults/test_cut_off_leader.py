@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import datetime, timezone
 import urllib.error
 import urllib.request
 
@@ -31,8 +32,8 @@ LEASE = float(FAST_SETTINGS["BACKFILL_LEASE_DURATION_SECONDS"])
 TOKEN = "t0ken"
 
 
-def _report(proc, ns: str, model: str, at: str) -> tuple[int, dict, str | None]:
-    body = json.dumps({"reports": [{"namespace": ns, "model": model, "time": at, "count": 1, "id": "router/1"}]}).encode()
+def _report(proc, ns: str, model: str, at: str, id: str = "router/1") -> tuple[int, dict, str | None]:
+    body = json.dumps({"reports": [{"namespace": ns, "model": model, "time": at, "count": 1, "id": id}]}).encode()
     req = urllib.request.Request(
         f"http://{proc.address}/v1/foreground", data=body, method="POST",
         headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
@@ -93,3 +94,59 @@ def test_a_report_to_a_leader_cut_off_with_the_store_down_is_retried_until_a_rep
         if e["verb"] == "delete" and (e.get("objectRef") or {}).get("name") == job and e.get("responseStatus", {}).get("code") == 200
     ]
     assert deletes == ["replica-b"], deletes  # the standby that took the Lease over acted on the retried report
+
+
+def _report_at(proc, ns: str, model: str, at: str) -> tuple[int, dict]:
+    """One report of its own (``id`` from its time)."""
+    status, body, _ = _report(proc, ns, model, at, id=f"router/{at}")
+    return status, body
+
+
+def test_reports_to_both_replicas_with_the_store_stopped_replay_without_divergence(
+    fault_cluster, kube: Kube, player: JobPlayer, controllers, tmp_path
+):
+    """The same soak: PostgreSQL stopped; a router's report to the standby (503 ``not_leader``,
+    spooled there), its retry with a later time to the leader (202, cancel from memory); the Job
+    held by a finalizer, released while the store is still away; the store back. The standby's
+    report and deletion reached the log before the leader's report and cancel, and ``backfill
+    replay`` reported the cancel as divergent (the log had ended the attempt for the same
+    demand). Asserted: the Job gone, one cancel for the demand in the log, replay clean."""
+    from .harness import log_events, replay
+
+    token = tmp_path / "ingest-token"
+    token.write_text(TOKEN + "\n")
+    pg, schema = controllers.pg, controllers.schema
+    declare(kube, [("bf", "gemma")])
+    a, b = leader_and_standby(kube, controllers, BACKFILL_INGEST_TOKEN_FILE=str(token))
+    job = start_running(kube, player, "bf")
+    player.add_finalizer(job)
+    pg.stop()
+    try:
+        standby = _report_at(b, kube.ns, "gemma", datetime.now(timezone.utc).isoformat())
+        assert standby[0] == 503 and standby[1]["error"] == "not_leader", standby
+        # the router's retry to the leader, a report with a later time
+        leader = _report_at(a, kube.ns, "gemma", datetime.now(timezone.utc).isoformat())
+        assert leader[0] == 202 and leader[1]["spooled"] == 1, leader
+        deadline = time.monotonic() + CANCEL_BOUND_SECONDS
+        while time.monotonic() < deadline and (kube.job(job) is None or kube.job(job).metadata.deletion_timestamp is None):
+            time.sleep(0.1)
+        assert kube.job(job).metadata.deletion_timestamp is not None  # deleted, held by the finalizer
+        time.sleep(1.5)
+        player.remove_finalizers(job)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and kube.job(job) is not None:
+            time.sleep(0.1)
+        assert kube.job(job) is None
+        time.sleep(2.0)  # the replicas observe the deletion, the store still away
+    finally:
+        pg.start()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        events = log_events(pg.url, schema)
+        if any(type(e).__name__ == "AttemptCancelled" for _, e in events) and any(type(e).__name__ == "JobDeleted" for _, e in events):
+            break
+        time.sleep(0.2)
+    cancels = [e for _, e in events if type(e).__name__ == "AttemptCancelled"]
+    assert [(c.attempt, c.reason) for c in cancels] == [(1, "ForegroundDemand")], events
+    rc, out = replay(pg.url, schema)
+    assert rc == 0 and "divergence" not in out.replace("no divergence", ""), out[-2000:]
