@@ -125,9 +125,8 @@ def row_of(b: Any, a: Any) -> RunRow:
     """The run row of the current segment of attempt ``a`` (a :class:`backfill.core.state.Attempt`)
     of backfill ``b`` (see the module docstring for segments, useful and wasted seconds).
 
-    ``running_seconds`` counts from the segment's start (the Job's start or creation, not before
-    the admission; a resume's observation, else the resume decision) to its end (0 if the Job
-    never existed).
+    ``running_seconds`` counts from the segment's start (the Job's start or creation; a resume's
+    observation, else the resume decision) to its end (0 if the Job never existed).
     ``deciding_position``: the cancel's cause for cancelled/preempted segments, the ending event
     for other ended ones, the admission (or resume) while live.
     """
@@ -144,11 +143,6 @@ def row_of(b: Any, a: Any) -> RunRow:
         else:
             deciding = a.admitted_pos
     start = (a.started_at or a.created_at) if a.segment == 1 else (a.segment_started_at or a.admitted_at)
-    if start is not None and start < a.admitted_at:
-        # A Job's creationTimestamp and startTime have whole seconds: truncated, they fall up to
-        # 1 s before the admission that created it (a new user's trial counted 9.898 s of running
-        # for 9.066 s from admission to end). Nothing of an attempt runs before its admission.
-        start = a.admitted_at
     if start is not None and ended is not None and start > ended:
         start = ended
     running = _seconds(start, ended) if ended is not None else 0.0
