@@ -224,11 +224,19 @@ class NotLeaderError(RuntimeError):
     """Raised by an ``append`` (``Controller.ingest_append``) on a replica that is not the leader
     when the log did not take the reports within its wait: only the leader cancels, and it learns
     of a standby's reports through the log alone. The reports are still spooled (``spooled`` of
-    them not yet durable) and reach the log when it returns; the endpoint answers 503 with
-    ``Retry-After`` so the client retries (harmless: idempotency keys)."""
+    them not yet durable) and reach the log when it returns; the endpoint answers 503
+    ``error`` with ``detail`` and ``Retry-After`` so the client retries (harmless: idempotency
+    keys)."""
+
+    error = "not_leader"
+    detail = (
+        "this replica is not the leader and the event log cannot take the report now, so the "
+        "leader cannot learn of it; retry (the report is spooled here and reaches the log later; "
+        "its idempotency key makes a retry harmless)"
+    )
 
     def __init__(self, spooled: int) -> None:
-        super().__init__(f"not the leader, and the event log did not take {spooled} report(s) in time")
+        super().__init__(f"{self.error}: the event log did not take {spooled} report(s) in time")
         self.spooled = spooled
 
 
@@ -238,13 +246,16 @@ class CancelUnansweredError(NotLeaderError):
     flight, or failed and waiting for its re-send): the reports are acted on by nobody yet. A
     chaos soak: with PostgreSQL down, a leader cut off from the API server answered 202 to a
     report; the router did not retry, the standby that took the Lease over never learnt of it,
-    and the Job ran until the store came back (31 s). The endpoint answers 503 with
-    ``Retry-After`` so the client retries, through the Service, until a replica that can act
-    takes the report (harmless: idempotency keys)."""
+    and the Job ran until the store came back (31 s). Answered as :class:`NotLeaderError`, with
+    its own ``error``, so the client retries, through the Service, until a replica that can act
+    takes the report."""
 
-    def __init__(self, spooled: int) -> None:
-        RuntimeError.__init__(self, f"the event log did not take {spooled} report(s) in time and a cancel call is unanswered")
-        self.spooled = spooled
+    error = "cancel_unanswered"
+    detail = (
+        "the event log cannot take the report now and a cancel call of this replica (the leader) has not "
+        "been answered by the API server, so nobody may act on the report; retry (another replica may; "
+        "the report is spooled here and reaches the log later; its idempotency key makes a retry harmless)"
+    )
 
 
 def load_token(path: str | Path) -> str:
@@ -433,20 +444,8 @@ class IngestEndpoint:
         ]
         try:
             positions = self._append(records)
-        except CancelUnansweredError as exc:
-            detail = (
-                "the event log cannot take the report now and a cancel call of this replica (the leader) has not "
-                "been answered by the API server, so nobody may act on the report; retry (another replica may; "
-                "the report is spooled here and reaches the log later; its idempotency key makes a retry harmless)"
-            )
-            return _error(503, "cancel_unanswered", detail, spooled=exc.spooled, retry_after_seconds=NOT_LEADER_RETRY_AFTER_SECONDS)
-        except NotLeaderError as exc:
-            detail = (
-                "this replica is not the leader and the event log cannot take the report now, so the "
-                "leader cannot learn of it; retry (the report is spooled here and reaches the log later; "
-                "its idempotency key makes a retry harmless)"
-            )
-            return _error(503, "not_leader", detail, spooled=exc.spooled, retry_after_seconds=NOT_LEADER_RETRY_AFTER_SECONDS)
+        except NotLeaderError as exc:  # and CancelUnansweredError
+            return _error(503, exc.error, exc.detail, spooled=exc.spooled, retry_after_seconds=NOT_LEADER_RETRY_AFTER_SECONDS)
         except Exception as exc:  # noqa: BLE001
             return _error(503, "store_unavailable", f"{type(exc).__name__}: {exc}")
         accepted = sum(1 for p in positions if p is not None)
