@@ -77,8 +77,10 @@ def test_a_report_to_a_leader_cut_off_with_the_store_down_is_retried_until_a_rep
                 if gone is None and kube.job(job) is None:
                     gone = time.monotonic() - t0
                 time.sleep(0.05)
-        first = answers[0]
-        assert first[1:] == (503, "cancel_unanswered"), answers  # was 202: nobody retried, nobody acted
+        # Was 202: nobody retried, nobody acted. cancel_unanswered while replica-a still holds
+        # the Lease in its own eyes; not_leader once its renew deadline passed (a CI run under
+        # load got there within the report's 1 s wait): either sends the router on.
+        assert answers[0][1:] in ((503, "cancel_unanswered"), (503, "not_leader")), answers
         while gone is None and time.monotonic() - t0 < LEASE + CANCEL_BOUND_SECONDS + 10:
             if kube.job(job) is None:
                 gone = time.monotonic() - t0
