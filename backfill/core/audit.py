@@ -194,8 +194,27 @@ class Auditor:
                 # recorded first (two replicas' records during a store outage: a chaos soak); its
                 # decider saw events no prefix of the log holds, so its cause is not re-derived
                 return
+        if t is ev.AttemptCancelled and any(self._reordered(d, c) for c in derived):
+            return
         if not any(_matches(d, c) for c in derived):
             self.divergences.append(Divergence(position, _describe_event(d), "; ".join(_describe_command(c) for c in derived) or "nothing"))
+
+    def _reordered(self, d: Any, c: Any) -> bool:
+        """Whether recorded cancel ``d`` is derived cancel ``c`` with a cause that happened no
+        later than ``c``'s but reached the log after it: the same attempt, reason and segment,
+        ``c.cause < d.cause``, and ``d.cause`` an event of ``c.cause``'s type whose time (UTC) is
+        not after ``c.cause``'s. Two
+        replicas' spools flushed after a store outage put a leader's report (cancelled from
+        memory) behind the standby's later observation of the same demand (a chaos soak:
+        "divergence at position 474 ... cause 473 ... derives cause 465"). A cancel whose cause
+        happened after the derived one is a late cancel and stays divergent."""
+        if not isinstance(c, Cancel) or (d.attempt, d.reason, d.suspend, d.segment) != (c.attempt, c.reason, c.suspend, c.segment):
+            return False
+        if not (d.cause and c.cause and c.cause < d.cause):
+            return False
+        d_type, d_at = self._cause(d.cause)
+        c_type, c_at = self._cause(c.cause)
+        return d_type is not None and d_type == c_type and d_at is not None and c_at is not None and d_at <= c_at
 
 
 def _ended_for_it(state: World, key: tuple[str, str], d: Any) -> bool:

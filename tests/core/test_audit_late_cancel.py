@@ -11,6 +11,8 @@ ended for the same reason, with no decision of its own), and is checked as such.
 
 from __future__ import annotations
 
+import dataclasses
+
 from backfill.core.audit import Auditor
 from backfill.core.commands import Admit, Cancel
 
@@ -47,3 +49,40 @@ def test_a_late_cancel_for_another_reason_is_still_a_divergence():
     auditor = Auditor()
     auditor.feed_many(_log("GamingIntent").events)
     assert [d.position for d in auditor.divergences] == [11]
+
+
+
+# A second order from the same soak (seed 303, "divergence at position 474: recorded cancel
+# attempt 2 for ForegroundDemand (cause 473); the projector derives ... (cause 465)"): PostgreSQL
+# stopped; a report to the leader, which cancels from memory and spools the report and its
+# cancel; the leader cut off from the apiserver, the standby takes the Lease over and sees a
+# later lastActiveTime bump of the same Model; the standby's spool reaches the log first. The
+# fold's cause of the demand stays the bump (7): the report (8) is older than the activity it
+# already knows.
+
+
+def _reordered_log(second) -> Log:
+    """7 a bump at IDLE + 16; 8 ``second(log)``; 9 the leader's cancel citing 8 (basis 8)."""
+    log = Log().ready(0).cronjob(0).apply(0)
+    admit = next(c for c in log.decide(IDLE) if isinstance(c, Admit))
+    log.admit(admit, IDLE)
+    log.job("JobCreated", admit.job_name, IDLE).job("JobRunning", admit.job_name, IDLE)
+    log.request(IDLE + 16.0)  # 7: the standby's observation, flushed first
+    second(log)  # 8
+    derived = [c for c in log.decide(IDLE + 17.0) if isinstance(c, Cancel)]
+    assert [(c.attempt, c.reason, c.cause) for c in derived] == [(admit.attempt, "ForegroundDemand", 7)]
+    log.cancel(dataclasses.replace(derived[0], cause=8), IDLE + 10.01, basis=8)  # the leader's record: its report's cause
+    return log
+
+
+def test_a_cancel_whose_cause_happened_first_but_reached_the_log_second_is_no_divergence():
+    auditor = Auditor()
+    auditor.feed_many(_reordered_log(lambda log: log.request(IDLE + 10.0)).events)
+    assert auditor.divergences == [] and auditor.checked == 2
+
+
+def test_a_cancel_citing_an_event_of_another_kind_is_still_a_divergence():
+    """Only the same kind of observation, made no later, is the same demand seen first."""
+    auditor = Auditor()
+    auditor.feed_many(_reordered_log(lambda log: log.cronjob(IDLE + 10.0)).events)
+    assert [d.position for d in auditor.divergences] == [9]
