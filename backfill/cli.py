@@ -229,7 +229,7 @@ def simulate(
     from .sim.report import plot as draw, summarize, total
     from .sim.traces import TraceError, read_trace, synthetic
 
-    _trace_format(trace, fmt)
+    trace_format = _trace_format(trace, fmt)
     params = SimParams(
         idle_for=_seconds(idle_for, "--idle-for"),
         max_run=_seconds(max_run, "--max-run"),
@@ -241,7 +241,7 @@ def simulate(
     )
     _check_params(params)
     try:
-        tr = read_trace(trace, _trace_format(trace, fmt)) if trace is not None else synthetic(seed, synthetic_models, days)
+        tr = read_trace(trace, trace_format) if trace is not None else synthetic(seed, synthetic_models, days)
         tr = tr.filtered(model)
     except TraceError as exc:
         raise CLIError(str(exc)) from None
@@ -528,14 +528,14 @@ def _recommend_inputs(trace, fmt, models, backfill, database_url, schema) -> lis
     from .sim.history import HistoryError, from_log, from_trace
     from .sim.traces import TraceError, read_trace
 
+    trace_format = _trace_format(trace, fmt)
     if trace is not None:
         if backfill is not None:
             raise CLIError("--backfill reads the event log; do not combine it with --trace")
         try:
-            return from_trace(read_trace(trace, _trace_format(trace, fmt)), models)
+            return from_trace(read_trace(trace, trace_format), models)
         except (TraceError, HistoryError) as exc:
             raise CLIError(str(exc)) from None
-    _trace_format(trace, fmt)
     if backfill is None and not models:
         raise CLIError("give --trace FILE, --backfill NAMESPACE/NAME or --model NAMESPACE/NAME")
     if backfill is not None and models:

@@ -139,8 +139,6 @@ def run(
 
         try:
             token = load_token(settings.ingest_token_file)
-        except OSError as exc:
-            raise ControllerConfigError(f"ingest token file {settings.ingest_token_file}: {exc.strerror or exc}") from None
         except ValueError as exc:
             raise ControllerConfigError(f"ingest token file {settings.ingest_token_file}: {exc}") from None
 

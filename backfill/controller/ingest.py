@@ -262,9 +262,13 @@ def load_token(path: str | Path) -> str:
     """The bearer token in ``path`` (a mounted Secret key), surrounding whitespace stripped.
 
     Raises:
-        ValueError: the file is empty.
+        ValueError: the file cannot be read (its ``strerror``, e.g. "No such file or
+            directory"), is not UTF-8, or is empty; the message does not name the file.
     """
-    token = Path(path).read_text(encoding="utf-8").strip()
+    try:
+        token = Path(path).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ValueError(exc.strerror or str(exc)) from None
     if not token:
         raise ValueError("the file is empty")
     return token

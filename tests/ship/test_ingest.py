@@ -265,8 +265,10 @@ def test_load_token_strips_and_rejects_empty(tmp_path):
     (tmp_path / "token").write_text(f"  {TOKEN}\n")
     assert load_token(tmp_path / "token") == TOKEN
     (tmp_path / "empty").write_text("\n")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="^the file is empty$"):
         load_token(tmp_path / "empty")
+    with pytest.raises(ValueError, match="^No such file or directory$"):
+        load_token(tmp_path / "missing")
 
 
 # ----------------------------------------------------------------------------- success
