@@ -22,8 +22,10 @@ CronJob", which is what ``kubectl create job --from=cronjob/NAME`` does, plus th
   the pod template is refused, and so is any dynamic resource claim (it may be a GPU) and a
   container whose env gives it GPUs through the NVIDIA container runtime
   (``NVIDIA_VISIBLE_DEVICES`` other than ``void`` or ``none``, or from ``valueFrom``), a pod
-  template annotation under ``cdi.k8s.io/`` (devices a CDI-enabled runtime injects), a
-  privileged container, and a ``hostPath`` volume of ``/dev``, below it, or ``/`` (however spelled).
+  template annotation under ``cdi.k8s.io/`` or a subdomain of it (devices a CDI-enabled runtime
+  injects), a privileged container, a ``hostPath`` volume of ``/dev``, below it, or ``/``
+  (however spelled), ``AMD_VISIBLE_DEVICES`` other than ``void``/``none``, and a volume mount at
+  ``/var/run/nvidia-container-devices`` (the NVIDIA runtime's device list as mounts).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .quantity import is_zero
-from .spec import BACKGROUND_CLASS, GPU_DEVICES_ENV, NO_GPU_DEVICES, RESERVED_ENV, Spec
+from .spec import AMD_DEVICES_ENV, BACKGROUND_CLASS, GPU_DEVICES_ENV, NO_GPU_DEVICES, RESERVED_ENV, Spec
 
 API_GROUP = "ai.flexinfer"
 API_VERSION = "v1alpha2"
@@ -138,8 +140,10 @@ def gpu_requests(job_template: Mapping[str, Any]) -> list[str]:
     GPU (seed: "or another GPU resource"; fail-closed, beyond cluster-contract's resource-name
     rule); so is a container's ``NVIDIA_VISIBLE_DEVICES`` other than ``void``/``none`` (the NVIDIA
     container runtime's GPUs, requested or not), a pod template annotation under
-    ``cdi.k8s.io/`` (devices a CDI-enabled runtime injects), a privileged container and a
-    ``hostPath`` volume of ``/dev`` (or below it, or ``/``): each sees the node's devices. An empty list means the template is CPU-only.
+    ``cdi.k8s.io/`` or a subdomain (devices a CDI-enabled runtime injects), a privileged
+    container, a ``hostPath`` volume of ``/dev`` (or below it, or ``/``; other volume kinds are
+    not the node's), ``AMD_VISIBLE_DEVICES`` as the NVIDIA one, and a volume mount at
+    :data:`DEVICE_LIST_MOUNTS`: each sees the node's devices. An empty list means the template is CPU-only.
     Never raises: malformed parts of the template are skipped (:func:`template_problem` names them).
     """
     found: list[str] = []
@@ -153,14 +157,22 @@ def gpu_requests(job_template: Mapping[str, Any]) -> list[str]:
     ]
     annotations = _mapping(_mapping(_pod_template(job_template).get("metadata")).get("annotations"))
     for key, value in annotations.items():
-        if str(key).startswith(CDI_ANNOTATION_PREFIX):  # a runtime with CDI enabled injects these devices
+        if _is_cdi_annotation(str(key)):  # a runtime with CDI enabled injects these devices
             found.append(f"pod: annotation {key}={value} (Container Device Interface: devices the runtime injects)")
     for volume in pod.get("volumes") if isinstance(pod.get("volumes"), list) else []:
-        # as the node resolves it: the API server takes "//dev" and "/./dev/." (it refuses only "..")
-        path = posixpath.normpath("/" + str(_mapping(_mapping(volume).get("hostPath")).get("path") or "").lstrip("/"))
+        volume = _mapping(volume)
+        if "hostPath" not in volume:  # emptyDir, configMap, secret, a claim ...: none is the node's (a trial)
+            continue
+        path = _node_path(_mapping(volume.get("hostPath")).get("path"))  # no path: "/", fail-closed
         if path == "/" or path == "/dev" or path.startswith("/dev/"):
-            found.append(f"pod: volume {_mapping(volume).get('name', '?')} hostPath {path} (the node's devices, GPUs included)")
+            found.append(f"pod: volume {volume.get('name', '?')} hostPath {path} (the node's devices, GPUs included)")
     for who, owner, claims, called in owners:
+        for mount in owner.get("volumeMounts") if isinstance(owner.get("volumeMounts"), list) else []:  # a container's
+            where = _node_path(_mapping(mount).get("mountPath"))
+            if any(where == d or where.startswith(d + "/") for d in DEVICE_LIST_MOUNTS):
+                found.append(
+                    f"{who}: volumeMount {where} (the NVIDIA container runtime reads mounts there as the GPUs to expose)"
+                )
         if owner is not pod and _mapping(owner.get("securityContext")).get("privileged") is True:  # a container's
             found.append(f"{who}: securityContext.privileged (a privileged container sees every device of the node, GPUs included)")
         res = _mapping(owner.get("resources"))
@@ -172,19 +184,41 @@ def gpu_requests(job_template: Mapping[str, Any]) -> list[str]:
             name = claim.get("name", "?") if isinstance(claim, Mapping) else "?"
             found.append(f"{who}: {called} {name} (dynamic resource allocation: may be a GPU)")
         for entry in owner.get("env") if isinstance(owner.get("env"), list) else []:  # a container's (a pod has none)
-            if isinstance(entry, Mapping) and entry.get("name") == GPU_DEVICES_ENV:
+            runtime = DEVICE_ENVS.get(entry.get("name")) if isinstance(entry, Mapping) else None
+            if runtime is not None:
                 value = entry.get("value")
                 if entry.get("valueFrom") is not None or str(value or "").strip().lower() not in ("", "void", "none"):
                     shown = " from valueFrom" if entry.get("valueFrom") is not None else f"={value}"
-                    found.append(f"{who}: env {GPU_DEVICES_ENV}{shown} (the NVIDIA container runtime exposes these GPUs)")
+                    found.append(f"{who}: env {entry.get('name')}{shown} (the {runtime} container runtime exposes these GPUs)")
     return found
 
 
+def _node_path(path: Any) -> str:
+    """``path`` as the node resolves it (absolute, normalised): the API server takes "//dev" and
+    "/./dev/." (it refuses only ".."); an empty or missing path is "/"."""
+    return posixpath.normpath("/" + str(path or "").lstrip("/"))
+
+
+def _is_cdi_annotation(key: str) -> bool:
+    """Whether pod annotation ``key`` is one a CDI-enabled runtime reads as devices to inject:
+    its prefix ``cdi.k8s.io`` or a subdomain of it (the NVIDIA toolkit's ``nvidia.cdi.k8s.io/``,
+    an adversarial trial)."""
+    prefix, slash, _ = key.partition("/")
+    return bool(slash) and (prefix == CDI_ANNOTATION_DOMAIN or prefix.endswith("." + CDI_ANNOTATION_DOMAIN))
+
+
 _CONTAINER_KINDS = ("initContainers", "containers", "ephemeralContainers")
-#: Pod annotations a container runtime with the Container Device Interface enabled (containerd,
-#: CRI-O) reads as devices to inject, e.g. ``cdi.k8s.io/gpu: nvidia.com/gpu=all`` (an adversarial
-#: trial: copied into the Job unchanged).
-CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
+#: The prefix of pod annotations a container runtime with the Container Device Interface enabled
+#: (containerd, CRI-O) reads as devices to inject, e.g. ``cdi.k8s.io/gpu: nvidia.com/gpu=all``,
+#: and of its subdomains, e.g. ``nvidia.cdi.k8s.io/`` (the NVIDIA toolkit's; adversarial trials:
+#: copied into the Job unchanged).
+CDI_ANNOTATION_DOMAIN = "cdi.k8s.io"
+#: Container env names a GPU container runtime reads as the GPUs to expose -> the runtime
+#: (``NVIDIA_VISIBLE_DEVICES`` is also forced to ``void``; the AMD one is refused, not forced).
+DEVICE_ENVS = {GPU_DEVICES_ENV: "NVIDIA", AMD_DEVICES_ENV: "AMD"}
+#: Where the NVIDIA container runtime with ``accept-nvidia-visible-devices-as-volume-mounts``
+#: reads mounts as the GPUs to expose (an adversarial trial: ``.../all`` was admitted).
+DEVICE_LIST_MOUNTS = ("/var/run/nvidia-container-devices", "/run/nvidia-container-devices")
 
 
 def template_problem(job_template: Mapping[str, Any] | None) -> str | None:

@@ -46,8 +46,11 @@ BACKGROUND_CLASS = "background"
 #: not request ... another GPU resource").
 GPU_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
 NO_GPU_DEVICES = "void"
-#: The names ``spec.env`` may not set: the controller sets them.
-RESERVED_ENVS = (RESERVED_ENV, GPU_DEVICES_ENV)
+#: The AMD container runtime's counterpart of ``NVIDIA_VISIBLE_DEVICES`` (an adversarial trial:
+#: ``AMD_VISIBLE_DEVICES: all`` in a template was admitted); refused, not forced.
+AMD_DEVICES_ENV = "AMD_VISIBLE_DEVICES"
+#: The names ``spec.env`` may not set: the controller sets them, or they give a container GPUs.
+RESERVED_ENVS = (RESERVED_ENV, GPU_DEVICES_ENV, AMD_DEVICES_ENV)
 #: ``spec.preemption`` values: what a preemption does to the running Job (issue 11).
 PREEMPTION_DELETE = "Delete"
 PREEMPTION_SUSPEND = "Suspend"

@@ -33,7 +33,7 @@ Key = tuple[str, str]
 #: differently): snapshots of another version are never read, start-up refolds from the log.
 #: Shape changes (fields, event types, event versions) change the fingerprint by themselves
 #: (:func:`backfill.store.projection.code_version`).
-STATE_VERSION = 6  # 2: run segments of resumable (Indexed) attempts, issue 11; 3: unchanged re-deliveries
+STATE_VERSION = 7  # 2: run segments of resumable (Indexed) attempts, issue 11; 3: unchanged re-deliveries
 #: (CronJob, gaming, lease) keep their first position; 4: a Job deleted before its cancel was
 #: recorded ends for the cancel condition that held (any, not only foreground demand), and a
 #: cancel recorded after the deletion it caused re-attributes the end; a request that does not
@@ -41,7 +41,9 @@ STATE_VERSION = 6  # 2: run segments of resumable (Indexed) attempts, issue 11; 
 #: window at its decision; the GPU guard refuses dynamic resource claims; a ref over the CRD maxLength is InvalidSpec;
 #: 5: a Job deleted while foreground demand held (no cancel recorded yet) restarts the idle window at its deletion;
 #: 6: a resumable attempt's Job observed suspended is Suspended: for the condition that held and suspends it (its
-#: decision not recorded yet), else unexplained (JobSuspended) until a suspending decision recorded later names it
+#: decision not recorded yet), else unexplained (JobSuspended) until a suspending decision recorded later names it;
+#: 7: the GPU guard: a volume that is not a hostPath is no device mount; CDI annotations under a subdomain of
+#: cdi.k8s.io, AMD_VISIBLE_DEVICES and mounts at the NVIDIA runtime's device list are refused
 
 _EMPTY: Mapping[Any, Any] = immutables.Map()  # shared, immutable default of every World map
 _NO_SPEC: Mapping[str, Any] = MappingProxyType({})

@@ -265,3 +265,62 @@ def test_privileged_containers_and_host_device_mounts_are_refused():
     assert gpu_requests(fine) == []
     with pytest.raises(ValueError, match="GPU resources are forbidden"):
         build_job(privileged, namespace="n", backfill="b", backfill_uid="u", attempt=1, spec=Spec("m", "t"))
+
+
+def test_volumes_that_are_not_the_nodes_are_no_device_mount():
+    """A hostile-input trial: an ``emptyDir`` at ``/tmp`` and a mounted ConfigMap were read as
+    ``hostPath /`` (no ``hostPath``: an empty path), so an ordinary template was Blocked
+    ``GPURequestForbidden`` and could never run."""
+    mounts = [{"name": "tmp", "mountPath": "/tmp"}, {"name": "cfg", "mountPath": "/etc/cfg"}, {"name": "s", "mountPath": "/s"}, {"name": "p", "mountPath": "/p"}]
+    tpl = {"spec": {"template": {"spec": {
+        "containers": [{"name": "c", "volumeMounts": mounts}],
+        "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}, {"name": "cfg", "configMap": {"name": "x"}},
+                    {"name": "s", "secret": {"secretName": "y"}}, {"name": "p", "persistentVolumeClaim": {"claimName": "z"}}],
+    }}}}  # fmt: skip
+    assert gpu_requests(tpl) == []
+    build_job(tpl, namespace="n", backfill="b", backfill_uid="u", attempt=1, spec=Spec("m", "t"))
+    # a hostPath without a path is still the node's root (fail-closed)
+    tpl["spec"]["template"]["spec"]["volumes"].append({"name": "h", "hostPath": {}})
+    assert gpu_requests(tpl) == ["pod: volume h hostPath / (the node's devices, GPUs included)"]
+
+
+@pytest.mark.parametrize(
+    "key, refused",
+    [("nvidia.cdi.k8s.io/gpu", True), ("nvidia.cdi.k8s.io/container.c", True), ("cdi.k8s.io/x", True),
+     ("cdi.k8s.io", False), ("notcdi.k8s.io/x", False), ("cdi.k8s.io.example.com/x", False), ("example.com/cdi.k8s.io", False)],
+)  # fmt: skip
+def test_a_cdi_annotation_under_a_subdomain_is_refused(key, refused):
+    """A hostile-input trial: the NVIDIA GPU Operator's toolkit reads ``nvidia.cdi.k8s.io/`` (its
+    CDI annotation prefix) and ``nvidia.cdi.k8s.io/container.c: management.nvidia.com/gpu=all``
+    ran, unrefused; a subdomain of ``cdi.k8s.io`` is the same kind of annotation."""
+    tpl = {"spec": {"template": {"metadata": {"annotations": {key: "nvidia.com/gpu=all"}}, "spec": {"containers": [{"name": "c"}]}}}}
+    expected = [f"pod: annotation {key}=nvidia.com/gpu=all (Container Device Interface: devices the runtime injects)"]
+    assert gpu_requests(tpl) == (expected if refused else [])
+
+
+@pytest.mark.parametrize("path", ["/var/run/nvidia-container-devices/all", "/var/run/nvidia-container-devices", "//run/nvidia-container-devices/0/"])
+def test_a_mount_at_the_nvidia_runtimes_device_list_is_refused(path):
+    """A hostile-input trial: a volume mounted at ``/var/run/nvidia-container-devices/all`` was
+    admitted; a runtime set to read visible devices as volume mounts (Bottlerocket's default)
+    gives that container every GPU, whatever ``NVIDIA_VISIBLE_DEVICES`` says."""
+    tpl = {"spec": {"template": {"spec": {
+        "initContainers": [{"name": "i", "volumeMounts": [{"name": "v", "mountPath": path}]}],
+        "containers": [{"name": "c", "volumeMounts": [{"name": "v", "mountPath": "/var/run/nvidia-container-devices-cache"}]}],
+        "volumes": [{"name": "v", "emptyDir": {}}],
+    }}}}  # fmt: skip
+    shown = "/" + path.strip("/").replace("//", "/")
+    assert gpu_requests(tpl) == [f"i: volumeMount {shown} (the NVIDIA container runtime reads mounts there as the GPUs to expose)"]
+
+
+def test_amd_visible_devices_is_refused_in_a_template_and_in_spec_env():
+    """A hostile-input trial: ``AMD_VISIBLE_DEVICES: all`` (the AMD container runtime's GPUs) was
+    admitted; it is refused as ``NVIDIA_VISIBLE_DEVICES`` is, in the template and in ``spec.env``."""
+    from backfill.core.spec import parse_spec
+
+    def tpl(value):
+        return {"spec": {"template": {"spec": {"runtimeClassName": "amd", "containers": [{"name": "c", "env": [{"name": "AMD_VISIBLE_DEVICES", "value": value}]}]}}}}
+
+    assert gpu_requests(tpl("all")) == ["c: env AMD_VISIBLE_DEVICES=all (the AMD container runtime exposes these GPUs)"]
+    assert gpu_requests(tpl("none")) == []
+    problem = parse_spec({"modelRef": "m", "templateRef": "t", "idleFor": "30m", "maxRunDuration": "15m", "env": {"AMD_VISIBLE_DEVICES": "all"}})
+    assert (problem.reason, problem.message) == ("InvalidEnvironment", "spec.env may not set AMD_VISIBLE_DEVICES: the controller reserves it for background safety")

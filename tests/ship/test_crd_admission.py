@@ -33,6 +33,7 @@ BAD = {
     "env-key-empty": ({"env": {"": "x"}}, "spec.env"),
     "env-reserved": ({"env": {"FLEXINFER_WORKLOAD_CLASS": "foreground"}}, "spec.env"),
     "env-nvidia-devices": ({"env": {"NVIDIA_VISIBLE_DEVICES": "all"}}, "spec.env"),
+    "env-amd-devices": ({"env": {"AMD_VISIBLE_DEVICES": "all"}}, "spec.env"),
     "env-33": ({"env": {f"V_{i}": "1" for i in range(33)}}, "spec.env"),
     "repeat-10s": ({"repeatAfter": "10s"}, "spec.repeatAfter"),
     "repeat-59s": ({"repeatAfter": "59s"}, "spec.repeatAfter"),
