@@ -329,7 +329,7 @@ class Translator:
     # -- owned Jobs ---------------------------------------------------------------------------
 
     def job(self, kind: str, obj: Mapping[str, Any], now: datetime) -> list[Pair]:
-        """An owned Job (labelled with its ModelBackfill) -> JobCreated/JobRunning/JobSucceeded/
+        """An owned Job (a controller ownerReference to its ModelBackfill) -> JobCreated/JobRunning/JobSucceeded/
         JobFailed/JobDeleted, each with its natural key. The backfill is the Job's controller
         ownerReference (its full name, even past 63 characters; the label may be hashed).
 

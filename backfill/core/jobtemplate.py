@@ -92,8 +92,11 @@ def backfill_of_job(metadata: Mapping[str, Any]) -> str | None:
     """The name of the ModelBackfill that owns a Job (API JSON ``metadata``), or None.
 
     The controller ownerReference of kind ModelBackfill in group ``ai.flexinfer`` names it in
-    full, whatever its length; a Job without one falls back to the :data:`BACKFILL_LABEL` value
-    (a short name). Never raises on malformed metadata.
+    full, whatever its length. A Job without one is nobody's here, whatever its labels: a
+    hostile-input trial labelled a foreign Job with :data:`BACKFILL_LABEL` and the controller
+    deleted it as unexplained and held that ModelBackfill's admissions (README: a Job without a
+    controller ownerReference to the ModelBackfill is never adopted or deleted). Never raises
+    on malformed metadata.
     """
     for ref in metadata.get("ownerReferences") or []:
         if (
@@ -104,9 +107,7 @@ def backfill_of_job(metadata: Mapping[str, Any]) -> str | None:
             and ref.get("name")
         ):
             return str(ref["name"])
-    labels = metadata.get("labels")
-    value = labels.get(BACKFILL_LABEL) if isinstance(labels, Mapping) else None
-    return str(value) if value else None
+    return None
 
 
 def _is_gpu_resource(name: str) -> bool:

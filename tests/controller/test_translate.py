@@ -188,16 +188,19 @@ def test_gpu_lease_and_cronjob():
     assert e == ev.CronJobMissing(at=NOW, namespace="ns", name="tpl")
 
 
-def _job(status=None, labelled=True) -> dict:
+def _job(status=None, owned=True) -> dict:
     meta = _meta("mbf-abcdef-1", uid="j1", creationTimestamp="2026-01-02T03:00:00Z")
-    if labelled:
-        meta["labels"] = {"modelbackfill.ai.flexinfer/name": "mbf"}
+    meta["labels"] = {"modelbackfill.ai.flexinfer/name": "mbf"}
+    if owned:
+        meta["ownerReferences"] = [{"apiVersion": "ai.flexinfer/v1alpha2", "kind": "ModelBackfill", "name": "mbf", "uid": "u1", "controller": True}]
     return {"metadata": meta, "status": status or {}}
 
 
 def test_jobs():
     t = Translator()
-    assert t.job("ADDED", _job(labelled=False), NOW) == []
+    # a Job is the ModelBackfill's by its controller ownerReference, never by the label alone (a
+    # hostile-input trial: a foreign Job with the label was deleted as unexplained)
+    assert t.job("ADDED", _job(owned=False), NOW) == []
     common = dict(namespace="ns", backfill="mbf", name="mbf-abcdef-1", uid="j1")
     created = datetime(2026, 1, 2, 3, tzinfo=timezone.utc)
     assert t.job("ADDED", _job(), NOW) == [(ev.JobCreated(at=created, **common), "job/ns/mbf-abcdef-1/JobCreated/j1")]

@@ -21,23 +21,23 @@ from .conftest import wait_for
 pytestmark = pytest.mark.kube
 
 
-def _foreign_job(kube, backfill: str, name: str) -> None:
-    """A Job owned by ``backfill`` (controller ownerReference, our labels) that no attempt made."""
+def _foreign_job(kube, backfill: str, name: str, owned: bool = True) -> None:
+    """A Job owned by ``backfill`` (controller ownerReference, our labels) that no attempt made;
+    with ``owned=False`` only our labels (no ownerReference): somebody else's Job."""
     mbf = kube.get("modelbackfills", backfill)
     uid = mbf["metadata"]["uid"]
+    metadata = {"name": name, "labels": {"modelbackfill.ai.flexinfer/name": backfill, "modelbackfill.ai.flexinfer/uid": uid}}
+    if owned:
+        metadata["ownerReferences"] = [{
+            "apiVersion": "ai.flexinfer/v1alpha2", "kind": "ModelBackfill", "name": backfill, "uid": uid,
+            "controller": True, "blockOwnerDeletion": True,
+        }]  # fmt: skip
     body = {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {
-            "name": name,
-            "labels": {"modelbackfill.ai.flexinfer/name": backfill, "modelbackfill.ai.flexinfer/uid": uid},
-            "ownerReferences": [{
-                "apiVersion": "ai.flexinfer/v1alpha2", "kind": "ModelBackfill", "name": backfill, "uid": uid,
-                "controller": True, "blockOwnerDeletion": True,
-            }],
-        },
+        "metadata": metadata,
         "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}},
-    }  # fmt: skip
+    }
     kube.batch.create_namespaced_job(kube.ns, body)
 
 
@@ -93,3 +93,22 @@ def test_nothing_is_admitted_while_an_unexplained_job_exists(kube, start_control
     kube.release_job("mbf-restored-8")
     wait_for(lambda: [j.metadata.name for j in kube.jobs() if j.metadata.name != "mbf-restored-8"], timeout=20,
              what="the declaration's own Job once the unexplained one is gone")  # fmt: skip
+
+
+def test_a_job_with_only_our_labels_is_not_ours(kube, start_controller):
+    """A hostile-input trial: a foreign Job carrying the ModelBackfill's labels but no controller
+    ownerReference to it was deleted as unexplained, and while a finalizer held it the
+    declaration's admission waited (``UnexplainedJob``). It is somebody else's: left alone, and
+    the declaration is admitted when its idle window has passed."""
+    kube.cronjob("model-eval-gauntlet")
+    kube.model("gemma", node="node-unexplained-3")
+    kube.backfill("mbf", idleFor="2s")
+    _foreign_job(kube, "mbf", "labelled-foreign", owned=False)
+    kube.hold_job("labelled-foreign")
+    controller = start_controller()
+    own = wait_for(lambda: [j for j in kube.jobs() if j.metadata.name != "labelled-foreign"], timeout=20, what="the declaration's own Job")
+    foreign = kube.job("labelled-foreign")
+    assert foreign is not None and foreign.metadata.deletion_timestamp is None, "somebody else's Job was deleted"
+    assert own[0].metadata.owner_references[0].name == "mbf"
+    assert "labelled-foreign" not in [e.name for e in _events_of(controller, ev.JobCreated)]
+    kube.release_job("labelled-foreign")

@@ -53,10 +53,13 @@ def test_short_names_are_kept_long_ones_hashed():
     assert backfill_label_value("x" * 63) == "x" * 63
 
 
-def test_backfill_of_job_ignores_other_owners_and_falls_back_to_the_label():
+def test_backfill_of_job_is_its_controller_owner_reference_only():
+    """A hostile-input trial: a foreign Job carrying only the name label was taken for the
+    ModelBackfill's, deleted as unexplained, and held its admissions meanwhile."""
     foreign = {"kind": "CronJob", "apiVersion": "batch/v1", "name": "cj", "controller": True}
     ours = {"kind": "ModelBackfill", "apiVersion": "ai.flexinfer/v1alpha2", "name": "b", "controller": True}
-    assert backfill_of_job({"ownerReferences": [foreign], "labels": {BACKFILL_LABEL: "old"}}) == "old"
+    assert backfill_of_job({"ownerReferences": [foreign], "labels": {BACKFILL_LABEL: "old"}}) is None
+    assert backfill_of_job({"labels": {BACKFILL_LABEL: "b"}}) is None
     assert backfill_of_job({"ownerReferences": [foreign, ours]}) == "b"
     assert backfill_of_job({"ownerReferences": [{**ours, "controller": False}]}) is None
     assert backfill_of_job({}) is None
