@@ -63,6 +63,10 @@ def _ident(obj: Mapping[str, Any]) -> tuple[str, str, str, str]:
     return m.get("namespace", "") or "", m.get("name", "") or "", m.get("uid", "") or "", str(m.get("resourceVersion", ""))
 
 
+#: How a JSON value of each Python type is named in a message.
+_JSON_KINDS = {str: "a string", list: "an array", int: "a number", float: "a number", bool: "a boolean"}
+
+
 def _storable(content: dict[str, Any], path: str) -> tuple[dict[str, Any], str]:
     """``(content, "")``, or, when a NUL character is in it (the log cannot store one,
     :mod:`backfill.core.storable`), ``(content with U+FFFD for each NUL, the Blocked message)``:
@@ -128,12 +132,19 @@ class Translator:
     # -- ModelBackfill ------------------------------------------------------------------------
 
     def backfill(self, kind: str, obj: Mapping[str, Any], now: datetime) -> list[Pair]:
-        """ModelBackfill -> BackfillApplied (key uid/generation), BackfillDeleting, BackfillDeleted."""
+        """ModelBackfill -> BackfillApplied (key uid/generation), BackfillDeleting, BackfillDeleted.
+
+        A ``spec`` that is not an object is applied as ``{}`` with an ``unstorable`` message
+        (``Blocked InvalidSpec``), so the object gets a status and its finalizer is released."""
         ns, name, uid, rv = _ident(obj)
         if kind == DELETED:
             return [(ev.BackfillDeleted(at=now, namespace=ns, name=name, uid=uid), f"mbf/{uid}/deleted")]
         m = _meta(obj)
-        spec, unstorable = _storable(dict(obj.get("spec") or {}), "spec")
+        raw = obj.get("spec") or {}
+        if isinstance(raw, Mapping):
+            spec, unstorable = _storable(dict(raw), "spec")
+        else:  # stored under a looser CRD (a hostile-input trial: no status, and no finalizer release)
+            spec, unstorable = {}, f"spec must be an object, not {_JSON_KINDS.get(type(raw), 'a ' + type(raw).__name__)}"
         out: list[Pair] = [
             (
                 ev.BackfillApplied(

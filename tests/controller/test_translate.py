@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import logging
 from datetime import datetime, timedelta, timezone
 
@@ -103,6 +105,27 @@ def test_backfill_applied_deleting_deleted():
     assert out[1][1] == "mbf/u1/deleting"
     [(d, dkey)] = t.backfill("DELETED", obj, NOW)
     assert d == ev.BackfillDeleted(at=NOW, namespace="ns", name="mbf", uid="u1") and dkey == "mbf/u1/deleted"
+
+
+@pytest.mark.parametrize("spec, kind", [("just a string", "a string"), (["modelRef", "m"], "an array"), (7, "a number"), (True, "a boolean")])
+def test_a_spec_that_is_not_an_object_is_blocked_and_its_deletion_released(spec, kind):
+    """A hostile-input trial (a ModelBackfill stored under a looser CRD with ``spec: "just a
+    string"``): the translator raised, the watcher skipped the object, so it had no status and,
+    once deleted, stayed Terminating with the controller's finalizer for ever."""
+    from backfill.core.commands import Block, ReleaseFinalizer
+    from backfill.core.projector import decide, fold
+    from backfill.core.state import World
+
+    t = Translator()
+    obj = {"metadata": _meta("mbf", generation=1), "spec": spec}
+    [(e, key)] = t.backfill("ADDED", obj, NOW)
+    assert (e.spec, e.unstorable, key) == ({}, f"spec must be an object, not {kind}", "mbf/u1/gen/1")
+    w = fold(World(), e, 1)
+    assert [(c.reason, c.message) for c in decide(w, NOW, None) if isinstance(c, Block)] == [("InvalidSpec", f"spec must be an object, not {kind}")]
+    obj["metadata"]["deletionTimestamp"] = "2026-01-02T03:04:05Z"
+    for i, (e, _) in enumerate(t.backfill("MODIFIED", obj, NOW), start=2):
+        w = fold(w, e, i)
+    assert any(isinstance(c, ReleaseFinalizer) for c in decide(w, NOW, None))
 
 
 def _session(mode=None, expires=None, deleting=False) -> dict:
