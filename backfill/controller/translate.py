@@ -324,7 +324,8 @@ class Translator:
     # -- CronJob ------------------------------------------------------------------------------
 
     def cronjob(self, kind: str, obj: Mapping[str, Any], now: datetime) -> list[Pair]:
-        """CronJob -> CronJobSeen (its ``spec.jobTemplate``) or CronJobMissing."""
+        """CronJob -> CronJobSeen (its ``spec.jobTemplate``; key ``cronjob/{uid}/gen/{generation}``:
+        once per spec change) or CronJobMissing."""
         ns, name, uid, rv = _ident(obj)
         if kind == DELETED:
             return [(ev.CronJobMissing(at=now, namespace=ns, name=name), f"cronjob/{uid}/deleted")]
@@ -333,9 +334,13 @@ class Translator:
         # Not an object (a hostile or broken CronJob): an empty template, which the projector
         # blocks as invalid, never an exception that would skip the object.
         template, unstorable = _storable(dict(template) if isinstance(template, Mapping) else {}, "spec.jobTemplate")
-        return [
-            (ev.CronJobSeen(at=now, namespace=ns, name=name, job_template=template, unstorable=unstorable), f"cronjob/{uid}/{rv}")
-        ]
+        # Keyed by the spec's generation, not the resourceVersion: the CronJob controller writes
+        # the status at every run (lastScheduleTime, active), and a copy of the whole template per
+        # status write grew the log (a hostile-input trial: 20 status patches of a 900 kB
+        # template, 18.9 MB). Without a generation (never from an API server): the resourceVersion.
+        generation = _meta(obj).get("generation")
+        key = f"cronjob/{uid}/gen/{generation}" if isinstance(generation, int) and generation > 0 else f"cronjob/{uid}/{rv}"
+        return [(ev.CronJobSeen(at=now, namespace=ns, name=name, job_template=template, unstorable=unstorable), key)]
 
     # -- owned Jobs ---------------------------------------------------------------------------
 

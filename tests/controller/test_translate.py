@@ -206,7 +206,11 @@ def test_gpu_lease_and_cronjob():
     cj = {"metadata": _meta("tpl"), "spec": {"jobTemplate": {"spec": {"template": {}}}}}
     [(e, key)] = t.cronjob("ADDED", cj, NOW)
     assert e == ev.CronJobSeen(at=NOW, namespace="ns", name="tpl", job_template={"spec": {"template": {}}})
-    assert key == "cronjob/u1/10"
+    assert key == "cronjob/u1/10"  # no generation (never from an API server): the resourceVersion
+    # a status write (a new resourceVersion, the same generation) has the spec change's key: the
+    # log keeps one copy of the template per spec change (a hostile-input trial)
+    keys = [t.cronjob("MODIFIED", {**cj, "metadata": _meta("tpl", rv=rv, generation=g)}, NOW)[0][1] for rv, g in (("11", 1), ("12", 1), ("13", 2))]
+    assert keys == ["cronjob/u1/gen/1", "cronjob/u1/gen/1", "cronjob/u1/gen/2"]
     [(e, _)] = t.cronjob("DELETED", cj, NOW)
     assert e == ev.CronJobMissing(at=NOW, namespace="ns", name="tpl")
 
