@@ -330,7 +330,7 @@ class IngestEndpoint:
     ) -> None:
         if not token:
             raise ValueError("the ingest token must not be empty")
-        self._expected = f"Bearer {token}".encode()
+        self._expected = token.encode()
         self._append = append
         self._known_model = known_model
         self._on_appended = on_appended
@@ -376,7 +376,10 @@ class IngestEndpoint:
         # bucket (an adversarial trial: 150 token-less POSTs from a router's address left its
         # own reports 429 rate_limited).
         h = {k.lower(): v for k, v in headers.items()}
-        presented = h.get("authorization", "").strip().encode()
+        # The scheme is case-insensitive (RFC 7235 2.1; a trial: "bearer <token>" got 401), the
+        # token compared in constant time.
+        scheme, _, credentials = h.get("authorization", "").strip().partition(" ")
+        presented = credentials.strip().encode() if scheme.lower() == "bearer" else b""
         if not hmac.compare_digest(presented, self._expected):
             reason = "missing bearer token" if not presented else "invalid bearer token"
             return _error(401, "unauthorized", reason, www_authenticate='Bearer realm="modelbackfill"')

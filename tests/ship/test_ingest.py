@@ -98,7 +98,7 @@ def test_wrong_method_is_405(event_store, wakes, endpoint, method):
 
 @pytest.mark.parametrize(
     "auth",
-    [None, "", "Bearer", "Bearer wrong", f"Basic {TOKEN}", f"Bearer {TOKEN}x", f"bearer{TOKEN}"],
+    [None, "", "Bearer", "Bearer wrong", f"Basic {TOKEN}", f"Bearer {TOKEN}x", f"bearer{TOKEN}", f"Bearer{TOKEN}", f"Bearer {TOKEN} x", TOKEN],
 )
 def test_missing_or_wrong_token_is_401(event_store, wakes, endpoint, auth):
     headers = {"Content-Type": "application/json"}
@@ -107,6 +107,13 @@ def test_missing_or_wrong_token_is_401(event_store, wakes, endpoint, auth):
     body = _assert_rejected(event_store, wakes, endpoint.handle("POST", headers, _body(_report()), "c"), 401, "unauthorized")
     assert body["www_authenticate"].startswith("Bearer")
     assert response_headers(401, body)["WWW-Authenticate"].startswith("Bearer")
+
+
+@pytest.mark.parametrize("scheme", ["bearer", "BEARER", "BeArEr"])
+def test_the_auth_scheme_is_case_insensitive(event_store, wakes, endpoint, scheme):
+    """RFC 7235 2.1 (a hostile-input trial: ``bearer <token>`` got 401)."""
+    headers = {"Authorization": f"{scheme} {TOKEN}", "Content-Type": "application/json"}
+    assert endpoint.handle("POST", headers, _body(_report()), "c") == (202, {"accepted": 1, "duplicates": 0})
 
 
 def test_header_names_are_case_insensitive(event_store, wakes, endpoint):
