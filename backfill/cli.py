@@ -882,11 +882,12 @@ def db_prune(
     from sqlalchemy.pool import NullPool
 
     from .store import make_engine
-    from .store.retention import prune
+    from .store.retention import export_problem, prune
 
     cut = _time(before, "--before")
-    if export is not None and (export.is_dir() or not export.parent.is_dir()):
-        raise CLIError(f"--export {export}: give a file in an existing directory")
+    problem = export_problem(export) if export is not None else None
+    if problem:
+        raise CLIError(problem)
     url, probe_engine = _store(database_url, schema, probe=True)
     probe_engine.dispose()
     settings = _settings(database_url=database_url or None)

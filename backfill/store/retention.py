@@ -178,11 +178,15 @@ def prune(
         could be dropped.
 
     Raises:
-        ValueError: ``before`` is naive.
+        ValueError: ``before`` is naive, or :func:`export_problem` names a problem of ``export``
+            (checked before anything is dropped).
         OSError: the export file cannot be written (nothing of that partition is dropped).
     """
     if before.tzinfo is None:
         raise ValueError("'before' must be timezone-aware")
+    problem = export_problem(export) if export is not None else None
+    if problem:
+        raise ValueError(problem)
     # One prune or restore at a time (a trial: a restore committed between this prune's list of
     # partitions and its drops, and the drops then left a hole above the restored positions).
     conn.execute(_RETENTION_LOCK)
@@ -449,6 +453,26 @@ def restore(
 _HEADER = _COLUMNS.replace(" ", "")
 
 
+def export_problem(export: Path) -> str | None:
+    """Why ``export`` cannot take a prune's rows (one line), or None: it must be a new file in an
+    existing directory, or a regular file that is empty or starts with the export's header (an
+    earlier export appended to). A day-2 trial: a prune appended its rows to a file of notes,
+    which ``db restore`` then refused, and ``--export`` naming a FIFO hung. Never raises."""
+    try:
+        if not export.exists():
+            return None if export.parent.is_dir() else f"--export {export}: give a file in an existing directory"
+        if not export.is_file():
+            return f"--export {export}: not a regular file (a prune appends its rows to a CSV file)"
+        if export.stat().st_size == 0:
+            return None
+        _check_header(export)
+    except RestoreError:
+        return f"--export {export}: the file exists and is not an export of backfill db prune (its first line is not {_HEADER!r}); give a new file or an earlier export"
+    except OSError as exc:
+        return f"--export {export}: {exc.strerror or exc}"
+    return None
+
+
 def _check_header(source: Path) -> None:
     """Refuse a file whose first line is not prune's CSV header (``COPY ... HEADER`` only skips
     it: a file with its columns in another order loaded its keys as streams, a trial found).
@@ -518,6 +542,7 @@ __all__ = [
     "include_name",
     "list_partitions",
     "ensure_partitions",
+    "export_problem",
     "prune",
     "restore",
     "relation_sizes",

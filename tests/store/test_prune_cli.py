@@ -60,10 +60,11 @@ def test_nothing_to_prune_exits_0_with_one_line_saying_why_and_exports_no_file(p
     assert _prune(pg_schema, "--before", LATER) == 0
     assert "of code version '" + code_version() + "' this release can read (1 cannot be read): nothing is covered" in _nothing_line(capsys)
     store.save_snapshot(PROJECTION, 5, code_version(), _snapshot_at(5))
-    export.write_bytes(b"kept\n")  # an existing export file is left as it was
+    kept = b"position,recorded_at,type,version,stream,idempotency_key,at,data\n"  # an earlier export's header
+    export.write_bytes(kept)  # an existing export file is left as it was
     assert _prune(pg_schema, "--before", LATER, "--export", str(export)) == 0
     assert "ends at position 10, after snapshot 'projection' at 5" in _nothing_line(capsys)
-    assert export.read_bytes() == b"kept\n"
+    assert export.read_bytes() == kept
     assert _prune(pg_schema, "--before", "yesterday") == 2  # a bad argument is still an error
     assert "--before" in _one_error_line(capsys)
     assert store.count() == 25
@@ -85,3 +86,37 @@ def test_prune_exports_and_drops_covered_partitions_and_keeps_runs(pg_schema, pg
     # a pinned code version with no snapshot drops nothing
     assert _prune(pg_schema, "--before", LATER, "--code-version", "v2") == 0
     assert "no snapshot 'projection' of code version 'v2'" in _nothing_line(capsys)
+
+
+@pytest.mark.parametrize("target", ["notes", "fifo", "directory", "no-directory"])
+def test_an_export_target_that_is_no_export_is_refused_before_anything_is_dropped(pg_schema, pg_engine, tmp_path: Path, capsys, target) -> None:
+    """A day-2 trial: ``--export notes.txt`` (a file of the operator's) got the rows appended after
+    its own text and the partitions were dropped; ``db restore`` then refused the file, and the
+    way back needed hand-editing. ``--export`` naming a FIFO hung for ever. Both are refused in one
+    line before the prune; an earlier export (its header first) is still appended to."""
+    import os
+
+    store = EventStore(pg_engine, partition_size=10)
+    store.append([record(f"e/{i}") for i in range(25)])
+    store.save_snapshot(PROJECTION, 25, code_version(), _snapshot_at(25))
+    export = tmp_path / "out"
+    expected = {"notes": "the file exists and is not an export of backfill db prune", "fifo": "not a regular file",
+                "directory": "not a regular file", "no-directory": "give a file in an existing directory"}[target]  # fmt: skip
+    if target == "notes":
+        export.write_text("hello world\n")
+    elif target == "fifo":
+        os.mkfifo(export)
+    elif target == "directory":
+        export.mkdir()
+    else:
+        export = tmp_path / "missing" / "out.csv"
+    assert _prune(pg_schema, "--before", LATER, "--export", str(export)) == 2
+    assert expected in _one_error_line(capsys)
+    assert store.first_position() == 1 and store.count() == 25  # nothing dropped
+    if target == "notes":
+        assert export.read_text() == "hello world\n"
+    # an export of an earlier prune (its header first) is appended to
+    earlier = tmp_path / "earlier.csv"
+    earlier.write_text("position,recorded_at,type,version,stream,idempotency_key,at,data\n")
+    assert _prune(pg_schema, "--before", LATER, "--export", str(earlier)) == 0
+    assert [int(r["position"]) for r in csv.DictReader(earlier.open())] == list(range(1, 21))
