@@ -504,7 +504,14 @@ _MANY = TypeAdapter(list[Event])
 
 
 class EventDecodeError(ValueError):
-    """A stored record that no event class (after upcasting) accepts; names type and version."""
+    """A stored record that no event class (after upcasting) accepts; names type and version (one
+    line), and from :func:`decode_rows` its ``position`` (else None), with ``reason`` the message
+    without it."""
+
+    def __init__(self, message: str, *, position: int | None = None, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.position = position
+        self.reason = reason if reason is not None else message
 
 
 def encode(event: _Event, key: str | None = None) -> EventRecord:
@@ -561,7 +568,20 @@ def _pydantic_decode(type_name: str, version: int, data: str) -> Any:
     try:
         return _ONE.validate_json(data)
     except ValueError as exc:
-        raise EventDecodeError(f"invalid {type_name} v{version}: {exc}") from exc
+        raise EventDecodeError(f"invalid {type_name} v{version}: {_one_line(exc)}") from exc
+
+
+def _one_line(exc: ValueError) -> str:
+    """A pydantic ``ValidationError`` (else any error) in one line: up to three ``field: message``
+    parts (a day-2 trial: the error took four lines, a link included, and the controller's log
+    line kept only the first, without the field)."""
+    errors = getattr(exc, "errors", None)
+    if not callable(errors):
+        return " ".join(str(exc).split())
+    found = errors(include_url=False)
+    parts = [f"{'.'.join(str(p) for p in e.get('loc', ())) or '(root)'}: {e.get('msg', '')}" for e in found[:3]]
+    more = f" (and {len(found) - 3} more)" if len(found) > 3 else ""
+    return "; ".join(parts) + more
 
 
 # --------------------------------------------------------------------------- the log's fast path
@@ -782,7 +802,7 @@ def decode_rows(rows: Iterable[tuple[int, str, int, str]], *, lean: bool = False
     form, :data:`ForegroundRequestRow`, checked the same way (see :data:`COMPILED`).
 
     Raises:
-        EventDecodeError: as :func:`decode`.
+        EventDecodeError: as :func:`decode`, naming the row's position (``.position``; one line).
     """
     fast = _FAST_LEAN if lean else _FAST
     asdict = _asdict
@@ -813,5 +833,11 @@ def decode_rows(rows: Iterable[tuple[int, str, int, str]], *, lean: bool = False
                 set_private(event, None)
                 append((position, event))
                 continue
-        append((position, _pydantic_decode(t, v, d)))
+        try:
+            event = _pydantic_decode(t, v, d)
+        except EventDecodeError as exc:
+            if not position:  # not a stored row's (decode_many)
+                raise
+            raise EventDecodeError(f"position {position}: {exc}", position=position, reason=str(exc)) from exc
+        append((position, event))
     return out

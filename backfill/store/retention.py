@@ -507,12 +507,8 @@ def _decode_all(conn: psycopg.Connection[Any], names: str, batch: int = 20000) -
             return
         try:
             decode_rows(rows)
-        except EventDecodeError:
-            for row in rows:
-                try:
-                    decode_rows([row])
-                except EventDecodeError as exc:
-                    raise RestoreError(f"{names}: the event at position {row[0]} cannot be read by this release: {exc}") from None
+        except EventDecodeError as exc:  # the first row that does not decode, by its position
+            raise RestoreError(f"{names}: the event at position {exc.position} cannot be read by this release: {exc.reason}") from None
         after = rows[-1][0]
 
 

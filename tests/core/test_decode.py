@@ -174,3 +174,18 @@ def test_a_row_without_its_type_key_is_refused_on_every_path(lean: bool) -> None
         ev.decode(rec.type, rec.version, json.dumps(data))
     with pytest.raises(ev.EventDecodeError):
         ev.decode_rows([(1, rec.type, rec.version, json.dumps(data))], lean=lean)
+
+
+def test_an_undecodable_row_is_one_line_naming_its_position_and_field() -> None:
+    """A day-2 trial: a row with an extra field gave a four-line error (pydantic's, a link
+    included) and no position, in ``db restore``, ``replay`` and the controller's log."""
+    good = json.loads(ev.encode(ev.ModelReady(at=T0, namespace="n", model="m", node="x"), "k").data)
+    bad = json.dumps({**good, "x": 1})
+    with pytest.raises(ev.EventDecodeError) as info:
+        ev.decode_rows([(16, "ModelReady", ev.ModelReady.version, json.dumps(good)), (17, "ModelReady", ev.ModelReady.version, bad)])
+    message = str(info.value)
+    assert "\n" not in message and info.value.position == 17
+    assert message == f"position 17: invalid ModelReady v{ev.ModelReady.version}: ModelReady.x: Extra inputs are not permitted"
+    with pytest.raises(ev.EventDecodeError) as info:  # not a stored row's: no position
+        ev.decode_many([("ModelReady", ev.ModelReady.version, bad)])
+    assert info.value.position is None and str(info.value).startswith("invalid ModelReady")
