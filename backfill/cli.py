@@ -662,7 +662,7 @@ def replay(
                         # checked" read as if nothing was lost, of a prune that took several
                         unchecked = (
                             f" (the log was pruned up to position {pruned}: the decisions up to it are gone; "
-                            f"{held} kept decision(s){window.text()} between it and the snapshot are not checked"
+                            f"{held} kept decision(s){window.text()} between it and the snapshot are not checked (in the trail, marked unchecked)"
                         )
                         oldest = next(iter(es.read(pruned, batch_size=1)), None)
                         if lo is not None and oldest is not None and lo < oldest.at:  # a window reaching into what is gone
@@ -681,7 +681,8 @@ def replay(
     elapsed = time.perf_counter() - t0
     if key is not None and key not in auditor.world.backfills and not window.inside:
         raise CLIError(f"--backfill: ModelBackfill {key[0]}/{key[1]} is not in the log of schema {schema} (no decision of it, and it is not in the projection)")
-    trail = [t for t in auditor.trail if t.position in window.inside]
+    trail = window.unchecked + [t for t in auditor.trail if t.position in window.inside]
+    unchecked_at = {t.position for t in window.unchecked}
     divergences = [d for d in auditor.divergences if d.position in window.inside]
     unverifiable = [p for p in auditor.unverifiable if p in window.inside]
     superseded = [p for p in auditor.superseded if p in window.inside]
@@ -694,7 +695,7 @@ def replay(
         for t in trail[-limit:]:
             table.add_row(
                 str(t.position), rfc3339(t.at) or "", f"{t.namespace}/{t.backfill}", str(t.attempt),
-                f"{t.decision} (superseded)" if t.position in late else t.decision, t.reason,
+                f"{t.decision} (superseded)" if t.position in late else f"{t.decision} (unchecked)" if t.position in unchecked_at else t.decision, t.reason,
                 str(t.cause or ""), t.cause_type or "", f"{t.latency_seconds:.3f}" if t.latency_seconds is not None else "",
             )
         out.print(table)
@@ -732,6 +733,7 @@ class _Window:
 
         self.auditor, self.lo, self.hi = auditor, lo, hi
         self.inside: set[int] = set()
+        self.unchecked: list[Any] = []  # TrailEntry of the decisions before the snapshot (count)
         self._decisions = frozenset(DECISIONS)
 
     def _inside(self, pairs: list) -> list[int]:
@@ -748,10 +750,24 @@ class _Window:
 
     def count(self, batches: Any, upto: int) -> int:
         """How many decisions of this window the ``(position, event)`` batches hold up to
-        position ``upto`` (read, not fed: those before a snapshot replay starts from)."""
+        position ``upto`` (read, not fed: those before a snapshot replay starts from); their
+        admits, cancels, suspends and resumes are kept in :attr:`unchecked` for the trail (a
+        day-2 trial: on a pruned log the trail showed nothing before the oldest kept snapshot,
+        about 45 minutes with the defaults, though the log still held those decisions)."""
+        from .core.audit import trail_entry
+
+        seen: dict[int, tuple[str, datetime]] = {}  # position -> (type, time): the causes
         n = 0
         for batch in batches:
-            n += len(self._inside([pair for pair in batch if pair[0] <= upto]))
+            held = [pair for pair in batch if pair[0] <= upto]
+            inside = set(self._inside(held))
+            n += len(inside)
+            for position, e in held:
+                seen[position] = (e.type, e.at)
+                if position in inside:
+                    entry = trail_entry(position, e, lambda c: seen.get(c, (None, None)))  # type: ignore[arg-type]
+                    if entry is not None:
+                        self.unchecked.append(entry)
             if not batch or batch[-1][0] >= upto:
                 break
         return n

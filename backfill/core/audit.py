@@ -12,7 +12,7 @@ from array import array
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Iterable, NamedTuple
+from typing import Any, Callable, Iterable, NamedTuple
 
 from . import events as ev
 from .commands import Admit, Block, Cancel, ReleaseFinalizer, Resume, Unblock
@@ -49,6 +49,24 @@ class TrailEntry(NamedTuple):
         if self.cause_at is None:
             return None
         return (self.at - self.cause_at).total_seconds()
+
+
+def trail_entry(position: int, d: Any, cause: Callable[[int | None], tuple[str | None, datetime | None]]) -> TrailEntry | None:
+    """The :class:`TrailEntry` of decision ``d`` at ``position`` if it admits, cancels, suspends
+    or resumes, else None; ``cause(position)`` gives the cause event's ``(type, time)`` or
+    ``(None, None)`` when it is not known."""
+    t = type(d)
+    if t is not ev.AttemptAdmitted and t is not ev.AttemptCancelled and t is not ev.AttemptResumed:
+        return None
+    ctype, cat = cause(d.cause)
+    reason = d.reason if t is ev.AttemptCancelled else ""
+    if t is ev.AttemptResumed:
+        kind = "resume"
+    elif reason == "":
+        kind = "admit"
+    else:
+        kind = "suspend" if d.suspend else "cancel"
+    return TrailEntry(position, d.at, d.namespace, d.backfill, kind, reason, d.cause, ctype, cat, d.attempt)
 
 
 @dataclass(frozen=True)
@@ -157,16 +175,9 @@ class Auditor:
         if self.backfill is not None and key != self.backfill:
             return
         t = type(d)
-        if t is ev.AttemptAdmitted or t is ev.AttemptCancelled or t is ev.AttemptResumed:
-            ctype, cat = self._cause(d.cause)
-            reason = d.reason if t is ev.AttemptCancelled else ""
-            if t is ev.AttemptResumed:
-                kind = "resume"
-            elif reason == "":
-                kind = "admit"
-            else:
-                kind = "suspend" if d.suspend else "cancel"
-            self.trail.append(TrailEntry(position, d.at, d.namespace, d.backfill, kind, reason, d.cause, ctype, cat, d.attempt))
+        entry = trail_entry(position, d, self._cause)
+        if entry is not None:
+            self.trail.append(entry)
         state = self._basis_state(position, d.basis)
         if state is None:
             self.unverifiable.append(position)
