@@ -214,11 +214,10 @@ class Auditor:
         """Whether recorded cancel ``d`` is derived cancel ``c`` with a cause that happened no
         later than ``c``'s but reached the log after it: the same attempt, reason and segment,
         ``c.cause < d.cause``, and ``d.cause`` an event of ``c.cause``'s type whose time (UTC) is
-        not after ``c.cause``'s. Two
-        replicas' spools flushed after a store outage put a leader's report (cancelled from
-        memory) behind the standby's later observation of the same demand (a chaos soak:
-        "divergence at position 474 ... cause 473 ... derives cause 465"). A cancel whose cause
-        happened after the derived one is a late cancel and stays divergent."""
+        not after ``c.cause``'s. Two replicas' spools flushed after a store outage put a leader's
+        report (cancelled from memory) behind the standby's later observation of the same demand
+        (a chaos soak: "divergence at position 474 ... cause 473 ... derives cause 465"). A
+        cancel citing an event of another type, or one that happened later, stays divergent."""
         if not isinstance(c, Cancel) or (d.attempt, d.reason, d.suspend, d.segment) != (c.attempt, c.reason, c.suspend, c.segment):
             return False
         if not (d.cause and c.cause and c.cause < d.cause):
