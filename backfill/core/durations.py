@@ -15,8 +15,20 @@ a ModelBackfill reads as "the default", as the API server's CEL validation does.
 from __future__ import annotations
 
 import re
+import reprlib
 from decimal import Decimal
 from functools import lru_cache
+
+_SHOWN = reprlib.Repr()
+_SHOWN.maxstring, _SHOWN.maxlong = 64, 40
+
+
+def shown(value: object) -> str:
+    """``repr(value)`` clipped for a message (strings past 64 characters and integers past 40
+    digits elided in the middle, by :mod:`reprlib`): a hostile-input trial's 309-digit
+    ``idleFor`` came back whole in the ModelBackfill's status."""
+    return _SHOWN.repr(value)
+
 
 _UNITS = {  # nanoseconds per unit (Go's unitMap)
     "ns": 1,
@@ -73,20 +85,20 @@ def _parse(text: str) -> float:
     if s in ("0", "+0", "-0"):
         return 0.0
     if s.startswith("-"):
-        raise DurationError(f"duration {text!r} is negative")
+        raise DurationError(f"duration {shown(text)} is negative")
     if s.startswith("+"):
         s = s[1:]
     if not s or not _WHOLE.fullmatch(s):
         raise DurationError(
-            f"invalid duration {text!r}: use Go syntax such as '90s', '30m' or '1h30m' "
+            f"invalid duration {shown(text)}: use Go syntax such as '90s', '30m' or '1h30m' "
             "(units ns, us, ms, s, m, h)"
         )
     if len(s) > _MAX_DIGITS:
-        raise DurationError(f"duration {text!r} is too long")
+        raise DurationError(f"duration {shown(text)} is too long")
     ns = sum(_part_ns(text, whole, frac, unit) for whole, frac, unit in _PART.findall(s))
     # Beyond Go's maximum, except what rounds to the float MAX_SECONDS (so it round-trips).
     if ns > _MAX_NS and (ns > 2 * _MAX_NS or ns / 10**9 > MAX_SECONDS):
-        raise DurationError(f"duration {text!r} is out of range (Go's maximum is 2562047h47m16s)")
+        raise DurationError(f"duration {shown(text)} is out of range (Go's maximum is 2562047h47m16s)")
     return ns / 10**9  # int / int: correctly rounded to the nearest float
 
 
@@ -104,7 +116,7 @@ def _part_ns(text: str, whole: str, frac: str, unit: str) -> int:
     v = int(whole) if whole else 0
     per = _UNITS[unit]
     if v > 2**63 // per:
-        raise DurationError(f"duration {text!r} is out of range (Go's maximum is 2562047h47m16s)")
+        raise DurationError(f"duration {shown(text)} is out of range (Go's maximum is 2562047h47m16s)")
     v *= per
     f, scale = 0, 1.0
     for c in frac:  # leadingFraction: stop accumulating once the next digit would overflow

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from collections.abc import Mapping
 from typing import Any
 
-from .durations import DurationError, parse_duration
+from .durations import DurationError, parse_duration, shown
 
 DEFAULT_IDLE_FOR = 600.0  # seconds; cluster-contract: 0/absent idleFor = 10 minutes
 DEFAULT_MAX_RUN = 1800.0  # seconds; seed: "The default is 30 minutes"
@@ -127,7 +127,7 @@ def _duration(raw: Mapping[str, Any], field: str, default: float) -> float | Spe
         # Only a literal 0 is meaningful without a unit (Go accepts "0").
         if value == 0:
             return default
-        return SpecProblem(INVALID_SPEC, f"spec.{field} {value!r} needs a unit, e.g. '{value}s'")
+        return SpecProblem(INVALID_SPEC, f"spec.{field} {shown(value)} needs a unit, e.g. '{shown(value)}s'")
     try:
         seconds = parse_duration(value)
     except DurationError as exc:

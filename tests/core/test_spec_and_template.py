@@ -324,3 +324,17 @@ def test_amd_visible_devices_is_refused_in_a_template_and_in_spec_env():
     assert gpu_requests(tpl("none")) == []
     problem = parse_spec({"modelRef": "m", "templateRef": "t", "idleFor": "30m", "maxRunDuration": "15m", "env": {"AMD_VISIBLE_DEVICES": "all"}})
     assert (problem.reason, problem.message) == ("InvalidEnvironment", "spec.env may not set AMD_VISIBLE_DEVICES: the controller reserves it for background safety")
+
+
+def test_a_huge_value_is_clipped_in_the_blocked_message():
+    """A hostile-input trial: ``idleFor: 1e308`` under a looser CRD (a 309-digit integer) came back
+    whole in the status message; so did a 500-character string. Clipped in the middle."""
+    from backfill.core.spec import parse_spec
+
+    base = {"modelRef": "m", "templateRef": "t", "maxRunDuration": "15m"}
+    huge = parse_spec({**base, "idleFor": 10**308})
+    assert huge.reason == "InvalidSpec" and "..." in huge.message and len(huge.message) < 200
+    assert huge.message.startswith("spec.idleFor 1000") and "needs a unit" in huge.message
+    long = parse_spec({**base, "idleFor": "x" * 500})
+    assert long.reason == "InvalidSpec" and "..." in long.message and len(long.message) < 200
+    assert parse_spec({**base, "idleFor": 30}).message == "spec.idleFor 30 needs a unit, e.g. '30s'"  # short values whole
