@@ -161,11 +161,13 @@ def from_trace(trace: Trace, models: list[str]) -> list[Input]:
 
 
 def from_log(store: Any, schema: str, targets: list[tuple[str, str, str]]) -> list[Input]:
-    """One :class:`Input` per ``(kind, namespace, name)`` target, kind ``backfill`` or ``model``.
+    """One :class:`Input` per ``(kind, namespace, name)`` target, kind ``backfill`` or ``model``;
+    its note says when the log was pruned (only the kept history is read).
 
     Raises: as :func:`read_history`.
     """
     out = []
+    pruned = store.pruned_up_to()
     for kind, ns, name in targets:
         h = read_history(store, ns, **{kind: name})
         ((m, reqs),) = h.trace.requests.items()
@@ -177,5 +179,7 @@ def from_log(store: Any, schema: str, targets: list[tuple[str, str, str]]) -> li
             + (f" (p95 demand -> Job gone {format_duration(latency)})" if latency is not None else "")
             if kind == "backfill" else f"{ns}/{name}: {len(reqs)} foreground requests"
         )
+        if pruned:  # a day-2 trial: the retained history was read as if it were all of it
+            note += f" (the log was pruned up to position {pruned}: only what it kept after that is read)"
         out.append(Input(f"schema {schema}, {kind} {ns}/{name}", m, reqs, h.spec, job, latency, note))
     return out

@@ -315,3 +315,15 @@ def test_prune_counts_only_a_snapshot_this_release_can_start_from(pg_schema, pg_
     assert "after snapshot 'projection' at 1155" in capsys.readouterr().out
     assert es.pruned_up_to() == 1150  # nothing the readable snapshot needs was dropped
     assert projection.latest(es, unreadable=[]).position == 1155 and projection.unrebuildable(es, []) is None
+
+
+def test_recommend_on_a_pruned_log_says_it_reads_only_what_was_kept(pg_schema, pg_engine, tmp_path, capsys):
+    """A day-2 trial: ``recommend --backfill`` on a pruned log used the kept history ("3
+    foreground requests") without saying the rest was gone."""
+    from backfill.sim.history import from_log
+
+    es, log, _ = _pruned(pg_schema, pg_engine, tmp_path, capsys)
+    (m0,) = from_log(es, pg_schema[1], [("model", "sim", "m0")])
+    kept = sum(1 for p, e, _ in log if p > 1150 and type(e).__name__ == "ForegroundRequest" and e.model == "m0")
+    assert len(m0.requests) == kept > 0
+    assert m0.note == f"sim/m0: {kept} foreground requests (the log was pruned up to position 1150: only what it kept after that is read)"
