@@ -92,7 +92,7 @@ def test_bad_bodies_are_4xx_and_append_nothing(endpoint, store, name):
 
 @pytest.mark.parametrize("headers", [
     {"Content-Type": "application/json"},
-    {"Authorization": "Bearer  tok", "Content-Type": "application/json"},
+    {"Authorization": "Bearer\ttok", "Content-Type": "application/json"},  # RFC 6750: "Bearer" 1*SP token (two spaces are fine)
     {"Authorization": "Bearer tok", "Content-Type": "text/plain"},
     {"Authorization": "Bearer tok", "Content-Type": "application/json; charset=latin1"},
     {"Authorization": "Bearer tök", "Content-Type": "application/json"},
