@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable
 from kubernetes import client
 
 from backfill.core import events as ev
-from backfill.core.jobtemplate import BACKFILL_LABEL, backfill_of_job
+from backfill.core.jobtemplate import BACKFILL_LABEL, backfill_of_job, labelled_backfill
 from backfill.core.state import World
 
 from .translate import Pair, Translator, vanished
@@ -120,7 +120,8 @@ def _known_jobs(world: World) -> list[Known]:
 def _job_list_name(obj: dict) -> str:
     """The name a listed Job is matched under against :func:`_known_jobs` ("backfill/job")."""
     m = obj.get("metadata") or {}
-    return f"{backfill_of_job(m) or ''}/{m.get('name', '')}"  # the ownerReference: the full name
+    # the ownerReference (the full name), else the label (ours with the ownerReference removed)
+    return f"{backfill_of_job(m) or labelled_backfill(m) or ''}/{m.get('name', '')}"
 
 
 KINDS: tuple[Kind, ...] = (

@@ -24,7 +24,7 @@ from typing import Any, Mapping
 
 from backfill.core import events as ev
 from backfill.core import indexes
-from backfill.core.jobtemplate import backfill_of_job
+from backfill.core.jobtemplate import backfill_of_job, labelled_backfill
 from backfill.core.storable import nul_path, unstorable_message, without_nul
 from backfill.core.timefmt import parse_rfc3339, plus_seconds
 
@@ -345,9 +345,10 @@ class Translator:
     # -- owned Jobs ---------------------------------------------------------------------------
 
     def job(self, kind: str, obj: Mapping[str, Any], now: datetime) -> list[Pair]:
-        """An owned Job (a controller ownerReference to its ModelBackfill) -> JobCreated/JobRunning/JobSucceeded/
-        JobFailed/JobDeleted, each with its natural key. The backfill is the Job's controller
-        ownerReference (its full name, even past 63 characters; the label may be hashed).
+        """A ModelBackfill's Job -> JobCreated/JobRunning/JobSucceeded/JobFailed/JobDeleted, each
+        with its natural key. The backfill is the Job's controller ownerReference (its full name,
+        even past 63 characters; the label may be hashed); a Job without one but with the name
+        label gives the same events with ``owned=False`` (see :class:`backfill.core.events._JobEvent`).
 
         Indexed Jobs (issue 11) also give ``JobProgress`` when ``status.completedIndexes`` is
         non-empty (normalised interval syntax; a malformed value is ignored), ``JobSuspended``
@@ -357,9 +358,14 @@ class Translator:
         ns, name, uid, _ = _ident(obj)
         m = _meta(obj)
         backfill = backfill_of_job(m)
-        if not backfill:
-            return []
-        common = dict(namespace=ns, backfill=backfill, name=name, uid=uid)
+        owned = backfill is not None
+        if not owned:
+            # Only labelled (ours with the ownerReference removed, or somebody else's): the fold
+            # takes it only as an attempt's Job of the uid the log knows.
+            backfill = labelled_backfill(m)
+            if not backfill or not uid:
+                return []
+        common = dict(namespace=ns, backfill=backfill, name=name, uid=uid, owned=owned)
         if kind == DELETED:
             return _natural([ev.JobDeleted(at=now, **common)])
         out: list[Any] = [ev.JobCreated(at=_time(m.get("creationTimestamp")) or now, **common)]

@@ -209,10 +209,16 @@ class CronJobMissing(_CronJobEvent):
 
 
 class _JobEvent(_Event):
+    """A fact about a Job of ModelBackfill ``backfill``. ``owned``: the Job has a controller
+    ownerReference to it; False: only its name label says so (:func:`backfill.core.fold._job_attempt`
+    takes such a Job only as the attempt's Job of the same uid: ours with its ownerReference
+    removed, still cancelled; a foreign Job carrying the label is never adopted or deleted)."""
+
     namespace: str
     backfill: str
     name: str
     uid: str = ""
+    owned: bool = True
 
     @property
     def stream(self) -> str:

@@ -407,11 +407,15 @@ def _job_attempt(w: World, e: ev._JobEvent) -> tuple[BackfillState, Attempt] | N
     """The backfill and its current attempt when ``e`` is about that attempt's Job, else None
     (the handlers then fold it as a possibly unexplained Job, :func:`_unexplained`). Once the
     attempt has ended, only the Job object it had (its uid) is its Job: another Job under the
-    same name (created again after the attempt's was deleted) is not, nor is the end of one."""
+    same name (created again after the attempt's was deleted) is not, nor is the end of one. A
+    Job with no controller ownerReference (``e.owned`` False) is the attempt's only under the uid
+    the log knows for it (ours, its ownerReference removed: still cancelled)."""
     b = w.backfills.get((e.namespace, e.backfill))
     if b is None or b.attempt is None or b.attempt.job_name != e.name:
         return None
     a = b.attempt
+    if not e.owned and (not a.job_uid or e.uid != a.job_uid):
+        return None  # only labelled: the attempt's Job only if the log knows it by this uid
     if a.live or a.suspended:
         return b, a
     if isinstance(e, _JOB_OVER) or e.uid != a.job_uid:
@@ -430,8 +434,8 @@ def _unexplained(w: World, e: ev._JobEvent, pos: int) -> World:
     listed in :attr:`BackfillState.unexplained`, and ``decide`` deletes it and admits nothing
     for that ModelBackfill meanwhile (fail-closed: admit only what the log can explain)."""
     b = w.backfills.get((e.namespace, e.backfill))
-    if b is None:
-        return _at(w, pos)  # not a known backfill's
+    if b is None or not e.owned:
+        return _at(w, pos)  # not a known backfill's, or only labelled as one: somebody else's
     listed = any(name == e.name for name, _ in b.unexplained)
     if isinstance(e, _JOB_OVER):
         if not listed:

@@ -92,11 +92,12 @@ def backfill_of_job(metadata: Mapping[str, Any]) -> str | None:
     """The name of the ModelBackfill that owns a Job (API JSON ``metadata``), or None.
 
     The controller ownerReference of kind ModelBackfill in group ``ai.flexinfer`` names it in
-    full, whatever its length. A Job without one is nobody's here, whatever its labels: a
+    full, whatever its length. A Job without one is not owned, whatever its labels (a
     hostile-input trial labelled a foreign Job with :data:`BACKFILL_LABEL` and the controller
-    deleted it as unexplained and held that ModelBackfill's admissions (README: a Job without a
-    controller ownerReference to the ModelBackfill is never adopted or deleted). Never raises
-    on malformed metadata.
+    deleted it as unexplained and held that ModelBackfill's admissions; README: a Job without a
+    controller ownerReference to the ModelBackfill is never adopted or deleted); its label
+    (:func:`labelled_backfill`) still ties it to an attempt whose Job uid the log knows. Never
+    raises on malformed metadata.
     """
     for ref in metadata.get("ownerReferences") or []:
         if (
@@ -108,6 +109,15 @@ def backfill_of_job(metadata: Mapping[str, Any]) -> str | None:
         ):
             return str(ref["name"])
     return None
+
+
+def labelled_backfill(metadata: Mapping[str, Any]) -> str | None:
+    """The :data:`BACKFILL_LABEL` value of a Job (API JSON ``metadata``), or None: the
+    ModelBackfill a Job without a controller ownerReference says it belongs to (its name, or
+    past 63 characters its hashed form). Not ownership: see :func:`backfill_of_job`. Never raises."""
+    labels = metadata.get("labels")
+    value = labels.get(BACKFILL_LABEL) if isinstance(labels, Mapping) else None
+    return str(value) if value else None
 
 
 def _is_gpu_resource(name: str) -> bool:

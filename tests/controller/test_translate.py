@@ -225,9 +225,16 @@ def _job(status=None, owned=True) -> dict:
 
 def test_jobs():
     t = Translator()
-    # a Job is the ModelBackfill's by its controller ownerReference, never by the label alone (a
-    # hostile-input trial: a foreign Job with the label was deleted as unexplained)
-    assert t.job("ADDED", _job(owned=False), NOW) == []
+    # a Job is the ModelBackfill's by its controller ownerReference; one with only the label gives
+    # its facts with owned=False (the fold takes them only for the attempt's Job of that uid: a
+    # hostile-input trial's foreign Job with the label was deleted as unexplained)
+    created = datetime(2026, 1, 2, 3, tzinfo=timezone.utc)
+    assert t.job("ADDED", _job(owned=False), NOW) == [
+        (ev.JobCreated(at=created, namespace="ns", backfill="mbf", name="mbf-abcdef-1", uid="j1", owned=False), "job/ns/mbf-abcdef-1/JobCreated/j1")
+    ]
+    bare = _job(owned=False)
+    del bare["metadata"]["labels"]
+    assert t.job("ADDED", bare, NOW) == []
     common = dict(namespace="ns", backfill="mbf", name="mbf-abcdef-1", uid="j1")
     created = datetime(2026, 1, 2, 3, tzinfo=timezone.utc)
     assert t.job("ADDED", _job(), NOW) == [(ev.JobCreated(at=created, **common), "job/ns/mbf-abcdef-1/JobCreated/j1")]

@@ -16,7 +16,7 @@ from kubernetes import client
 from backfill.core import events as ev
 from backfill.core.events import decode_many
 
-from .conftest import wait_for
+from .conftest import now_s, ts, wait_for
 
 pytestmark = pytest.mark.kube
 
@@ -110,5 +110,32 @@ def test_a_job_with_only_our_labels_is_not_ours(kube, start_controller):
     foreign = kube.job("labelled-foreign")
     assert foreign is not None and foreign.metadata.deletion_timestamp is None, "somebody else's Job was deleted"
     assert own[0].metadata.owner_references[0].name == "mbf"
-    assert "labelled-foreign" not in [e.name for e in _events_of(controller, ev.JobCreated)]
+    assert [e.owned for e in _events_of(controller, ev.JobCreated) if e.name == "labelled-foreign"] in ([], [False])
     kube.release_job("labelled-foreign")
+
+
+def test_our_job_with_its_owner_reference_removed_is_still_cancelled(kube, start_controller):
+    """Found while mending the test above: with the ownerReference alone deciding, a Job of ours
+    whose ownerReference someone removed (``kubectl patch``) left the cancel path, and
+    foreground demand would not have stopped it: a restarted replica's list did not find it and
+    took it for gone (the attempt ended, its Job running). Its label and the uid the log knows
+    keep it the attempt's Job: after the restart a lastActiveTime bump deletes it."""
+    kube.cronjob("model-eval-gauntlet")
+    kube.model("gemma", node="node-unexplained-4")
+    kube.backfill("mbf", idleFor="2s")
+    first = start_controller()
+    own = wait_for(lambda: next(iter(kube.jobs()), None), timeout=20, what="the declaration's own Job")
+    name = own.metadata.name
+    kube.run_job(name)
+    wait_for(lambda: kube.status("mbf").get("phase") == "Running", timeout=10, what="Running")
+    kube.batch.patch_namespaced_job(name, kube.ns, [{"op": "remove", "path": "/metadata/ownerReferences"}])
+    assert not kube.job(name).metadata.owner_references
+    first.stop()
+    second = start_controller()  # lists every kind again
+    import time
+
+    time.sleep(1.5)
+    assert not [e for e in _events_of(second, ev.JobDeleted) if e.name == name], "the list took the orphaned Job for gone"
+    kube.set_status("models", "gemma", {"lastActiveTime": ts(now_s())})
+    wait_for(lambda: kube.job(name) is None or kube.job(name).metadata.deletion_timestamp, timeout=10, what="the orphaned Job deleted")
+    assert [j.metadata.name for j in kube.jobs() if not j.metadata.deletion_timestamp] == []  # nothing admitted beside it
