@@ -8,6 +8,8 @@ CronJob", which is what ``kubectl create job --from=cronjob/NAME`` does, plus th
   copied;
 - the owner is the ModelBackfill (a controller ownerReference), not the CronJob;
 - ``activeDeadlineSeconds = maxRunDuration`` in whole seconds;
+- ``spec.managedBy`` is not copied (the built-in Job controller enforces the deadline), and the
+  pod's ``terminationGracePeriodSeconds`` is at most :data:`MAX_GRACE_SECONDS`;
 - ``spec.suspend`` is not copied: the controller creates the Job to run now and owns its
   suspension (``spec.preemption: Suspend``); a Job created suspended would run nothing while
   counted Running and holding its model and node, and its deadline never starts while
@@ -23,9 +25,10 @@ CronJob", which is what ``kubectl create job --from=cronjob/NAME`` does, plus th
   container whose env gives it GPUs through the NVIDIA container runtime
   (``NVIDIA_VISIBLE_DEVICES`` other than ``void`` or ``none``, or from ``valueFrom``), a pod
   template annotation under ``cdi.k8s.io/`` or a subdomain of it (devices a CDI-enabled runtime
-  injects), a privileged container, a ``hostPath`` volume of ``/dev``, below it, or ``/``
-  (however spelled), ``AMD_VISIBLE_DEVICES`` other than ``void``/``none``, and a volume mount at
-  ``/var/run/nvidia-container-devices`` (the NVIDIA runtime's device list as mounts).
+  injects), a privileged container, any ``hostPath`` volume, ``hostPID``/``hostIPC``, a
+  capability beyond Pod Security baseline, a resource of a GPU vendor's domain or a DRA extended
+  resource, CRI-O's devices annotation, ``AMD_VISIBLE_DEVICES`` other than ``void``/``none``, and
+  a volume mount at ``/var/run/nvidia-container-devices`` (the NVIDIA runtime's device list).
 """
 
 from __future__ import annotations
@@ -121,8 +124,14 @@ def labelled_backfill(metadata: Mapping[str, Any]) -> str | None:
 
 
 def _is_gpu_resource(name: str) -> bool:
+    """A resource name containing ``gpu`` or starting with ``nvidia.com/mig-`` (cluster-contract),
+    any resource of a GPU vendor's domain (:data:`GPU_VENDOR_DOMAINS`: AMD's GPU partitions are
+    ``amd.com/cpx_nps4``, a renaming device plugin's ``nvidia.com/a100``) and a DRA extended
+    resource, ``deviceclass.resource.kubernetes.io/<class>`` (a claim the scheduler makes; an
+    adversarial trial: all three were admitted)."""
     n = name.lower()
-    return "gpu" in n or n.startswith("nvidia.com/mig-")
+    domain = n.partition("/")[0]
+    return "gpu" in n or domain in GPU_VENDOR_DOMAINS or domain == DRA_EXTENDED_RESOURCE_DOMAIN
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
@@ -152,9 +161,10 @@ def gpu_requests(job_template: Mapping[str, Any]) -> list[str]:
     rule); so is a container's ``NVIDIA_VISIBLE_DEVICES`` other than ``void``/``none`` (the NVIDIA
     container runtime's GPUs, requested or not), a pod template annotation under
     ``cdi.k8s.io/`` or a subdomain (devices a CDI-enabled runtime injects), a privileged
-    container, a ``hostPath`` volume of ``/dev`` (or below it, or ``/``; other volume kinds are
-    not the node's), ``AMD_VISIBLE_DEVICES`` as the NVIDIA one, and a volume mount at
-    :data:`DEVICE_LIST_MOUNTS`: each sees the node's devices. An empty list means the template is CPU-only.
+    container, any ``hostPath`` volume (other volume kinds are not the node's), ``hostPID`` and
+    ``hostIPC``, a capability outside :data:`BASELINE_CAPABILITIES`, CRI-O's devices annotation,
+    ``AMD_VISIBLE_DEVICES`` as the NVIDIA one, and a volume mount at :data:`DEVICE_LIST_MOUNTS`:
+    each reaches the node's devices. Resource names: :func:`_is_gpu_resource`. An empty list means the template is CPU-only.
     Never raises: malformed parts of the template are skipped (:func:`template_problem` names them).
     """
     found: list[str] = []
@@ -170,14 +180,25 @@ def gpu_requests(job_template: Mapping[str, Any]) -> list[str]:
     for key, value in annotations.items():
         if _is_cdi_annotation(str(key)):  # a runtime with CDI enabled injects these devices
             found.append(f"pod: annotation {key}={value} (Container Device Interface: devices the runtime injects)")
+        elif str(key) == CRIO_DEVICES_ANNOTATION:
+            found.append(f"pod: annotation {key}={value} (CRI-O adds these host devices)")
     for volume in pod.get("volumes") if isinstance(pod.get("volumes"), list) else []:
         volume = _mapping(volume)
         if "hostPath" not in volume:  # emptyDir, configMap, secret, a claim ...: none is the node's (a trial)
             continue
-        path = _node_path(_mapping(volume.get("hostPath")).get("path"))  # no path: "/", fail-closed
-        if path == "/" or path == "/dev" or path.startswith("/dev/"):
-            found.append(f"pod: volume {volume.get('name', '?')} hostPath {path} (the node's devices, GPUs included)")
+        # Any path of the node: "/dev" and "/" hold its devices, and "/proc/1/root", a container
+        # runtime's socket ... reach them as well (an adversarial trial): fail-closed, every one.
+        path = _node_path(_mapping(volume.get("hostPath")).get("path"))  # no path: "/"
+        found.append(f"pod: volume {volume.get('name', '?')} hostPath {path} (the node's files reach its devices, GPUs included)")
+    for field in ("hostPID", "hostIPC"):
+        if pod.get(field) is True:
+            found.append(f"pod: {field} (the node's processes, the model server's GPU context included)")
     for who, owner, claims, called in owners:
+        caps = _mapping(_mapping(owner.get("securityContext")).get("capabilities")).get("add") if owner is not pod else None
+        for cap in caps if isinstance(caps, list) else []:
+            name = str(cap).upper().removeprefix("CAP_")
+            if name not in BASELINE_CAPABILITIES:
+                found.append(f"{who}: securityContext.capabilities.add {cap} (beyond Pod Security baseline: reaches the node, GPUs included)")
         for mount in owner.get("volumeMounts") if isinstance(owner.get("volumeMounts"), list) else []:  # a container's
             where = _node_path(_mapping(mount).get("mountPath"))
             if any(where == d or where.startswith(d + "/") for d in DEVICE_LIST_MOUNTS):
@@ -195,7 +216,8 @@ def gpu_requests(job_template: Mapping[str, Any]) -> list[str]:
             name = claim.get("name", "?") if isinstance(claim, Mapping) else "?"
             found.append(f"{who}: {called} {name} (dynamic resource allocation: may be a GPU)")
         for entry in owner.get("env") if isinstance(owner.get("env"), list) else []:  # a container's (a pod has none)
-            runtime = DEVICE_ENVS.get(entry.get("name")) if isinstance(entry, Mapping) else None
+            env_name = entry.get("name") if isinstance(entry, Mapping) else None
+            runtime = DEVICE_ENVS.get(env_name) if isinstance(env_name, str) else None
             if runtime is not None:
                 value = entry.get("value")
                 if entry.get("valueFrom") is not None or str(value or "").strip().lower() not in ("", "void", "none"):
@@ -219,6 +241,22 @@ def _is_cdi_annotation(key: str) -> bool:
 
 
 _CONTAINER_KINDS = ("initContainers", "containers", "ephemeralContainers")
+#: Resource-name domains whose every resource may be a GPU (fail-closed; "gpu" in a name is
+#: refused anyway): NVIDIA's, AMD's and Intel's GPU device plugins.
+GPU_VENDOR_DOMAINS = frozenset({"nvidia.com", "amd.com", "gpu.intel.com"})
+#: Extended resources backed by a DRA DeviceClass (``deviceclass.resource.kubernetes.io/<class>``).
+DRA_EXTENDED_RESOURCE_DOMAIN = "deviceclass.resource.kubernetes.io"
+#: The capabilities Pod Security "baseline" allows a container to add; any other (SYS_ADMIN,
+#: SYS_PTRACE, SYS_RAWIO ...) reaches the node and its GPUs (an adversarial trial).
+BASELINE_CAPABILITIES = frozenset({
+    "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE",
+    "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT",
+})  # fmt: skip
+#: A pod annotation CRI-O reads as host devices to add, when its runtime handler allows it.
+CRIO_DEVICES_ANNOTATION = "io.kubernetes.cri-o.Devices"
+#: The longest termination grace period a backfill pod gets, seconds (cluster-contract: "a pod
+#: termination grace period of under 5 s for background work"): a longer or unset one is this.
+MAX_GRACE_SECONDS = 4
 #: The prefix of pod annotations a container runtime with the Container Device Interface enabled
 #: (containerd, CRI-O) reads as devices to inject, e.g. ``cdi.k8s.io/gpu: nvidia.com/gpu=all``,
 #: and of its subdomains, e.g. ``nvidia.cdi.k8s.io/`` (the NVIDIA toolkit's; adversarial trials:
@@ -333,7 +371,16 @@ def build_job(
     job_spec = copy.deepcopy(dict(job_template.get("spec") or {}))
     job_spec["activeDeadlineSeconds"] = max(1, int(spec.max_run))
     job_spec.pop("suspend", None)  # created to run now; the controller owns spec.suspend
+    # The built-in Job controller enforces activeDeadlineSeconds: a Job another controller
+    # manages may never end (an adversarial trial: managedBy was copied).
+    job_spec.pop("managedBy", None)
     pod = job_spec.setdefault("template", {}).setdefault("spec", {})
+    # A cancel deletes the Job; its pods get this long after SIGTERM (preStop hooks included) to
+    # go on calling the model (an adversarial trial: 86400 was copied; unset, Kubernetes gives
+    # 30 s). cluster-contract: a grace period under 5 s for background work.
+    grace = pod.get("terminationGracePeriodSeconds")
+    if not isinstance(grace, int) or isinstance(grace, bool) or not 0 <= grace <= MAX_GRACE_SECONDS:
+        pod["terminationGracePeriodSeconds"] = MAX_GRACE_SECONDS
     overrides = [(k, v) for k, v in sorted(spec.env)]
     background = [(RESERVED_ENV, BACKGROUND_CLASS), (GPU_DEVICES_ENV, NO_GPU_DEVICES)]
     for c in pod.get("containers") or []:

@@ -43,7 +43,8 @@ STATE_VERSION = 7  # 2: run segments of resumable (Indexed) attempts, issue 11; 
 #: 6: a resumable attempt's Job observed suspended is Suspended: for the condition that held and suspends it (its
 #: decision not recorded yet), else unexplained (JobSuspended) until a suspending decision recorded later names it;
 #: 7: the GPU guard: a volume that is not a hostPath is no device mount; CDI annotations under a subdomain of
-#: cdi.k8s.io, AMD_VISIBLE_DEVICES and mounts at the NVIDIA runtime's device list are refused; a Job event
+#: cdi.k8s.io, AMD_VISIBLE_DEVICES, mounts at the NVIDIA runtime's device list, any hostPath, hostPID/hostIPC,
+#: capabilities beyond baseline, GPU vendors' and DRA extended resources, CRI-O's devices annotation are refused; a Job event
 #: with owned=False (no controller ownerReference) is only the attempt's Job under the uid the log knows
 
 _EMPTY: Mapping[Any, Any] = immutables.Map()  # shared, immutable default of every World map

@@ -258,9 +258,8 @@ def test_privileged_containers_and_host_device_mounts_are_refused():
     for path, shown in (("/dev", "/dev"), ("/dev/", "/dev"), ("/dev/nvidia0", "/dev/nvidia0"), ("/", "/"), ("//dev", "/dev"),
                         ("/./dev/.", "/dev"), ("///dev//nvidia0", "/dev/nvidia0"), ("//", "/"), ("dev", "/dev")):  # fmt: skip
         mounted = tpl({"volumes": [{"name": "d", "hostPath": {"path": path}}]})
-        assert gpu_requests(mounted) == [f"pod: volume d hostPath {shown} (the node's devices, GPUs included)"], path
-    fine = tpl({"volumes": [{"name": "data", "hostPath": {"path": "/var/lib/data"}}, {"name": "devx", "hostPath": {"path": "/devices-cache"}}],
-                "securityContext": {"runAsNonRoot": True}})  # fmt: skip
+        assert gpu_requests(mounted) == [f"pod: volume d hostPath {shown} (the node's files reach its devices, GPUs included)"], path
+    fine = tpl({"volumes": [{"name": "data", "emptyDir": {}}], "securityContext": {"runAsNonRoot": True}})
     fine["spec"]["template"]["spec"]["containers"][0]["securityContext"] = {"privileged": False, "allowPrivilegeEscalation": False}
     assert gpu_requests(fine) == []
     with pytest.raises(ValueError, match="GPU resources are forbidden"):
@@ -281,7 +280,7 @@ def test_volumes_that_are_not_the_nodes_are_no_device_mount():
     build_job(tpl, namespace="n", backfill="b", backfill_uid="u", attempt=1, spec=Spec("m", "t"))
     # a hostPath without a path is still the node's root (fail-closed)
     tpl["spec"]["template"]["spec"]["volumes"].append({"name": "h", "hostPath": {}})
-    assert gpu_requests(tpl) == ["pod: volume h hostPath / (the node's devices, GPUs included)"]
+    assert gpu_requests(tpl) == ["pod: volume h hostPath / (the node's files reach its devices, GPUs included)"]
 
 
 @pytest.mark.parametrize(
@@ -338,3 +337,55 @@ def test_a_huge_value_is_clipped_in_the_blocked_message():
     long = parse_spec({**base, "idleFor": "x" * 500})
     assert long.reason == "InvalidSpec" and "..." in long.message and len(long.message) < 200
     assert parse_spec({**base, "idleFor": 30}).message == "spec.idleFor 30 needs a unit, e.g. '30s'"  # short values whole
+
+
+
+def test_node_access_gpu_vendor_resources_and_runtime_device_annotations_are_refused():
+    """An adversarial trial (round 2): every one of these was admitted and copied into the Job.
+    Any hostPath (``/proc/1/root`` is the node's root, a container runtime's socket is root on
+    the node), ``hostPID``/``hostIPC``, a capability beyond Pod Security baseline, a resource of
+    a GPU vendor's domain without "gpu" in its name (AMD's GPU partitions, a renaming device
+    plugin), a DRA extended resource, CRI-O's devices annotation."""
+    def tpl(pod=None, container=None, annotations=None):
+        c = {"name": "c", **(container or {})}
+        return {"spec": {"template": {"metadata": {"annotations": annotations or {}}, "spec": {"containers": [c], **(pod or {})}}}}
+
+    cases = [
+        (tpl(pod={"volumes": [{"name": "r", "hostPath": {"path": "/proc/1/root"}}]}), "pod: volume r hostPath /proc/1/root"),
+        (tpl(pod={"volumes": [{"name": "s", "hostPath": {"path": "/run/containerd/containerd.sock"}}]}), "pod: volume s hostPath /run/containerd/containerd.sock"),
+        (tpl(pod={"hostPID": True}), "pod: hostPID"),
+        (tpl(pod={"hostIPC": True}), "pod: hostIPC"),
+        (tpl(container={"securityContext": {"capabilities": {"add": ["SYS_PTRACE"]}}}), "c: securityContext.capabilities.add SYS_PTRACE"),
+        (tpl(container={"securityContext": {"capabilities": {"add": ["cap_sys_admin"]}}}), "c: securityContext.capabilities.add cap_sys_admin"),
+        (tpl(container={"resources": {"limits": {"amd.com/cpx_nps4": "1"}}}), "c: limits amd.com/cpx_nps4=1"),
+        (tpl(container={"resources": {"limits": {"nvidia.com/a100": "1"}}}), "c: limits nvidia.com/a100=1"),
+        (tpl(container={"resources": {"limits": {"deviceclass.resource.kubernetes.io/mig.nvidia.com": "1"}}}),
+         "c: limits deviceclass.resource.kubernetes.io/mig.nvidia.com=1"),
+        (tpl(annotations={"io.kubernetes.cri-o.Devices": "/dev/kfd"}), "pod: annotation io.kubernetes.cri-o.Devices=/dev/kfd"),
+    ]  # fmt: skip
+    for template, start in cases:
+        found = gpu_requests(template)
+        assert len(found) == 1 and found[0].startswith(start), (start, found)
+    # what baseline allows, and what reaches no device, stays admitted
+    fine = tpl(pod={"hostNetwork": False, "hostPID": False}, container={
+        "securityContext": {"capabilities": {"add": ["NET_BIND_SERVICE", "CHOWN"], "drop": ["ALL"]}},
+        "resources": {"limits": {"cpu": "2", "memory": "1Gi", "example.com/foo": "1"}},
+        "env": [{"name": ["not", "a", "string"], "value": "x"}],  # a malformed entry: skipped, never a TypeError
+    })  # fmt: skip
+    assert gpu_requests(fine) == []
+
+
+@pytest.mark.parametrize("grace, expected", [(None, 4), (86400, 4), (5, 4), (4, 4), (0, 0), (2, 2), ("30", 4), (True, 4), (-1, 4)])
+def test_the_pods_termination_grace_period_is_at_most_4_seconds_and_managed_by_is_dropped(grace, expected):
+    """An adversarial trial: ``terminationGracePeriodSeconds: 86400`` was copied, so a cancelled
+    pod that ignores SIGTERM could go on calling the model for a day (unset, Kubernetes gives
+    30 s); cluster-contract: "a pod termination grace period of under 5 s for background work".
+    ``spec.managedBy`` was copied too: the built-in Job controller then ignores the Job and
+    nobody enforces its deadline."""
+    pod = {"containers": [{"name": "c"}]}
+    if grace is not None:
+        pod["terminationGracePeriodSeconds"] = grace
+    tpl = {"spec": {"managedBy": "example.com/not-the-job-controller", "template": {"spec": pod}}}
+    job = build_job(tpl, namespace="n", backfill="b", backfill_uid="u", attempt=1, spec=Spec("m", "t"))
+    assert job["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == expected
+    assert "managedBy" not in job["spec"]
