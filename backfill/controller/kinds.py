@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable
 from kubernetes import client
 
 from backfill.core import events as ev
-from backfill.core.jobtemplate import BACKFILL_LABEL, backfill_of_job, labelled_backfill
+from backfill.core.jobtemplate import backfill_of_job, labelled_backfill
 from backfill.core.state import World
 
 from .translate import Pair, Translator, vanished
@@ -35,7 +35,6 @@ class Kind:
         name: short name used in logs and metrics (``model``, ``job``, ...).
         plural: the API resource name (``models``, ``jobs``, ...).
         custom: True for an ``ai.flexinfer/v1alpha2`` custom resource, False for ``batch/v1``.
-        label_selector: restricts the list/watch (owned Jobs only), or "".
         translate: the :class:`Translator` method ``(type, obj, now) -> [(event, key)]``.
         known: ``world -> [(namespace, name, uid)]`` the log believes exist.
         vanish: ``(namespace, name, uid, now, list_resource_version) -> (event, key)``, the event
@@ -59,7 +58,6 @@ class Kind:
     translate: Callable[[Translator], Callable[[str, dict, datetime], list[Pair]]]
     known: Callable[[World], Iterable[Known]]
     vanish: Callable[[str, str, str, datetime, str], Pair]
-    label_selector: str = ""
     list_name: Callable[[dict], str] = lambda obj: (obj.get("metadata") or {}).get("name", "")
     lists_after: tuple[str, ...] = ()
     all_namespaces: bool = False
@@ -74,7 +72,7 @@ class Kind:
 
         A namespaced call takes ``*leading_args, namespace, **kwargs``; a cluster-wide one
         ``*leading_args, **kwargs`` (custom objects: ``group, version, [namespace,] plural``)."""
-        kwargs: dict[str, Any] = {"label_selector": self.label_selector} if self.label_selector else {}
+        kwargs: dict[str, Any] = {}
         if self.custom:
             co = client.CustomObjectsApi(api)
 
@@ -142,7 +140,7 @@ KINDS: tuple[Kind, ...] = (
         lambda w: [(ns, n, "") for (ns, n) in w.leases], _vanish("lease"), all_namespaces=True,
     ),
     Kind(
-        "job", "jobs", False, lambda t: t.job, _known_jobs, _job_vanished, BACKFILL_LABEL, _job_list_name,
+        "job", "jobs", False, lambda t: t.job, _known_jobs, _job_vanished, _job_list_name,
         lists_after=("model", "gaming", "lease"),
     ),
     Kind(

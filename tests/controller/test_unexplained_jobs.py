@@ -139,3 +139,32 @@ def test_our_job_with_its_owner_reference_removed_is_still_cancelled(kube, start
     kube.set_status("models", "gemma", {"lastActiveTime": ts(now_s())})
     wait_for(lambda: kube.job(name) is None or kube.job(name).metadata.deletion_timestamp, timeout=10, what="the orphaned Job deleted")
     assert [j.metadata.name for j in kube.jobs() if not j.metadata.deletion_timestamp] == []  # nothing admitted beside it
+
+
+def test_our_job_with_its_name_label_removed_is_still_followed_and_cancelled(kube, start_controller):
+    """An adversarial trial: ``kubectl label job <ours> modelbackfill.ai.flexinfer/name-``. The Job
+    watch selected on that label, so the API server reported the Job deleted: the attempt ended
+    with its Job running, a second attempt was admitted on the same model, and foreground demand
+    cancelled only that one. Jobs are watched unselected (the ownerReference decides); a list
+    finds a Job the log knows by its uid. Demand deletes it, through a restart too."""
+    kube.cronjob("model-eval-gauntlet")
+    kube.model("gemma", node="node-unexplained-5")
+    kube.backfill("mbf", idleFor="2s")
+    first = start_controller()
+    own = wait_for(lambda: next(iter(kube.jobs()), None), timeout=20, what="the declaration's own Job")
+    name = own.metadata.name
+    kube.run_job(name)
+    wait_for(lambda: kube.status("mbf").get("phase") == "Running", timeout=10, what="Running")
+    kube.batch.patch_namespaced_job(name, kube.ns, {"metadata": {"labels": {"modelbackfill.ai.flexinfer/name": None}}})
+    import time
+
+    time.sleep(3)  # past the 2 s idle window: a wrongly ended attempt would have a successor by now
+    assert kube.status("mbf").get("phase") == "Running"
+    first.stop()
+    second = start_controller()  # lists every kind again
+    time.sleep(1.5)
+    assert not [e for e in _events_of(second, ev.JobDeleted) if e.name == name], "taken for gone"
+    all_jobs = kube.batch.list_namespaced_job(kube.ns).items
+    assert [j.metadata.name for j in all_jobs] == [name], "a second Job beside the relabelled one"
+    kube.set_status("models", "gemma", {"lastActiveTime": ts(now_s())})
+    wait_for(lambda: kube.job(name) is None or kube.job(name).metadata.deletion_timestamp, timeout=10, what="the Job deleted")
