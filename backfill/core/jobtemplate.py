@@ -16,9 +16,9 @@ CronJob", which is what ``kubectl create job --from=cronjob/NAME`` does, plus th
   suspended (a trial: a CronJob whose jobTemplate said ``suspend: true``);
 - env overrides go to every regular container in sorted key order: an existing entry's value is
   replaced and its ``valueFrom`` removed; a missing one is appended;
-- ``FLEXINFER_WORKLOAD_CLASS=background`` and ``NVIDIA_VISIBLE_DEVICES=void`` (no GPU through the
-  NVIDIA container runtime, whatever the image sets) are forced into every init and regular
-  container;
+- ``FLEXINFER_WORKLOAD_CLASS=background``, ``NVIDIA_VISIBLE_DEVICES=void`` and
+  ``AMD_VISIBLE_DEVICES=none`` (no GPU through the NVIDIA or AMD container runtime, whatever the
+  image or an ``envFrom`` sets) are forced into every init and regular container;
 - a GPU request or limit (a resource name containing ``gpu`` or starting with
   ``nvidia.com/mig-``, nonzero quantity as Kubernetes parses it, :mod:`.quantity`) anywhere in
   the pod template is refused, and so is any dynamic resource claim (it may be a GPU) and a
@@ -41,7 +41,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .quantity import is_zero
-from .spec import AMD_DEVICES_ENV, BACKGROUND_CLASS, GPU_DEVICES_ENV, NO_GPU_DEVICES, RESERVED_ENV, Spec
+from .spec import AMD_DEVICES_ENV, BACKGROUND_CLASS, GPU_DEVICES_ENV, NO_AMD_DEVICES, NO_GPU_DEVICES, RESERVED_ENV, Spec
 
 API_GROUP = "ai.flexinfer"
 API_VERSION = "v1alpha2"
@@ -382,7 +382,7 @@ def build_job(
     if not isinstance(grace, int) or isinstance(grace, bool) or not 0 <= grace <= MAX_GRACE_SECONDS:
         pod["terminationGracePeriodSeconds"] = MAX_GRACE_SECONDS
     overrides = [(k, v) for k, v in sorted(spec.env)]
-    background = [(RESERVED_ENV, BACKGROUND_CLASS), (GPU_DEVICES_ENV, NO_GPU_DEVICES)]
+    background = [(RESERVED_ENV, BACKGROUND_CLASS), (GPU_DEVICES_ENV, NO_GPU_DEVICES), (AMD_DEVICES_ENV, NO_AMD_DEVICES)]
     for c in pod.get("containers") or []:
         _set_env(c, overrides + background)
     for c in pod.get("initContainers") or []:

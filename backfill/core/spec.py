@@ -46,9 +46,12 @@ BACKGROUND_CLASS = "background"
 #: not request ... another GPU resource").
 GPU_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
 NO_GPU_DEVICES = "void"
-#: The AMD container runtime's counterpart of ``NVIDIA_VISIBLE_DEVICES`` (an adversarial trial:
-#: ``AMD_VISIBLE_DEVICES: all`` in a template was admitted); refused, not forced.
+#: The AMD container runtime's counterpart of ``NVIDIA_VISIBLE_DEVICES`` (adversarial trials:
+#: ``AMD_VISIBLE_DEVICES: all`` in a template, and through ``envFrom``, were admitted): every
+#: container of a backfill Job gets ``none`` (the runtime reads a device index list or ``all``;
+#: ``none`` is neither: no GPU, and an explicit ``env`` entry wins over ``envFrom``).
 AMD_DEVICES_ENV = "AMD_VISIBLE_DEVICES"
+NO_AMD_DEVICES = "none"
 #: The names ``spec.env`` may not set: the controller sets them, or they give a container GPUs.
 RESERVED_ENVS = (RESERVED_ENV, GPU_DEVICES_ENV, AMD_DEVICES_ENV)
 #: ``spec.preemption`` values: what a preemption does to the running Job (issue 11).

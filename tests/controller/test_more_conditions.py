@@ -417,6 +417,7 @@ def test_env_overrides_sorted_and_value_from_removed_exactly(kube, start_control
     job = wait_for(lambda: _jobs_of(kube, "envy"), timeout=10, what="Job created")[0]
     spec = job.spec.template.spec
     class_, no_gpu = {"name": "FLEXINFER_WORKLOAD_CLASS", "value": "background"}, {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
+    no_amd = {"name": "AMD_VISIBLE_DEVICES", "value": "none"}
     main, side, bare = spec.containers
     assert _env_list(kube, main) == [
         {"name": "MODELS", "value": "gemma=vllm"},
@@ -427,6 +428,7 @@ def test_env_overrides_sorted_and_value_from_removed_exactly(kube, start_control
         {"name": "GAUNTLET_API", "value": "chat"},
         class_,
         no_gpu,
+        no_amd,
     ]
     assert _env_list(kube, side) == [
         {"name": "TOKEN", "valueFrom": secret},
@@ -436,6 +438,7 @@ def test_env_overrides_sorted_and_value_from_removed_exactly(kube, start_control
         {"name": "ZED", "value": "z"},
         class_,
         no_gpu,
+        no_amd,
     ]
     assert _env_list(kube, bare) == [
         {"name": "ALPHA", "value": "a"},
@@ -444,9 +447,10 @@ def test_env_overrides_sorted_and_value_from_removed_exactly(kube, start_control
         {"name": "ZED", "value": "z"},
         class_,
         no_gpu,
+        no_amd,
     ]
     # Init containers get the controller's variables only: overrides are for regular containers.
-    assert _env_list(kube, spec.init_containers[0]) == [{"name": "A", "value": "1"}, {"name": "MODELS", "valueFrom": cm}, class_, no_gpu]
+    assert _env_list(kube, spec.init_containers[0]) == [{"name": "A", "value": "1"}, {"name": "MODELS", "valueFrom": cm}, class_, no_gpu, no_amd]
     for c_ in spec.containers:
         names = [e["name"] for e in _env_list(kube, c_)]
         assert len(names) == len(set(names)), c_.name

@@ -115,15 +115,20 @@ def test_build_job_copies_the_template_and_applies_the_contract():
         {"name": "GAUNTLET_API", "value": "chat"},
         {"name": "FLEXINFER_WORKLOAD_CLASS", "value": "background"},
         {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},
+        {"name": "AMD_VISIBLE_DEVICES", "value": "none"},
     ]
     assert two["env"] == [
         {"name": "GAUNTLET_API", "value": "chat"},
         {"name": "MODELS", "value": "gemma=vllm"},
         {"name": "FLEXINFER_WORKLOAD_CLASS", "value": "background"},
         {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},
+        {"name": "AMD_VISIBLE_DEVICES", "value": "none"},
     ]
     (init,) = job["spec"]["template"]["spec"]["initContainers"]
-    assert init["env"] == [{"name": "FLEXINFER_WORKLOAD_CLASS", "value": "background"}, {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]
+    assert init["env"] == [
+        {"name": "FLEXINFER_WORKLOAD_CLASS", "value": "background"}, {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},
+        {"name": "AMD_VISIBLE_DEVICES", "value": "none"},
+    ]
     # the template itself is untouched
     assert TEMPLATE["spec"]["template"]["spec"]["containers"][0]["env"][0] == {"name": "MODELS", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}
 
@@ -389,3 +394,18 @@ def test_the_pods_termination_grace_period_is_at_most_4_seconds_and_managed_by_i
     job = build_job(tpl, namespace="n", backfill="b", backfill_uid="u", attempt=1, spec=Spec("m", "t"))
     assert job["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == expected
     assert "managedBy" not in job["spec"]
+
+
+def test_amd_visible_devices_from_env_from_is_overridden_in_every_container():
+    """Adversarial trials: ``envFrom`` a ConfigMap holding ``AMD_VISIBLE_DEVICES=all`` was
+    admitted and the pod would get the AMD runtime's GPUs (the guard reads ``env`` only). An
+    explicit ``env`` entry wins over ``envFrom``: every init and regular container gets ``none``,
+    which the runtime reads as no device (neither ``all`` nor an index)."""
+    tpl = {"spec": {"template": {"spec": {
+        "initContainers": [{"name": "i", "envFrom": [{"configMapRef": {"name": "gpu-env"}}]}],
+        "containers": [{"name": "c", "envFrom": [{"prefix": "AMD_", "secretRef": {"name": "s"}}]}],
+    }}}}  # fmt: skip
+    assert gpu_requests(tpl) == []  # nothing to see in the template itself
+    pod = build_job(tpl, namespace="n", backfill="b", backfill_uid="u", attempt=1, spec=Spec("m", "t"))["spec"]["template"]["spec"]
+    for c in pod["initContainers"] + pod["containers"]:
+        assert [e for e in c["env"] if e["name"] == "AMD_VISIBLE_DEVICES"] == [{"name": "AMD_VISIBLE_DEVICES", "value": "none"}], c
