@@ -34,6 +34,7 @@ from .verdict import (
     FOREGROUND_DEMAND,
     GAMING_INTENT,
     GPU_LEASE_ACTIVE,
+    GPU_REQUEST_FORBIDDEN,
     JOB_REJECTED,
     MODEL_NOT_FOUND,
     MODEL_NODE_UNKNOWN,
@@ -209,6 +210,20 @@ def _spec_changed(world: World, s: Subject, now: datetime) -> Hit | None:
     return None
 
 
+def _gpu_template(world: World, s: Subject, now: datetime) -> Hit | None:
+    """A live or suspended attempt whose CronJob's template the GPU guard refuses now: a release
+    with a stricter guard (a trial upgrading found the Jobs the older one admitted under such
+    templates running on), or the template changed to one. Its Job may reach the node's GPUs:
+    stopping is fail-safe, so it is cancelled (admission is already Blocked by the template)."""
+    spec = s.backfill.spec
+    if s.attempt is None or spec is None:
+        return None
+    t = world.templates.get((s.backfill.namespace, spec.template_ref))
+    if t is not None and t.problem is not None and t.problem[0] == GPU_REQUEST_FORBIDDEN:
+        return Hit(GPU_REQUEST_FORBIDDEN, t.problem[1], t.pos)
+    return None
+
+
 def _model_gone(world: World, s: Subject, now: datetime) -> Hit | None:
     if not s.state.exists:
         return Hit(MODEL_NOT_FOUND, f"Model {s.backfill.namespace}/{s.model} not found", world.position)
@@ -291,6 +306,7 @@ CONDITIONS: tuple[Condition, ...] = (
     Condition(DELETED, _deleted, cancels=True, gates=False, wakes={ev.BackfillDeleting: own}, ends_suspended=True),
     Condition(SUSPENDED, _suspended, cancels=True, gates=False, wakes={ev.BackfillApplied: own}, ends_suspended=True),
     Condition(SPEC_CHANGED, _spec_changed, cancels=True, gates=False, wakes={ev.BackfillApplied: own}, ends_suspended=True),
+    Condition(GPU_REQUEST_FORBIDDEN, _gpu_template, cancels=True, gates=False, wakes={ev.CronJobSeen: of_template}, ends_suspended=True),
     # A running attempt's Model that is deleted is not Ready (below); a suspended one's is gone.
     Condition(MODEL_NOT_FOUND, _model_gone, cancels=False, gates=False, wakes=_MODEL_EVENTS, ends_suspended=True),
     Condition(MODEL_NOT_READY, _model_not_ready, cancels=True, gates=True, wakes=_MODEL_EVENTS),

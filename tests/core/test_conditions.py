@@ -40,7 +40,7 @@ def test_every_verdict_an_event_changes_is_among_the_keys_affected_names(script)
 def test_the_table_asks_in_the_seed_cancel_order_and_names_known_reasons():
     cancel_order = [c.reason for c in CONDITIONS if c.cancels]
     assert cancel_order == [
-        verdict.DELETED, verdict.SUSPENDED, verdict.SPEC_CHANGED, verdict.MODEL_NOT_READY, verdict.NODE_CHANGED,
+        verdict.DELETED, verdict.SUSPENDED, verdict.SPEC_CHANGED, verdict.GPU_REQUEST_FORBIDDEN, verdict.MODEL_NOT_READY, verdict.NODE_CHANGED,
         verdict.GAMING_INTENT, verdict.GPU_LEASE_ACTIVE, verdict.FOREGROUND_DEMAND, verdict.CONCURRENT_BACKFILL,
     ]  # fmt: skip
     assert [c.reason for c in CONDITIONS if c.gates] == [
