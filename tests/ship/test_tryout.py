@@ -78,6 +78,12 @@ def test_readme_tryout_block_applies_the_crds_and_makes_the_example_model_ready(
             "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}},
         }
         batch.create_namespaced_job(ns, job)
+        # ... and named in the ModelBackfill's status, as the controller does (the block reads
+        # status.jobName: a trial's `get jobs | head -n 1` picked an older, completed Job)
+        co.patch_namespaced_custom_object_status(
+            "ai.flexinfer", "v1alpha2", ns, "modelbackfills", "model-eval-gemma4-5930k", {"status": {"jobName": "model-eval-gemma4-5930k-1"}}
+        )
+        batch.create_namespaced_job(ns, {**job, "metadata": {"name": "an-older-job"}})  # not the one the block marks
         for command in readme_tryout_commands("try-out-job"):
             command = command.replace(NS, ns)
             proc = subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
@@ -87,6 +93,7 @@ def test_readme_tryout_block_applies_the_crds_and_makes_the_example_model_ready(
         status = batch.read_namespaced_job_status("model-eval-gemma4-5930k-1", ns).status
         assert status.succeeded == 1 and status.completion_time is not None
         assert {(c.type, c.status) for c in status.conditions} == {("SuccessCriteriaMet", "True"), ("Complete", "True")}
+        assert batch.read_namespaced_job_status("an-older-job", ns).status.succeeded is None
     finally:  # a Ready Model would let another test's controller (all namespaces) act on the example
         for kind in ("modelbackfill", "model", "job"):
             subprocess.run(["kubectl", "-n", ns, "delete", kind, "--all", "--wait=false"], env=env, capture_output=True, timeout=60)
