@@ -41,20 +41,26 @@ def _foreign_job(kube, backfill: str, name: str, owned: bool = True) -> None:
     kube.batch.create_namespaced_job(kube.ns, body)
 
 
+def _running(kube, start_controller, node: str):
+    """The declaration ``mbf`` (idleFor 2s) on a Ready Model on ``node``, its own Job admitted and
+    running; returns ``(controller, job name)``."""
+    kube.cronjob("model-eval-gauntlet")
+    kube.model("gemma", node=node)
+    kube.backfill("mbf", idleFor="2s")
+    controller = start_controller()
+    own = wait_for(lambda: next(iter(kube.jobs()), None), timeout=20, what="the declaration's own Job")
+    kube.run_job(own.metadata.name)
+    wait_for(lambda: kube.status("mbf").get("phase") == "Running", timeout=10, what="Running")
+    return controller, own.metadata.name
+
+
 def _events_of(controller, cls) -> list:
     rows = list(controller.events.read(0))
     return [e for e in decode_many([(r.type, r.version, r.data) for r in rows]) if isinstance(e, cls)]
 
 
 def test_a_job_the_log_does_not_explain_is_deleted_and_its_own_job_is_not(kube, start_controller):
-    kube.cronjob("model-eval-gauntlet")
-    kube.model("gemma", node="node-unexplained")
-    kube.backfill("mbf", idleFor="2s")
-    controller = start_controller()
-    own = wait_for(lambda: next(iter(kube.jobs()), None), timeout=20, what="the declaration's own Job")
-    own_name = own.metadata.name
-    kube.run_job(own_name)
-    wait_for(lambda: kube.status("mbf").get("phase") == "Running", timeout=10, what="Running")
+    controller, own_name = _running(kube, start_controller, "node-unexplained")
 
     _foreign_job(kube, "mbf", "mbf-restored-7")
     wait_for(lambda: kube.job("mbf-restored-7") is None, timeout=10, what="the unexplained Job deleted")
@@ -120,14 +126,7 @@ def test_our_job_with_its_owner_reference_removed_is_still_cancelled(kube, start
     foreground demand would not have stopped it: a restarted replica's list did not find it and
     took it for gone (the attempt ended, its Job running). Its label and the uid the log knows
     keep it the attempt's Job: after the restart a lastActiveTime bump deletes it."""
-    kube.cronjob("model-eval-gauntlet")
-    kube.model("gemma", node="node-unexplained-4")
-    kube.backfill("mbf", idleFor="2s")
-    first = start_controller()
-    own = wait_for(lambda: next(iter(kube.jobs()), None), timeout=20, what="the declaration's own Job")
-    name = own.metadata.name
-    kube.run_job(name)
-    wait_for(lambda: kube.status("mbf").get("phase") == "Running", timeout=10, what="Running")
+    first, name = _running(kube, start_controller, "node-unexplained-4")
     kube.batch.patch_namespaced_job(name, kube.ns, [{"op": "remove", "path": "/metadata/ownerReferences"}])
     assert not kube.job(name).metadata.owner_references
     first.stop()
@@ -147,14 +146,7 @@ def test_our_job_with_its_name_label_removed_is_still_followed_and_cancelled(kub
     with its Job running, a second attempt was admitted on the same model, and foreground demand
     cancelled only that one. Jobs are watched unselected (the ownerReference decides); a list
     finds a Job the log knows by its uid. Demand deletes it, through a restart too."""
-    kube.cronjob("model-eval-gauntlet")
-    kube.model("gemma", node="node-unexplained-5")
-    kube.backfill("mbf", idleFor="2s")
-    first = start_controller()
-    own = wait_for(lambda: next(iter(kube.jobs()), None), timeout=20, what="the declaration's own Job")
-    name = own.metadata.name
-    kube.run_job(name)
-    wait_for(lambda: kube.status("mbf").get("phase") == "Running", timeout=10, what="Running")
+    first, name = _running(kube, start_controller, "node-unexplained-5")
     kube.batch.patch_namespaced_job(name, kube.ns, {"metadata": {"labels": {"modelbackfill.ai.flexinfer/name": None}}})
     import time
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 from backfill.core import events as ev
 from backfill.core.projector import decide, fold
@@ -85,3 +86,15 @@ def run_rows_of(log: Log) -> list:
         for r in run_rows(before, world, e):
             rows[r.identity] = r
     return [rows[k] for k in sorted(rows)]
+
+
+def running(idle: float = 600.0) -> tuple[Log, Any]:
+    """The builders' declaration (idleFor 10m) admitted at ``idle`` seconds, its Job created and
+    running (uid ``uid-<job name>``); returns ``(log, the Admit)``."""
+    from backfill.core.commands import Admit
+
+    log = Log().ready(0).cronjob(0).apply(0)
+    admit = next(c for c in log.decide(idle) if isinstance(c, Admit))
+    log.admit(admit, idle)
+    log.job("JobCreated", admit.job_name, idle).job("JobRunning", admit.job_name, idle)
+    return log, admit

@@ -5,25 +5,17 @@ upgrading to a release with a stricter guard found the Jobs the older one had ad
 
 from __future__ import annotations
 
-from backfill.core.commands import Admit, Cancel
+from backfill.core.commands import Cancel
 from backfill.core.projector import affected
 
-from .builders import NS, TEMPLATE, Log
+from .builders import NS, TEMPLATE, running
 
 KEY = (NS, "b")
 IDLE = 600.0  # the builders' declaration: idleFor 10m
 
 
-def _running() -> tuple[Log, Admit]:
-    log = Log().ready(0).cronjob(0).apply(0)
-    admit = next(c for c in log.decide(IDLE) if isinstance(c, Admit))
-    log.admit(admit, IDLE)
-    log.job("JobCreated", admit.job_name, IDLE).job("JobRunning", admit.job_name, IDLE)
-    return log, admit
-
-
 def test_a_running_attempt_whose_template_is_refused_now_is_cancelled():
-    log, admit = _running()
+    log, admit = running(IDLE)
     gpu = {**TEMPLATE, "spec": {"template": {"metadata": {"annotations": {"nvidia.cdi.k8s.io/gpu": "nvidia.com/gpu=all"}},
                                               "spec": {"containers": [{"name": "c"}]}}}}  # fmt: skip
     log.cronjob(IDLE + 5, template=gpu)
@@ -35,7 +27,7 @@ def test_a_running_attempt_whose_template_is_refused_now_is_cancelled():
 
 
 def test_a_template_the_guard_accepts_cancels_nothing():
-    log, _ = _running()
+    log, _ = running(IDLE)
     fine = {**TEMPLATE, "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "busybox:2"}]}}}}
     log.cronjob(IDLE + 5, template=fine)
     assert not [c for c in log.decide(IDLE + 6) if isinstance(c, Cancel)]

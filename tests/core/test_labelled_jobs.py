@@ -8,25 +8,17 @@ the uid the log knows for it: ours, still cancelled; anybody else's, left alone.
 from __future__ import annotations
 
 from backfill.core import events as ev
-from backfill.core.commands import Admit, Cancel, DeleteJob
+from backfill.core.commands import Cancel, DeleteJob
 
-from .builders import NS, Log, t
+from .builders import NS, running, t
 
 KEY = (NS, "b")
 IDLE = 600.0  # the builders' declaration: idleFor 10m
 
 
-def _running() -> tuple[Log, str]:
-    log = Log().ready(0).cronjob(0).apply(0)
-    admit = next(c for c in log.decide(IDLE) if isinstance(c, Admit))
-    log.admit(admit, IDLE)
-    log.add(ev.JobCreated(at=t(IDLE + 0.1), namespace=NS, backfill="b", name=admit.job_name, uid="X"))
-    log.add(ev.JobRunning(at=t(IDLE + 1), namespace=NS, backfill="b", name=admit.job_name, uid="X"))
-    return log, admit.job_name
-
-
 def test_a_foreign_job_with_only_the_label_is_neither_unexplained_nor_the_attempts():
-    log, job = _running()
+    log, admit = running(IDLE)
+    job, uid = admit.job_name, f"uid-{admit.job_name}"
     before = log.world.backfills[KEY]
     log.add(ev.JobCreated(at=t(IDLE + 2), namespace=NS, backfill="b", name="labelled-foreign", uid="F", owned=False))
     log.add(ev.JobSucceeded(at=t(IDLE + 3), namespace=NS, backfill="b", name=job, uid="F", owned=False))  # our Job's name, another uid
@@ -39,12 +31,13 @@ def test_a_foreign_job_with_only_the_label_is_neither_unexplained_nor_the_attemp
 
 
 def test_our_job_with_its_owner_reference_removed_is_still_cancelled_and_followed():
-    log, job = _running()
-    log.add(ev.JobRunning(at=t(IDLE + 1), namespace=NS, backfill="b", name=job, uid="X", owned=False))  # the patch
+    log, admit = running(IDLE)
+    job, uid = admit.job_name, f"uid-{admit.job_name}"
+    log.add(ev.JobRunning(at=t(IDLE + 1), namespace=NS, backfill="b", name=job, uid=uid, owned=False))  # the patch
     log.request(IDLE + 30)
     (cancel,) = [c for c in log.decide(IDLE + 30.1) if isinstance(c, Cancel)]
     assert (cancel.job_name, cancel.reason) == (job, "ForegroundDemand")
     log.cancel(cancel, IDLE + 30.1)
-    log.add(ev.JobDeleted(at=t(IDLE + 31), namespace=NS, backfill="b", name=job, uid="X", owned=False))
+    log.add(ev.JobDeleted(at=t(IDLE + 31), namespace=NS, backfill="b", name=job, uid=uid, owned=False))
     a = log.world.backfills[KEY].attempt
     assert (a.result, a.end_reason) == ("preempted", "ForegroundDemand")
