@@ -757,6 +757,10 @@ class _Window:
         from .core.audit import trail_entry
 
         seen: dict[int, tuple[str, datetime]] = {}  # position -> (type, time): the causes
+
+        def cause(cause_position: int | None) -> tuple[str | None, datetime | None]:
+            return seen.get(cause_position, (None, None))  # type: ignore[arg-type]
+
         n = 0
         for batch in batches:
             held = [pair for pair in batch if pair[0] <= upto]
@@ -765,7 +769,7 @@ class _Window:
             for position, e in held:
                 seen[position] = (e.type, e.at)
                 if position in inside:
-                    entry = trail_entry(position, e, lambda c: seen.get(c, (None, None)))  # type: ignore[arg-type]
+                    entry = trail_entry(position, e, cause)
                     if entry is not None:
                         self.unchecked.append(entry)
             if not batch or batch[-1][0] >= upto:

@@ -222,7 +222,7 @@ def gpu_requests(job_template: Mapping[str, Any]) -> list[str]:
                 value = entry.get("value")
                 if entry.get("valueFrom") is not None or str(value or "").strip().lower() not in ("", "void", "none"):
                     shown = " from valueFrom" if entry.get("valueFrom") is not None else f"={value}"
-                    found.append(f"{who}: env {entry.get('name')}{shown} (the {runtime} container runtime exposes these GPUs)")
+                    found.append(f"{who}: env {env_name}{shown} (the {runtime} container runtime exposes these GPUs)")
     return found
 
 
@@ -263,7 +263,8 @@ MAX_GRACE_SECONDS = 4
 #: copied into the Job unchanged).
 CDI_ANNOTATION_DOMAIN = "cdi.k8s.io"
 #: Container env names a GPU container runtime reads as the GPUs to expose -> the runtime
-#: (``NVIDIA_VISIBLE_DEVICES`` is also forced to ``void``; the AMD one is refused, not forced).
+#: (refused in a template or ``spec.env``, and forced in every container by :func:`build_job`:
+#: ``void`` and ``none``, which win over an image's value or an ``envFrom``).
 DEVICE_ENVS = {GPU_DEVICES_ENV: "NVIDIA", AMD_DEVICES_ENV: "AMD"}
 #: Where the NVIDIA container runtime with ``accept-nvidia-visible-devices-as-volume-mounts``
 #: reads mounts as the GPUs to expose (an adversarial trial: ``.../all`` was admitted).

@@ -130,7 +130,8 @@ def _duration(raw: Mapping[str, Any], field: str, default: float) -> float | Spe
         # Only a literal 0 is meaningful without a unit (Go accepts "0").
         if value == 0:
             return default
-        return SpecProblem(INVALID_SPEC, f"spec.{field} {shown(value)} needs a unit, e.g. '{shown(value)}s'")
+        text = shown(value)
+        return SpecProblem(INVALID_SPEC, f"spec.{field} {text} needs a unit, e.g. '{text}s'")
     try:
         seconds = parse_duration(value)
     except DurationError as exc:
