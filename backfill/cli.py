@@ -46,7 +46,15 @@ def _version(value: bool) -> None:
     if value:
         from . import __version__
 
+        from .store.migrate import head_revision
+        from .store.projection import code_version
+
+        # The release's version alone did not tell an operator what an upgrade does to the
+        # store (a regression trial: 0.1.0 for every release): the snapshot code version (a
+        # change refolds the log, and refuses a pruned one: README, The database) and the newest
+        # schema revision (backfill db upgrade).
         print(f"backfill {__version__}")
+        print(f"snapshot code version {code_version()}, database schema revision {head_revision()}")
         raise typer.Exit(0)
 
 
@@ -922,6 +930,9 @@ def db_prune(
             from .store import projection
 
             version = code_version or projection.code_version()
+            typo = _snapshot_typo(conn, snapshot, default=projection.PROJECTION)
+            if typo:
+                raise CLIError(f"db prune: {typo} in schema {schema}: nothing dropped")
             # This release's own projection: only a snapshot it can start from covers.
             readable = projection.readable if (snapshot, version) == (projection.PROJECTION, projection.code_version()) else None
             result = prune(conn, cut, snapshot=snapshot, code_version=version, export=export, readable=readable)  # type: ignore[arg-type]
@@ -948,6 +959,20 @@ def db_prune(
     )
     if result.stopped:
         out.print(f"kept the rest: {result.stopped}", highlight=False, soft_wrap=True)
+
+
+def _snapshot_typo(conn: Any, name: str, *, default: str) -> str | None:
+    """Why ``db prune --snapshot NAME`` names no snapshot that ever existed, or None. A typo
+    there made a scheduled prune say "nothing to prune" and exit 0 forever. The default name is
+    never a typo (a new install has no snapshot yet), nor is a code version with none yet (a
+    pinned ``--code-version`` of a release still to start: "nothing to prune", exit 0).
+    ``conn``: a psycopg connection on the store's schema."""
+    if name == default:
+        return None
+    names = sorted(r[0] for r in conn.execute("SELECT DISTINCT name FROM snapshots"))
+    if name in names:
+        return None
+    return f"no snapshot named {name!r} (names: {', '.join(map(repr, names)) or 'none yet'})"
 
 
 @db_app.command("restore")
@@ -1164,7 +1189,16 @@ def db_shell(
 
     if shutil.which("psql") is None:
         raise CLIError("psql is not installed (Debian: apt-get install postgresql-client)")
-    url, _ = _store(database_url, schema, probe=True)
+    url, engine = _store(database_url, schema, probe=True)
+    try:
+        with engine.connect() as conn:
+            exists = conn.exec_driver_sql("SELECT to_regnamespace(%(s)s) IS NOT NULL", {"s": schema}).scalar()
+    except Exception:  # noqa: BLE001 - only a note: psql says the rest
+        exists = True
+    finally:
+        engine.dispose()
+    if not exists:  # a trial: a misspelt --schema opened psql on an empty search_path, silently
+        err.print(f"note: schema {schema} does not exist in this database (\\dn lists the schemas)", highlight=False, markup=False, soft_wrap=True)
     env = dict(os.environ, PGOPTIONS=f"-c search_path={schema}")
     raise typer.Exit(subprocess.run(["psql", _libpq_url(url)], env=env).returncode)
 

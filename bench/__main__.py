@@ -171,7 +171,12 @@ def main(argv: list[str] | None = None) -> int:
             except (Exception, SystemExit) as exc:  # noqa: BLE001 - one failed group must not hide the others
                 traceback.print_exc()
                 failed.append(g)
-                got = [Row(f"{g}: FAILED", None, "s", note=f"{type(exc).__name__}: {exc}".splitlines()[0])]
+                # Where it failed too (the innermost frame of the bench's own code), so that the
+                # table alone says which step: a full run's "store: FAILED" on a statement timeout
+                # did not say which statement.
+                where = [f for f in traceback.extract_tb(exc.__traceback__) if "/bench/" in f.filename.replace("\\", "/")]
+                at = f" (at {Path(where[-1].filename).name}:{where[-1].lineno}, {where[-1].name})" if where else ""
+                got = [Row(f"{g}: FAILED", None, "s", note=f"{type(exc).__name__}: {exc}".splitlines()[0] + at)]
             rows += got
             err.print(f"[dim]bench: {g} done in {time.monotonic() - t:.1f} s[/dim]")
     finally:

@@ -29,7 +29,14 @@ def test_version_is_the_projects():
 
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     proc = _run("--version")
-    assert proc.returncode == 0 and proc.stdout.strip() == f"backfill {version}"
+    assert proc.returncode == 0, proc.stderr
+    first, second = proc.stdout.strip().splitlines()
+    assert first == f"backfill {version}"
+    # the snapshot code version starts with the state version; the revision is the newest file's
+    from backfill.core.state import STATE_VERSION
+
+    newest = sorted(p.name.split("_")[0] for p in (ROOT / "migrations").glob("[0-9]*_*.py"))[-1]
+    assert second.startswith(f"snapshot code version {STATE_VERSION}-") and second.endswith(f", database schema revision {newest}"), second
 
 
 def _commands() -> dict[str, object]:

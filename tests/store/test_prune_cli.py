@@ -88,6 +88,20 @@ def test_prune_exports_and_drops_covered_partitions_and_keeps_runs(pg_schema, pg
     assert "no snapshot 'projection' of code version 'v2'" in _nothing_line(capsys)
 
 
+def test_a_snapshot_name_that_never_existed_is_an_error_not_nothing_to_prune(pg_schema, pg_engine, capsys) -> None:
+    """A regression trial: ``db prune --snapshot nosuch`` printed "nothing to prune" and exited 0,
+    so a scheduled prune with a typo would never prune and never say so."""
+    _, schema = pg_schema
+    store = EventStore(pg_engine, partition_size=10)
+    store.append([record(f"e/{i}") for i in range(25)])
+    store.save_snapshot(PROJECTION, 25, code_version(), _snapshot_at(25))
+    assert _prune(pg_schema, "--before", LATER, "--snapshot", "projecton") == 2
+    assert _one_error_line(capsys) == (
+        f"backfill: error: db prune: no snapshot named 'projecton' (names: 'projection') in schema {schema}: nothing dropped"
+    )
+    assert store.count() == 25 and store.first_position() == 1
+
+
 @pytest.mark.parametrize("target", ["notes", "fifo", "directory", "no-directory"])
 def test_an_export_target_that_is_no_export_is_refused_before_anything_is_dropped(pg_schema, pg_engine, tmp_path: Path, capsys, target) -> None:
     """A day-2 trial: ``--export notes.txt`` (a file of the operator's) got the rows appended after
