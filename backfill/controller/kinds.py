@@ -100,8 +100,10 @@ def _job_vanished(ns: str, name: str, uid: str, now: datetime, rv: str) -> Pair:
 
 
 def _known_jobs(world: World) -> list[Known]:
-    """Live attempts whose Job was observed, suspended ones (their Job still exists, issue 11)
-    and the unexplained Jobs being deleted, as (namespace, "backfill/job", job uid)."""
+    """Live attempts whose Job was observed, suspended ones (their Job still exists, issue 11),
+    an ended attempt's finished Job status still names (a deletion while unwatched clears the
+    name: :attr:`backfill.core.state.Attempt.job_gone`) and the unexplained Jobs being deleted,
+    as (namespace, "backfill/job", job uid)."""
     out = [
         (ns, f"{name}/{a.job_name}", a.job_uid)
         for (ns, name), a in world.live.items()
@@ -109,7 +111,7 @@ def _known_jobs(world: World) -> list[Known]:
     ]
     for (ns, name), b in world.backfills.items():  # a relist is rare: a scan is fine
         a = b.attempt
-        if a is not None and a.suspended:
+        if a is not None and (a.suspended or (a.kept_job and a.job_uid)):
             out.append((ns, f"{name}/{a.job_name}", a.job_uid))
         out.extend((ns, f"{name}/{job}", uid) for job, uid in b.unexplained)
     return out

@@ -437,6 +437,13 @@ def _unexplained(w: World, e: ev._JobEvent, pos: int) -> World:
     if b is None or not e.owned:
         return _at(w, pos)  # not a known backfill's, or only labelled as one: somebody else's
     listed = any(name == e.name for name, _ in b.unexplained)
+    if type(e) is ev.JobTerminating and not listed:
+        # Being deleted, and not listed: its JobCreated (always translated before it, keyed by
+        # the uid) was folded already and explained then: an earlier attempt's finished Job
+        # that ``ttlSecondsAfterFinished`` or a hand deletes (a new user's trial: such a
+        # deletion was warned of as a Job "not in the event log", deleted again, and held the
+        # admissions until it was gone).
+        return _at(w, pos)
     if isinstance(e, _JOB_OVER):
         if not listed:
             return _at(w, pos)
@@ -504,6 +511,12 @@ def _fold_job_failed(w: World, e: ev.JobFailed, pos: int) -> World:
 def _fold_job_deleted(w: World, e: ev.JobDeleted, pos: int) -> World:
     found = _job_attempt(w, e)
     if found is None:  # also an ended attempt's (its Job's end is folded once)
+        b = w.backfills.get((e.namespace, e.backfill))
+        a = b.attempt if b is not None else None
+        if a is not None and a.kept_job and e.uid and e.uid == a.job_uid and e.name == a.job_name:
+            # The ended attempt's own Job deleted afterwards (a new user's trial: status.jobName
+            # still named a Job that no longer existed).
+            return _put_attempt(w, b, a._replace(job_gone=True), pos)
         return _unexplained(w, e, pos)
     b, a = found
     if not e.uid and a.job_uid:

@@ -126,6 +126,11 @@ class Template(NamedTuple):
     unstorable: str = ""  # CronJobSeen.unstorable: a NUL was replaced (then problem is InvalidTemplate)
 
 
+#: Attempt results whose Job the controller leaves in place (it ran to its end): see
+#: :attr:`Attempt.kept_job`.
+FINISHED = frozenset(("succeeded", "failed", "deadline_exceeded"))
+
+
 class Attempt(NamedTuple):
     """One admitted attempt of a backfill.
 
@@ -149,6 +154,9 @@ class Attempt(NamedTuple):
     segment) that nothing explained yet: a stale status from before the resume took effect, or
     our re-suspend whose cause and decision reach the log after it; a suspending decision of that
     segment folded later ends the segment with it. Cleared by the observed resume.
+    ``job_gone``: the ended attempt's Job (its uid) was observed deleted afterwards
+    (``ttlSecondsAfterFinished``, a hand's delete): status no longer names it (README:
+    ``status.jobName`` names the attempt's Job while it exists).
     """
 
     number: int
@@ -184,12 +192,20 @@ class Attempt(NamedTuple):
     first_admitted_at: datetime | None = None
     resumable: bool = False
     seen_suspended: Any = None
+    job_gone: bool = False
 
     @property
     def live(self) -> bool:
         """True while the attempt owns (or may own) a running Job: Starting, Running, Cancelling
         or Suspending (a Suspended attempt's Job runs nothing)."""
         return self.lifecycle in LIVE
+
+    @property
+    def kept_job(self) -> bool:
+        """True while the ended attempt's Job is left in place (it succeeded, failed or passed
+        its deadline: the controller deletes only what it cancels) and was not observed gone
+        since: status names it, a relist looks for it."""
+        return self.lifecycle == IDLE and self.result in FINISHED and not self.job_gone
 
     @property
     def suspended(self) -> bool:

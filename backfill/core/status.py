@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from .state import BackfillState, World
+from .state import FINISHED, BackfillState, World
 from .verdict import Verdict
 from .timefmt import rfc3339
 
@@ -42,9 +42,10 @@ def status_from_verdict(world: World, b: BackfillState, verdict: Verdict) -> dic
     node = a.node if a is not None and a.live else (m.node if m is not None else "")
     job = ""
     started = None
-    if a is not None and (a.live or a.suspended or a.result in ("succeeded", "failed", "deadline_exceeded")):
-        job = a.job_name  # the Job still exists (a suspended one too): it was not deleted
-        started = a.started_at or a.created_at  # like jobName: cleared with a cancelled attempt
+    if a is not None and (a.live or a.suspended or a.result in FINISHED):
+        # the Job still exists (a suspended one too, a finished one until observed gone)
+        job = a.job_name if not a.job_gone else ""
+        started = a.started_at or a.created_at  # cleared with a cancelled attempt, as jobName
     completion = b.succeeded_at if verdict.phase == "Succeeded" else None
     ready = verdict.phase in ("Running", "Succeeded")
     message = verdict.message

@@ -11,6 +11,7 @@ from __future__ import annotations
 from backfill.core import events as ev
 from backfill.core.commands import Admit, Cancel, CreateJob, DeleteJob
 from backfill.core.projector import decide, status_of
+from backfill.core.timefmt import rfc3339
 from backfill.core.verdict import UNEXPLAINED_JOB
 from backfill.controller.kinds import KINDS
 
@@ -101,3 +102,53 @@ def test_the_decision_for_other_backfills_is_unchanged():
     log.add(ev.JobCreated(at=t(5), namespace=NS, backfill="b", name="b-zzz-7", uid="foreign"))
     admits = [c.key for c in decide(log.world, t(IDLE + 1)) if isinstance(c, Admit)]
     assert admits == [(NS, "c")]
+
+
+def _finished_then_next(log: Log):
+    """Attempt 1 succeeded (its Job kept), then attempt 2 admitted after the cooldown and
+    running; returns (attempt 1's Admit, attempt 2's Admit)."""
+    first = next(c for c in log.decide(IDLE) if isinstance(c, Admit))
+    log.admit(first, IDLE).job("JobCreated", first.job_name, IDLE + 1).job("JobRunning", first.job_name, IDLE + 2)
+    log.job("JobSucceeded", first.job_name, IDLE + 60)
+    assert log.world.backfills[KEY].attempt.result == "succeeded"
+    later = IDLE + 60 + 3600 + 1  # past repeatAfter 1h
+    second = next(c for c in log.decide(later) if isinstance(c, Admit))
+    assert second.job_name != first.job_name
+    log.admit(second, later).job("JobCreated", second.job_name, later + 1).job("JobRunning", second.job_name, later + 2)
+    return first, second, later
+
+
+def test_an_earlier_attempts_finished_job_being_deleted_is_not_unexplained():
+    """A new user's trial: deleting attempt 1's succeeded Job (its ``deletionTimestamp``, as
+    ``ttlSecondsAfterFinished`` or a hand's delete sets it) while attempt 2 ran was warned of as
+    a Job "not in the event log", deleted again, and held the admissions until it was gone."""
+    log = Log().ready(0).cronjob(0).apply(0, repeatAfter="1h")
+    first, second, later = _finished_then_next(log)
+    log.job("JobTerminating", first.job_name, later + 5)
+    assert _unexplained(log) == ()
+    cmds = log.decide(later + 6)
+    assert _deletes(cmds) == [] and not [c for c in cmds if isinstance(c, Cancel)]
+    log.job("JobDeleted", first.job_name, later + 7)
+    assert _unexplained(log) == () and log.world.backfills[KEY].attempt.job_name == second.job_name
+    # a Job listed as unexplained stays listed while it terminates, until it is gone
+    log.add(ev.JobCreated(at=t(later + 8), namespace=NS, backfill="b", name="b-zzz-7", uid="foreign"))
+    log.add(ev.JobTerminating(at=t(later + 9), namespace=NS, backfill="b", name="b-zzz-7", uid="foreign"))
+    assert _unexplained(log) == (("b-zzz-7", "foreign"),)
+
+
+def test_status_stops_naming_a_finished_job_once_it_is_deleted():
+    """A new user's trial: after the Succeeded Job was deleted status.jobName still named it
+    (README: it names the attempt's Job while it exists); startedAt still says when the run began."""
+    log = Log().ready(0).cronjob(0).apply(0, repeatAfter="1h")
+    first = next(c for c in log.decide(IDLE) if isinstance(c, Admit))
+    log.admit(first, IDLE).job("JobCreated", first.job_name, IDLE + 1).job("JobRunning", first.job_name, IDLE + 2)
+    log.job("JobSucceeded", first.job_name, IDLE + 60)
+    before = status_of(log.world, KEY, t(IDLE + 61))
+    assert before["phase"] == "Succeeded" and before["jobName"] == first.job_name
+    log.job("JobTerminating", first.job_name, IDLE + 62).job("JobDeleted", first.job_name, IDLE + 63)
+    after = status_of(log.world, KEY, t(IDLE + 64))
+    assert after["phase"] == "Succeeded" and after["jobName"] is None
+    assert after["startedAt"] == before["startedAt"] == rfc3339(t(IDLE + 2))
+    # a relist looks for the kept Job while status names it, not once it is gone
+    job_kind = next(k for k in KINDS if k.name == "job")
+    assert all(name != f"b/{first.job_name}" for _, name, _ in job_kind.known(log.world))
