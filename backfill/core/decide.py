@@ -9,7 +9,7 @@ and computes the idle window.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Iterable
 
 from .commands import (
@@ -297,13 +297,22 @@ def decide(
         status: also emit a :class:`WriteStatus` per backfill considered.
 
     Returns:
-        Commands in a deterministic order: backfills sorted by key; per backfill an unblock
-        first, then its action, then its status, then a :class:`WakeAt` if the verdict can
-        change by time alone.
+        Commands in a deterministic order: backfills least recently admitted first (never
+        admitted first of all), ties by key; per backfill an unblock first, then its action,
+        then its status, then a :class:`WakeAt` if the verdict can change by time alone.
+
+    The order decides which of several declarations due at once on one Model or node is
+    admitted (the first reserves the slot, :func:`backfill.core.conditions._concurrent`): by key
+    alone the same one won every time both were due together (both idle windows restart at
+    the same foreground request), and the other could starve (a new user's trial).
     """
     out: list[Command] = []
     reserved: dict = {}
-    for key in sorted(world.backfills if keys is None else set(keys)):
+    order = sorted(world.backfills if keys is None else set(keys))
+    if len(order) > 1:
+        backfills = world.backfills
+        order.sort(key=lambda k: _last_admitted(backfills.get(k)))  # stable: ties stay in key order
+    for key in order:
         v = evaluate(world, key, now, reserved)
         if v is None:
             continue
@@ -313,6 +322,16 @@ def decide(
         if v.wake_at is not None:
             out.append(WakeAt(key, v.wake_at))
     return out
+
+
+_NEVER = datetime.min.replace(tzinfo=timezone.utc)
+
+
+def _last_admitted(b: BackfillState | None) -> datetime:
+    """When ``b``'s latest attempt (or segment) was admitted, UTC; the earliest time when it
+    never was (or is unknown)."""
+    a = b.attempt if b is not None else None
+    return a.admitted_at if a is not None else _NEVER
 
 
 def status_of(world: World, key: Key, now: datetime) -> dict[str, Any] | None:
