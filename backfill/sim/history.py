@@ -33,12 +33,18 @@ class History:
         job_seconds: running seconds of each succeeded run of the declaration.
         cancel_latencies: seconds from each foreground request that preempted an attempt to its
             Job being gone (``JobDeleted``), one per foreground preemption that completed.
+        stale_cancels: foreground preemptions left out of :attr:`cancel_latencies` because
+            their request is older than the Job (``JobCreated``): a late or stale report (a
+            router's ``lastActiveTime`` from before the Job existed; a new user's trial: one such
+            report 1.5 h old made the p95 "demand -> Job gone" 1h31m, and every row of the
+            recommendation used it), which measures the signal's delay, not the cancel's.
     """
 
     trace: Trace
     spec: Spec | None = None
     job_seconds: list[float] = field(default_factory=list)
     cancel_latencies: list[float] = field(default_factory=list)
+    stale_cancels: int = 0
 
     def measured_job(self) -> float | None:
         """Median running seconds of the succeeded runs, or None when there were none."""
@@ -75,10 +81,11 @@ def read_history(store: Any, namespace: str, *, backfill: str | None = None, mod
     job_seconds: list[float] = []
     cancels: dict[str, int] = {}  # job name -> position of the foreground request that preempted it
     deleted: dict[str, Any] = {}
+    created: dict[str, Any] = {}  # job name -> its JobCreated time
     if backfill is not None:
         applied = None
-        created: dict[str, Any] = {}  # job name -> creation (running seconds count from the Job's
-        running: dict[str, Any] = {}  # start, else its creation, as the runs projection does)
+        # running seconds count from the Job's start, else its creation, as the runs projection does
+        running: dict[str, Any] = {}  # job name -> its start
         for _, e in _events(store, f"backfill/{namespace}/{backfill}"):
             t = type(e)
             if t is ev.BackfillApplied:
@@ -114,11 +121,18 @@ def read_history(store: Any, namespace: str, *, backfill: str | None = None, mod
     if not requests:
         raise HistoryError(f"Model {namespace}/{model} has no foreground request in the log")
     requests.sort()
-    latencies = [
-        (deleted[job] - at_of[cause]).total_seconds() for job, cause in cancels.items() if job in deleted and cause in at_of
-    ]
+    latencies, stale = [], 0
+    for job, cause in cancels.items():
+        if job not in deleted or cause not in at_of:
+            continue
+        if job in created and at_of[cause] < created[job]:
+            stale += 1  # the request came before the Job existed: not a cancel latency
+            continue
+        latency = (deleted[job] - at_of[cause]).total_seconds()
+        if latency >= 0:
+            latencies.append(latency)
     trace = Trace(f"log {namespace}/{model}", {model: requests})
-    return History(trace, spec, job_seconds, [x for x in latencies if x >= 0])
+    return History(trace, spec, job_seconds, latencies, stale)
 
 
 @dataclass(frozen=True)
@@ -177,6 +191,7 @@ def from_log(store: Any, schema: str, targets: list[tuple[str, str, str]]) -> li
             + (f" (median {format_duration(job)})" if job is not None else "")
             + f"; {len(h.cancel_latencies)} foreground cancels measured"
             + (f" (p95 demand -> Job gone {format_duration(latency)})" if latency is not None else "")
+            + (f", {h.stale_cancels} left out (their request predates the Job: a late report)" if h.stale_cancels else "")
             if kind == "backfill" else f"{ns}/{name}: {len(reqs)} foreground requests"
         )
         if pruned:  # a day-2 trial: the retained history was read as if it were all of it
