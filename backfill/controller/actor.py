@@ -32,7 +32,7 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 import urllib3
@@ -568,7 +568,7 @@ class Actor:
         try:
             crash_point("admit/create-sent")
             created = self.batch.create_namespaced_job(ns, body, _request_timeout=self.timeout)
-            job_uid = created.metadata.uid
+            job_uid, created_at = created.metadata.uid, created.metadata.creation_timestamp
             crash_point("admit/create-answered")
         except ApiException as exc:
             if exc.status == 409:
@@ -580,7 +580,7 @@ class Actor:
                 if not controlled_by(existing.metadata, uid):
                     reject(409, "AlreadyExists", f"Job {job_name} exists and is not owned by this ModelBackfill", False)
                     return
-                job_uid = existing.metadata.uid
+                job_uid, created_at = existing.metadata.uid, existing.metadata.creation_timestamp
             else:
                 code = int(exc.status or 0)
                 reason, message = _status_of(exc)
@@ -591,7 +591,11 @@ class Actor:
         except Exception as exc:  # noqa: BLE001 - no response (timeout, connection): transient
             reject(0, type(exc).__name__, _first_line(exc), permanent=False)
             return
-        self._observed(ev.JobCreated(at=self.clock(), uid=job_uid, **common))
+        # The Job's creationTimestamp (whole seconds), as the watcher records it: whichever of
+        # the two reaches the log first, status.startedAt has one precision (a new user's trial
+        # saw both); the clock only when the answer has none.
+        at = created_at.astimezone(timezone.utc) if isinstance(created_at, datetime) and created_at.tzinfo is not None else self.clock()
+        self._observed(ev.JobCreated(at=at, uid=job_uid, **common))
         crash_point("admit/jobcreated-appended")
 
     # -- cancel / delete ----------------------------------------------------------------------

@@ -49,6 +49,10 @@ def test_seed_example_end_to_end(kube, start_controller):
     assert len(jobs) == 1
     job = jobs[0]
     assert re.fullmatch(r"model-eval-gemma-[0-9a-f]{6}-1", job.metadata.name)
+    # the Job's creationTimestamp, whichever of the actor and the watcher records it first (a new
+    # user's trial: status.startedAt had whole seconds or microseconds, depending on which did)
+    logged = wait_for(lambda: [e for e in _decisions(c, ev.JobCreated) if e.name == job.metadata.name], what="JobCreated logged")
+    assert [e.at for e in logged] == [job.metadata.creation_timestamp]
     owners = job.metadata.owner_references
     assert [(o.kind, o.name, o.uid, o.controller) for o in owners] == [("ModelBackfill", "model-eval-gemma", uid, True)]
     assert job.spec.active_deadline_seconds == 900
