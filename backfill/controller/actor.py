@@ -688,8 +688,16 @@ class Actor:
             self._event(ns, name, c.uid, c.reason, f"cancelled attempt {c.attempt} before its Job {c.job_name} was created: {c.message}", "Warning")
             return
         if error is not None:
-            log.error(f"{'suspending' if c.suspend else 'deleting'} Job {c.job_name} failed (re-issued): {error}", extra=extra)
+            # Not "cancelled": the call did not go through (a fault trial read "failed
+            # (re-issued)" then "cancelled attempt N" and no re-send followed).
+            log.error(
+                f"{'suspending' if c.suspend else 'deleting'} Job {c.job_name} failed, sent again while this replica leads: {error}",
+                extra=extra,
+            )
             self._preempt_failed(c.key)
+            log.info(f"cancelling attempt {c.attempt} ({c.reason}), its Job {c.job_name} not {'suspended' if c.suspend else 'deleted'} yet: {c.message}", extra=extra)
+            self._event(ns, name, c.uid, c.reason, f"cancelling Job {c.job_name} (the call failed and is sent again): {c.message}", "Warning")
+            return
         if c.suspend:
             log.info(f"suspended attempt {c.attempt} segment {c.segment} ({c.reason}): {c.message}", extra=extra)
             self._event(ns, name, c.uid, c.reason, f"suspended Job {c.job_name} (completed indexes kept): {c.message}", "Warning")

@@ -215,7 +215,7 @@ class Preemptor:
             # Not leading: look again soon (a leadership gained is a sweep, see run_once).
             wait = 1.0 if self._acting else 0.2
             with self._lock:
-                if self._retry:
+                if self._retry and self._acting:  # not leading: due re-sends wait for the lease
                     wait = max(0.0, min(wait, min(self._retry.values()) - time.monotonic()))
             self.signal.wait(wait)
             self.signal.clear()
@@ -240,9 +240,11 @@ class Preemptor:
         with self._lock:
             keys, self._poked = self._poked, set()
             everything, self._poke_all = self._poke_all, False
+            # Due re-sends stay registered until this replica may act (below): a retry that fell
+            # due while the lease had lapsed was dropped, and once the lease was regained nothing
+            # re-sent the DELETE (its cancel in flight, filtered out) until the store returned (a
+            # fault trial: the Job ran on for 80 s with the leader back).
             again = {k for k, at in self._retry.items() if at <= mono}
-            for k in again:
-                del self._retry[k]
             rebuild = self._recorded_new
             self._recorded_new = False
             self._recorded = [(p, e) for p, e in self._recorded if p > durable.position]
@@ -268,10 +270,16 @@ class Preemptor:
         self._opt = opt
         if not self._can_act():
             # Not the leader: nothing is sent. What it observed meanwhile is not lost: the
-            # optimistic projection keeps it, and leadership gained re-checks every backfill.
+            # optimistic projection keeps it, leadership gained re-checks every backfill, and a
+            # failed cancel call's re-send stays due (:attr:`_retry`).
             self._acting = False
             self._sweep = []
             return []
+        if again:
+            with self._lock:
+                for k in again:
+                    if self._retry.get(k, mono + 1) <= mono:  # not re-registered meanwhile
+                        del self._retry[k]
         if everything or not self._acting:
             self._sweep = sorted(opt.backfills, reverse=True)
         self._acting = True

@@ -406,3 +406,53 @@ def test_a_cancel_that_failed_while_the_apiserver_was_away_goes_out_when_it_answ
     assert [e.reason for _, e in of_type(events, "AttemptCancelled")] == ["ForegroundDemand"]
     assert cluster_invariants(kube) == []
     assert_replay_clean(pg.url, schema)
+
+
+def test_a_failed_cancel_is_sent_again_when_the_leader_regains_its_lease_with_the_store_away(
+    kube: Kube, player: JobPlayer, controllers, proxy, tmp_path
+):
+    """A fault trial: PostgreSQL paused, the leader cut off from the apiserver just after a
+    renew, a demand reported to it: its DELETE failed, its lease lapsed, the re-send fell due
+    while it did not lead and was dropped; healed, the replica took its lease again and the Job
+    ran on (80 s) until PostgreSQL returned. One replica with leader election (FAST_SETTINGS:
+    lease 3 s, renew 1 s): the partition outlasts the lease, not the replica."""
+    pg, schema = controllers.pg, controllers.schema
+    token = tmp_path / "ingest-token"
+    token.write_text("t0ken\n")
+    declare(kube, [("bf", "gemma")])
+    proc = controllers(server=proxy.url, BACKFILL_INGEST_TOKEN_FILE=str(token)).start()
+    proc.wait_ready()
+    job = start_running(kube, player, "bf")
+
+    pg.pause()
+    try:
+        proxy.partition(drop=True)
+        try:
+            now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            body = json.dumps({"reports": [{"namespace": kube.ns, "model": "gemma", "time": now, "count": 1}]}).encode()
+            req = urllib.request.Request(f"http://{proc.address}/v1/foreground", data=body, method="POST", headers={
+                "Authorization": "Bearer t0ken", "Content-Type": "application/json"})  # fmt: skip
+            try:
+                with urllib.request.urlopen(req, timeout=10) as resp:
+                    answer = resp.status
+            except urllib.error.HTTPError as exc:
+                answer = exc.code
+            assert answer == 503, answer  # spooled, its cancel unanswered (or the lease already lapsed)
+            wait_for(lambda: _failed_deletes(proc.log_path, job) >= 1 or None, timeout=30, what=f"a failed DELETE of {job}")
+            # The failed call took two tries of the 2 s timeout: the replica stopped leading 2 s
+            # after its last renew (lease 3 s - renew 1 s); its re-send falls due 1 s after the
+            # failure, while it does not lead.
+            time.sleep(3)
+            assert kube.job(job) is not None  # nothing reached the apiserver meanwhile
+        finally:
+            proxy.heal()
+        seconds = timed(lambda: kube.job(job) is None, timeout=CANCEL_BOUND_SECONDS + 5,
+                        what=f"Job {job} deleted once the replica leads again, PostgreSQL still paused")  # fmt: skip
+        print(f"lease regained (PostgreSQL paused): Job gone {seconds:.2f} s after the heal")
+        assert proc.alive, proc.tail()
+    finally:
+        pg.resume()
+    events = _deleted_and_cancelled(pg.url, schema, job)
+    assert [e.reason for _, e in of_type(events, "AttemptCancelled")] == ["ForegroundDemand"]
+    assert cluster_invariants(kube) == []
+    assert_replay_clean(pg.url, schema)
