@@ -375,7 +375,34 @@ def test_a_status_from_memory_never_says_starting_for_an_admission_only_the_loop
     now[0] += timedelta(minutes=11)  # idleFor 10m after the cancel: an admission is due in memory
     pre.poke(None)
     pre.run_once()
-    assert written == []
+    (status,) = [c.status for c in written]  # waiting, not Starting: only the loop admits
+    assert (status["phase"], status["reason"], status["jobName"]) == ("WaitingForIdle", "ForegroundDemand", None)
+    assert status["message"].startswith("attempt 1 ended (ForegroundDemand); the next admission is due and waits for the event log")
+    down.clear()
+    spool.stop()
+
+
+def test_after_a_spec_change_cancelled_from_memory_the_status_waits_for_the_log_not_cancelling():
+    """A fault trial: a spec change while the store was paused cancelled the Job at once, but the
+    status stayed ``Cancelling`` with the deleted Job's name for the whole outage: the new
+    generation's admission was due at once (no fresh idle window after a spec change), and a
+    status with an admission due in memory was not written at all."""
+    store, durable, _ = _store_with_running_attempt()
+    down, spool = _spool_of_a_store_that_is_down(store)
+    written: list = []
+    now = T0 + timedelta(minutes=12)
+    pre = Preemptor(lambda: durable, spool, lambda cmds, world: None, lambda: True, lambda: now, statuses=written.extend)
+    changed = ev.BackfillApplied(at=now, namespace=NS, name="b", uid="u1", generation=2, spec={**SPEC, "env": {"X": "1"}})
+    spool.put([(changed, "applied-2")])
+    assert [c.reason for c in pre.run_once()] == ["SpecChanged"]
+    assert [(c.status["phase"], c.status["jobName"]) for c in written] == [("Cancelling", JOB)]
+    written.clear()
+    gone = ev.JobDeleted(at=now + timedelta(seconds=1), namespace=NS, backfill="b", name=JOB, uid="job")
+    spool.put([(gone, gone.natural_key())])
+    assert pre.run_once() == []
+    (status,) = [c.status for c in written]
+    assert (status["phase"], status["reason"], status["jobName"]) == ("WaitingForIdle", "SpecChanged", None)
+    assert [(c["status"], c["reason"]) for c in status["conditions"]] == [("False", "SpecChanged")]
     down.clear()
     spool.stop()
 
