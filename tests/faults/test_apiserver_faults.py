@@ -350,6 +350,47 @@ def test_nothing_is_admitted_while_a_watched_kind_cannot_be_read(fault_cluster, 
 FAILED_CALLS_BEFORE_HEAL = 5
 
 
+def _running_behind_the_proxy(kube: Kube, player: JobPlayer, controllers, proxy, tmp_path, **settings: str):
+    """A controller reaching the apiserver through ``proxy``, with an ingest token (``t0ken``),
+    and the Job of ModelBackfill ``bf`` on Model ``gemma`` running: ``(process, job name)``."""
+    token = tmp_path / "ingest-token"
+    token.write_text("t0ken\n")
+    declare(kube, [("bf", "gemma")])
+    proc = controllers(server=proxy.url, BACKFILL_INGEST_TOKEN_FILE=str(token), **settings).start()
+    proc.wait_ready()
+    return proc, start_running(kube, player, "bf")
+
+
+def _report_demand(proc, namespace: str, model: str) -> tuple[int, dict]:
+    """POST one foreground report (now) for ``model`` to the controller's ingest endpoint:
+    ``(HTTP status, JSON answer)``."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    body = json.dumps({"reports": [{"namespace": namespace, "model": model, "time": now, "count": 1}]}).encode()
+    req = urllib.request.Request(f"http://{proc.address}/v1/foreground", data=body, method="POST", headers={
+        "Authorization": "Bearer t0ken", "Content-Type": "application/json"})  # fmt: skip
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def _gone(kube: Kube, proc, job: str, timeout: float, when: str) -> float:
+    """Seconds until Job ``job`` is gone (at most ``timeout``); the controller still runs."""
+    seconds = timed(lambda: kube.job(job) is None, timeout=timeout, what=f"Job {job} deleted {when}")
+    assert proc.alive, proc.tail()
+    return seconds
+
+
+def _one_demand_cancel_logged(kube: Kube, url: str, schema: str, job: str) -> None:
+    """The log holds the deletion of ``job`` and one cancel, for foreground demand; the cluster
+    and the log keep their invariants; replay finds no divergence."""
+    events = _deleted_and_cancelled(url, schema, job)
+    assert [e.reason for _, e in of_type(events, "AttemptCancelled")] == ["ForegroundDemand"]
+    assert cluster_invariants(kube) == []
+    assert_replay_clean(url, schema)
+
+
 def _failed_deletes(log_path, job: str) -> int:
     """How many DELETEs of ``job`` the controller's log says failed."""
     return sum(1 for line in log_path.read_text().splitlines() if f"deleting Job {job} failed" in line)
@@ -366,26 +407,13 @@ def test_a_cancel_that_failed_while_the_apiserver_was_away_goes_out_when_it_answ
     apiserver may run a DELETE queued in its socket when it resumes, hiding the back-off).
     Single replica (no leader election), as in the trial."""
     pg, schema = controllers.pg, controllers.schema
-    token = tmp_path / "ingest-token"
-    token.write_text("t0ken\n")
-    declare(kube, [("bf", "gemma")])
-    proc = controllers(server=proxy.url, BACKFILL_LEADER_ELECT="false", BACKFILL_INGEST_TOKEN_FILE=str(token)).start()
-    proc.wait_ready()
-    job = start_running(kube, player, "bf")
+    proc, job = _running_behind_the_proxy(kube, player, controllers, proxy, tmp_path, BACKFILL_LEADER_ELECT="false")
 
     pg.pause()
     try:
         proxy.partition(drop=True)
         try:
-            now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-            body = json.dumps({"reports": [{"namespace": kube.ns, "model": "gemma", "time": now, "count": 1}]}).encode()
-            req = urllib.request.Request(f"http://{proc.address}/v1/foreground", data=body, method="POST", headers={
-                "Authorization": "Bearer t0ken", "Content-Type": "application/json"})  # fmt: skip
-            try:
-                with urllib.request.urlopen(req, timeout=10) as resp:
-                    answer = (resp.status, json.loads(resp.read()))
-            except urllib.error.HTTPError as exc:
-                answer = (exc.code, json.loads(exc.read()))
+            answer = _report_demand(proc, kube.ns, "gemma")
             # spooled and acted on from memory, but its cancel unanswered: the router is asked to
             # retry (tests/faults/test_cut_off_leader.py: with two replicas, another may act)
             assert answer[0] == 503 and answer[1]["error"] == "cancel_unanswered" and answer[1]["spooled"] == 1, answer
@@ -396,16 +424,11 @@ def test_a_cancel_that_failed_while_the_apiserver_was_away_goes_out_when_it_answ
             assert kube.job(job) is not None  # nothing reached the apiserver meanwhile
         finally:
             proxy.heal()
-        seconds = timed(lambda: kube.job(job) is None, timeout=CANCEL_BOUND_SECONDS,
-                        what=f"Job {job} deleted after the apiserver answered again, PostgreSQL still paused")  # fmt: skip
+        seconds = _gone(kube, proc, job, CANCEL_BOUND_SECONDS, "after the apiserver answered again, PostgreSQL still paused")
         print(f"apiserver reachable again (PostgreSQL paused): Job gone {seconds:.2f} s later")
-        assert proc.alive, proc.tail()
     finally:
         pg.resume()
-    events = _deleted_and_cancelled(pg.url, schema, job)
-    assert [e.reason for _, e in of_type(events, "AttemptCancelled")] == ["ForegroundDemand"]
-    assert cluster_invariants(kube) == []
-    assert_replay_clean(pg.url, schema)
+    _one_demand_cancel_logged(kube, pg.url, schema, job)
 
 
 def test_a_failed_cancel_is_sent_again_when_the_leader_regains_its_lease_with_the_store_away(
@@ -417,27 +440,14 @@ def test_a_failed_cancel_is_sent_again_when_the_leader_regains_its_lease_with_th
     ran on (80 s) until PostgreSQL returned. One replica with leader election (FAST_SETTINGS:
     lease 3 s, renew 1 s): the partition outlasts the lease, not the replica."""
     pg, schema = controllers.pg, controllers.schema
-    token = tmp_path / "ingest-token"
-    token.write_text("t0ken\n")
-    declare(kube, [("bf", "gemma")])
-    proc = controllers(server=proxy.url, BACKFILL_INGEST_TOKEN_FILE=str(token)).start()
-    proc.wait_ready()
-    job = start_running(kube, player, "bf")
+    proc, job = _running_behind_the_proxy(kube, player, controllers, proxy, tmp_path)
 
     pg.pause()
     try:
         proxy.partition(drop=True)
         try:
-            now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-            body = json.dumps({"reports": [{"namespace": kube.ns, "model": "gemma", "time": now, "count": 1}]}).encode()
-            req = urllib.request.Request(f"http://{proc.address}/v1/foreground", data=body, method="POST", headers={
-                "Authorization": "Bearer t0ken", "Content-Type": "application/json"})  # fmt: skip
-            try:
-                with urllib.request.urlopen(req, timeout=10) as resp:
-                    answer = resp.status
-            except urllib.error.HTTPError as exc:
-                answer = exc.code
-            assert answer == 503, answer  # spooled, its cancel unanswered (or the lease already lapsed)
+            answer = _report_demand(proc, kube.ns, "gemma")
+            assert answer[0] == 503, answer  # spooled, its cancel unanswered (or the lease already lapsed)
             wait_for(lambda: _failed_deletes(proc.log_path, job) >= 1 or None, timeout=30, what=f"a failed DELETE of {job}")
             # The failed call took two tries of the 2 s timeout: the replica stopped leading 2 s
             # after its last renew (lease 3 s - renew 1 s); its re-send falls due 1 s after the
@@ -446,13 +456,8 @@ def test_a_failed_cancel_is_sent_again_when_the_leader_regains_its_lease_with_th
             assert kube.job(job) is not None  # nothing reached the apiserver meanwhile
         finally:
             proxy.heal()
-        seconds = timed(lambda: kube.job(job) is None, timeout=CANCEL_BOUND_SECONDS + 5,
-                        what=f"Job {job} deleted once the replica leads again, PostgreSQL still paused")  # fmt: skip
+        seconds = _gone(kube, proc, job, CANCEL_BOUND_SECONDS + 5, "once the replica leads again, PostgreSQL still paused")
         print(f"lease regained (PostgreSQL paused): Job gone {seconds:.2f} s after the heal")
-        assert proc.alive, proc.tail()
     finally:
         pg.resume()
-    events = _deleted_and_cancelled(pg.url, schema, job)
-    assert [e.reason for _, e in of_type(events, "AttemptCancelled")] == ["ForegroundDemand"]
-    assert cluster_invariants(kube) == []
-    assert_replay_clean(pg.url, schema)
+    _one_demand_cancel_logged(kube, pg.url, schema, job)
