@@ -18,7 +18,7 @@ from kubernetes import client
 
 from backfill.core import events as ev
 from backfill.core.jobtemplate import backfill_of_job, labelled_backfill
-from backfill.core.state import World
+from backfill.core.state import World, is_orphan_key
 
 from .translate import Pair, Translator, vanished
 
@@ -102,10 +102,11 @@ def _job_vanished(ns: str, name: str, uid: str, now: datetime, rv: str) -> Pair:
 def _known_jobs(world: World) -> list[Known]:
     """Live attempts whose Job was observed, suspended ones (their Job still exists, issue 11),
     an ended attempt's finished Job status still names (a deletion while unwatched clears the
-    name: :attr:`backfill.core.state.Attempt.job_gone`) and the unexplained Jobs being deleted,
-    as (namespace, "backfill/job", job uid)."""
+    name: :attr:`backfill.core.state.Attempt.job_gone`), a deleted declaration's live Job
+    (:func:`backfill.core.state.orphan_key`) and the unexplained Jobs being deleted, as
+    (namespace, "backfill/job", job uid)."""
     out = [
-        (ns, f"{name}/{a.job_name}", a.job_uid)
+        (ns, name if is_orphan_key((ns, name)) else f"{name}/{a.job_name}", a.job_uid)  # an orphan's key names both
         for (ns, name), a in world.live.items()
         if a.created_at is not None or a.started_at is not None
     ]

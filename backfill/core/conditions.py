@@ -27,7 +27,8 @@ from collections.abc import Mapping
 from typing import Any, Callable, Iterable, NamedTuple
 
 from . import events as ev
-from .state import Attempt, BackfillState, CreateRejection, Gate, Key, ModelState, World
+from .state import Attempt, BackfillState, CreateRejection, Gate, Key, ModelState, World, is_orphan_key
+from .timefmt import plus_seconds
 from .verdict import (
     CONCURRENT_BACKFILL,
     DELETED,
@@ -271,6 +272,10 @@ def _foreground_demand(world: World, s: Subject, now: datetime) -> Hit | None:
     return None
 
 
+#: Seconds between re-checks of a declaration held by a deleted declaration's Job that still runs.
+ORPHAN_RECHECK_SECONDS = 5.0
+
+
 def _concurrent(world: World, s: Subject, now: datetime) -> Hit | None:
     """One active backfill Job per model and per node (seed). A live attempt yields only to one
     admitted before it; a waiting backfill to any live attempt, or to one admitted earlier in the
@@ -283,6 +288,14 @@ def _concurrent(world: World, s: Subject, now: datetime) -> Hit | None:
     for k in rivals:
         other = world.live[k]
         if k != key and (a is None or other.admitted_pos < a.admitted_pos):
+            if is_orphan_key(k):  # a deleted declaration's Job still going
+                # Re-checked every ORPHAN_RECHECK_SECONDS as well: its end is observed under its
+                # declaration's name, which no longer names its Model (the wake-ups cannot find
+                # the declarations waiting there).
+                return Hit(
+                    CONCURRENT_BACKFILL, f"Job {other.job_name} of deleted ModelBackfill {k[1].split('/')[0]} still runs on the same model or node",
+                    other.admitted_pos, plus_seconds(now, ORPHAN_RECHECK_SECONDS),
+                )
             return Hit(CONCURRENT_BACKFILL, f"ModelBackfill {k[1]} runs on the same model or node", other.admitted_pos)
     if s.reserved:
         k = s.reserved.get((b.namespace, s.model)) or (s.reserved.get(node) if node else None)

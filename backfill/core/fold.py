@@ -38,6 +38,7 @@ from .state import (
     Gate,
     GateEnd,
     Key,
+    orphan_key,
     ModelState,
     Template,
     World,
@@ -378,7 +379,28 @@ def _fold_deleted(w: World, e: ev.BackfillDeleted, pos: int) -> World:
     if b is None or b.uid != e.uid:
         return _at(w, pos)
     index = _reindex(w.model_index, key, _model_key(b), None)
-    return w._replace(position=pos, backfills=_drop(w.backfills, key), model_index=index, **_live_changes(w, key, None))
+    w = w._replace(position=pos, backfills=_drop(w.backfills, key), model_index=index, **_live_changes(w, key, None))
+    a = b.attempt
+    if a is not None and a.live and (a.created_at is not None or a.started_at is not None):
+        # Deleted with its Job (observed: a relist can tell when it is gone) still going (its finalizer removed by hand; a fault trial: the
+        # declaration created again under the same name was admitted on the same Model while
+        # that Job still terminated): the Job stays a rival on its Model and node, under
+        # :func:`orphan_key`, until its end is observed (:func:`_orphan_event`).
+        w = w._replace(**_live_changes(w, orphan_key(key, a.job_name), a))
+    return w
+
+
+def _orphan_event(w: World, e: ev._JobEvent, pos: int) -> World | None:
+    """``w`` after Job event ``e`` if it is about a deleted declaration's live Job
+    (:func:`orphan_key`): its end frees its Model and node; anything else about it changes
+    nothing (it is not unexplained: the log knows it). None when ``e`` is about no such Job."""
+    okey = orphan_key((e.namespace, e.backfill), e.name)
+    a = w.live.get(okey)
+    if a is None or (e.uid and a.job_uid and e.uid != a.job_uid):
+        return None
+    if isinstance(e, _JOB_OVER):
+        return w._replace(position=pos, **_live_changes(w, okey, None))
+    return _at(w, pos)
 
 
 def _template_check(name: str, job_template: Mapping[str, Any], unstorable: str = "") -> tuple[str, str] | None:
@@ -433,6 +455,9 @@ def _unexplained(w: World, e: ev._JobEvent, pos: int) -> World:
     an older backup, an older incarnation's Job): while it exists and has not ended it is
     listed in :attr:`BackfillState.unexplained`, and ``decide`` deletes it and admits nothing
     for that ModelBackfill meanwhile (fail-closed: admit only what the log can explain)."""
+    orphan = _orphan_event(w, e, pos)
+    if orphan is not None:
+        return orphan
     b = w.backfills.get((e.namespace, e.backfill))
     if b is None or not e.owned:
         return _at(w, pos)  # not a known backfill's, or only labelled as one: somebody else's

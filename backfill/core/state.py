@@ -33,7 +33,7 @@ Key = tuple[str, str]
 #: differently): snapshots of another version are never read, start-up refolds from the log.
 #: Shape changes (fields, event types, event versions) change the fingerprint by themselves
 #: (:func:`backfill.store.projection.code_version`).
-STATE_VERSION = 7  # 2: run segments of resumable (Indexed) attempts, issue 11; 3: unchanged re-deliveries
+STATE_VERSION = 8  # 2: run segments of resumable (Indexed) attempts, issue 11; 3: unchanged re-deliveries
 #: (CronJob, gaming, lease) keep their first position; 4: a Job deleted before its cancel was
 #: recorded ends for the cancel condition that held (any, not only foreground demand), and a
 #: cancel recorded after the deletion it caused re-attributes the end; a request that does not
@@ -45,7 +45,9 @@ STATE_VERSION = 7  # 2: run segments of resumable (Indexed) attempts, issue 11; 
 #: 7: the GPU guard: a volume that is not a hostPath is no device mount; CDI annotations under a subdomain of
 #: cdi.k8s.io, AMD_VISIBLE_DEVICES, mounts at the NVIDIA runtime's device list, any hostPath, hostPID/hostIPC,
 #: capabilities beyond baseline, GPU vendors' and DRA extended resources, CRI-O's devices annotation are refused; a Job event
-#: with owned=False (no controller ownerReference) is only the attempt's Job under the uid the log knows
+#: with owned=False (no controller ownerReference) is only the attempt's Job under the uid the log knows;
+#: 8: a deleted declaration's live Job stays a rival on its Model and node until its end (orphan_key); a
+#: terminating Job the log explained is not unexplained; a finished attempt's Job observed deleted (job_gone)
 
 _EMPTY: Mapping[Any, Any] = immutables.Map()  # shared, immutable default of every World map
 _NO_SPEC: Mapping[str, Any] = MappingProxyType({})
@@ -341,6 +343,19 @@ class World(NamedTuple):
 
 
 _NO_MODEL = ModelState()
+
+
+def orphan_key(key: Key, job_name: str) -> Key:
+    """The key in :attr:`World.live` of the live Job ``job_name`` of the deleted ModelBackfill
+    ``key`` (kept a rival on its Model and node until its end is observed:
+    :func:`backfill.core.fold._fold_deleted`): ``(namespace, "<name>/<job>")``, never a
+    ModelBackfill's key (a name has no ``/``)."""
+    return (key[0], f"{key[1]}/{job_name}")
+
+
+def is_orphan_key(key: Key) -> bool:
+    """Whether ``key`` (of :attr:`World.live`) is an :func:`orphan_key`."""
+    return "/" in key[1]
 
 
 def _fast_replace(cls: type) -> Any:
