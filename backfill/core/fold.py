@@ -382,10 +382,11 @@ def _fold_deleted(w: World, e: ev.BackfillDeleted, pos: int) -> World:
     w = w._replace(position=pos, backfills=_drop(w.backfills, key), model_index=index, **_live_changes(w, key, None))
     a = b.attempt
     if a is not None and a.live and (a.created_at is not None or a.started_at is not None):
-        # Deleted with its Job (observed: a relist can tell when it is gone) still going (its finalizer removed by hand; a fault trial: the
+        # Deleted with its Job still going (its finalizer removed by hand; a fault trial: the
         # declaration created again under the same name was admitted on the same Model while
         # that Job still terminated): the Job stays a rival on its Model and node, under
-        # :func:`orphan_key`, until its end is observed (:func:`_orphan_event`).
+        # :func:`orphan_key`, until its end is observed (:func:`_orphan_event`). Only an
+        # observed Job: a relist can tell when it is gone.
         w = w._replace(**_live_changes(w, orphan_key(key, a.job_name), a))
     return w
 
