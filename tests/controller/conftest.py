@@ -158,6 +158,12 @@ class Kube:
                 return None
             raise
 
+    def job_going(self, name: str) -> bool:
+        """Job ``name`` is gone or being deleted (one read: two reads raced a deletion between
+        them, and the second found nothing to ask ``.metadata`` of)."""
+        job = self.job(name)
+        return job is None or job.metadata.deletion_timestamp is not None
+
     def job_status(self, name: str, status: dict) -> None:
         """Play the Job controller: write ``status`` on the Job."""
         job = self.batch.read_namespaced_job(name, self.ns)

@@ -136,7 +136,7 @@ def test_our_job_with_its_owner_reference_removed_is_still_cancelled(kube, start
     time.sleep(1.5)
     assert not [e for e in _events_of(second, ev.JobDeleted) if e.name == name], "the list took the orphaned Job for gone"
     kube.set_status("models", "gemma", {"lastActiveTime": ts(now_s())})
-    wait_for(lambda: kube.job(name) is None or kube.job(name).metadata.deletion_timestamp, timeout=10, what="the orphaned Job deleted")
+    wait_for(lambda: kube.job_going(name), timeout=10, what="the orphaned Job deleted")
     assert [j.metadata.name for j in kube.jobs() if not j.metadata.deletion_timestamp] == []  # nothing admitted beside it
 
 
@@ -159,4 +159,4 @@ def test_our_job_with_its_name_label_removed_is_still_followed_and_cancelled(kub
     all_jobs = kube.batch.list_namespaced_job(kube.ns).items
     assert [j.metadata.name for j in all_jobs] == [name], "a second Job beside the relabelled one"
     kube.set_status("models", "gemma", {"lastActiveTime": ts(now_s())})
-    wait_for(lambda: kube.job(name) is None or kube.job(name).metadata.deletion_timestamp, timeout=10, what="the Job deleted")
+    wait_for(lambda: kube.job_going(name), timeout=10, what="the Job deleted")

@@ -93,7 +93,7 @@ def test_random_crashes_over_a_workload(kube: Kube, player: JobPlayer, controlle
         t_ready = time.monotonic()
         # Decisions recorded before the kill and not carried out: done right after the restart.
         for name in to_delete:
-            wait_for(lambda: kube.job(name) is None or kube.job(name).metadata.deletion_timestamp is not None,
+            wait_for(lambda: kube.job_going(name),
                      timeout=RECOVERY_BOUND_SECONDS, what=f"recorded cancel of {name} carried out after restart, round {rnd} {where}")  # fmt: skip
         for b, a in to_create:
             wait_for(lambda: _attempt_settled(kube, pg.url, schema, b, a),

@@ -130,7 +130,7 @@ def test_reports_to_both_replicas_with_the_store_stopped_replay_without_divergen
         leader = _report_at(a, kube.ns, "gemma", datetime.now(timezone.utc).isoformat())
         assert leader[0] == 202 and leader[1]["spooled"] == 1, leader
         deadline = time.monotonic() + CANCEL_BOUND_SECONDS
-        while time.monotonic() < deadline and (kube.job(job) is None or kube.job(job).metadata.deletion_timestamp is None):
+        while time.monotonic() < deadline and not kube.job_going(job):
             time.sleep(0.1)
         assert kube.job(job).metadata.deletion_timestamp is not None  # deleted, held by the finalizer
         time.sleep(1.5)
