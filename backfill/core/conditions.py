@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from typing import Any, Callable, Iterable, NamedTuple
 
 from . import events as ev
-from .state import Attempt, BackfillState, CreateRejection, Gate, Key, ModelState, World, is_orphan_key
+from .state import Attempt, BackfillState, CreateRejection, Gate, Key, ModelState, World, orphan_owner
 from .timefmt import plus_seconds
 from .verdict import (
     CONCURRENT_BACKFILL,
@@ -288,12 +288,13 @@ def _concurrent(world: World, s: Subject, now: datetime) -> Hit | None:
     for k in rivals:
         other = world.live[k]
         if k != key and (a is None or other.admitted_pos < a.admitted_pos):
-            if is_orphan_key(k):  # a deleted declaration's Job still going
+            owner = orphan_owner(k)
+            if owner is not None:  # a deleted declaration's Job still going
                 # Re-checked every ORPHAN_RECHECK_SECONDS as well: its end is observed under its
                 # declaration's name, which no longer names its Model (the wake-ups cannot find
                 # the declarations waiting there).
                 return Hit(
-                    CONCURRENT_BACKFILL, f"Job {other.job_name} of deleted ModelBackfill {k[1].split('/')[0]} still runs on the same model or node",
+                    CONCURRENT_BACKFILL, f"Job {other.job_name} of deleted ModelBackfill {owner} still runs on the same model or node",
                     other.admitted_pos, plus_seconds(now, ORPHAN_RECHECK_SECONDS),
                 )
             return Hit(CONCURRENT_BACKFILL, f"ModelBackfill {k[1]} runs on the same model or node", other.admitted_pos)

@@ -358,6 +358,11 @@ def is_orphan_key(key: Key) -> bool:
     return "/" in key[1]
 
 
+def orphan_owner(key: Key) -> str | None:
+    """The deleted ModelBackfill's name an :func:`orphan_key` names, else None."""
+    return key[1].split("/", 1)[0] if is_orphan_key(key) else None
+
+
 def _fast_replace(cls: type) -> Any:
     """A ``_replace`` for NamedTuple ``cls`` about 2x cheaper than the generated one (same result
     and errors: a name that is not a field raises ValueError)."""
