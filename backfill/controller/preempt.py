@@ -37,11 +37,10 @@ import time
 from datetime import datetime
 from typing import Any, Callable, Iterable
 
-from backfill.core.commands import Admit, Cancel, DeleteJob, Resume, SuspendJob, WriteStatus
+from backfill.core.commands import Cancel, DeleteJob, SuspendJob, WriteStatus
 from backfill.core.decisions import decision_record
 from backfill.core.projector import affected, decide, fold, only_position_moved
 from backfill.core.state import IDLE, SUSPENDED, Key, World
-from backfill.core.verdict import IDLE_WINDOW, WAITING
 
 from .crash import crash_point
 from .spool import Entry, Spool
@@ -327,15 +326,10 @@ class Preemptor:
             mine = {entry[0] for entry in self.from_memory}
         wanted = [k for k in keys if k in mine]
         if wanted:
-            cmds = decide(opt, now, wanted, status=True)
             # An admission or resume due in memory is not made here (only the loop admits, once
-            # the log explains it): its status would say Starting while nothing starts. Nor is
-            # the last one left (a fault trial: Cancelling, naming a Job that was gone, for the
-            # whole outage after a spec change, whose next admission is due at once): waiting.
-            due = {c.key for c in cmds if isinstance(c, (Admit, Resume))}
-            self._statuses(
-                [WriteStatus(c.key, _waiting_for_the_log(c.status, opt, c.key)) if c.key in due else c for c in cmds if isinstance(c, WriteStatus)]
-            )
+            # the log explains it): its status says it waits for the log (decide's ``hold``).
+            cmds = decide(opt, now, wanted, status=True, hold=True)
+            self._statuses([c for c in cmds if isinstance(c, WriteStatus)])
 
     def _resend(self, c: Any, again: set[Key], opt: World) -> DeleteJob | SuspendJob | None:
         """The call to send again for decided command ``c``, or None:
@@ -389,21 +383,6 @@ def _current(durable: World, key: Key, attempt: int, segment: int) -> Any:
     b = durable.backfills.get(key)
     a = b.attempt if b is not None else None
     return None if a is None or a.number != attempt or a.segment > segment else a
-
-
-def _waiting_for_the_log(status: dict[str, Any], world: World, key: Key) -> dict[str, Any]:
-    """``status`` (of a verdict that admits or resumes) as ``WaitingForIdle``: the admission is
-    due in memory and only the loop makes it, once the event log answers (fail-closed). The
-    reason is why the last attempt ended (e.g. ``SpecChanged``), else ``IdleWindow``; no Job is
-    named (the cancelled one is gone, a suspended one stays named)."""
-    b = world.backfills.get(key)
-    a = b.attempt if b is not None else None
-    reason = (a.end_reason or a.cancel_reason or IDLE_WINDOW) if a is not None else IDLE_WINDOW
-    ended = f"attempt {a.number} ended ({reason}); " if a is not None and a.ended_at is not None else ""
-    message = f"{ended}the next admission is due and waits for the event log (not answering: nothing starts until it does)"
-    conditions = [dict(c, status="False", reason=reason, message=message) for c in status.get("conditions") or []]
-    job = status.get("jobName") if a is not None and a.suspended else None
-    return {**status, "phase": WAITING, "reason": reason, "message": message, "jobName": job, "conditions": conditions}
 
 
 def _shown(durable: World, key: Key, attempt: int, segment: int, suspend: bool) -> bool:
