@@ -1189,12 +1189,12 @@ def db_shell(
 
     if shutil.which("psql") is None:
         raise CLIError("psql is not installed (Debian: apt-get install postgresql-client)")
-    url, engine = _store(database_url, schema, probe=True)
-    try:
+    url, engine = _store(database_url, schema)
+    try:  # the probe: a server that does not answer is one line, before psql starts
         with engine.connect() as conn:
             exists = conn.exec_driver_sql("SELECT to_regnamespace(%(s)s) IS NOT NULL", {"s": schema}).scalar()
-    except Exception:  # noqa: BLE001 - only a note: psql says the rest
-        exists = True
+    except Exception as exc:  # noqa: BLE001 - any driver error: one line
+        raise CLIError(f"database: {_db_error(exc)}") from None
     finally:
         engine.dispose()
     if not exists:  # a trial: a misspelt --schema opened psql on an empty search_path, silently

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -409,3 +410,12 @@ def test_db_upgrade_says_the_drivers_first_line_without_the_exception_class(tmp_
     and ``db shell`` print the same failure without SQLAlchemy's class prefix."""
     line = _assert_one_line_error(_run(["db", "upgrade", "--database-url", CLOSED], tmp_path))
     assert line.startswith("backfill: error: db upgrade: connection") and "OperationalError" not in line, line
+
+
+def test_db_shell_on_a_server_that_does_not_answer_is_one_line_before_psql(tmp_path):
+    """The schema check is the probe (it used to connect twice); psql never starts."""
+    if shutil.which("psql") is None:
+        pytest.skip("db shell checks for psql first")
+    p = _run(["db", "shell", "--database-url", CLOSED], tmp_path)
+    line = _assert_one_line_error(p)
+    assert p.returncode == 2 and line.startswith("backfill: error: database: connection failed"), line
