@@ -34,8 +34,8 @@ the Service, until a replica that can act, the leader, or a recovered log takes 
 leader answers the same way, ``503 {"error": "cancel_unanswered", ...}``, when the log did not
 take them and a cancel call of its own is unanswered (in flight or failed: the API server is
 away from it, so it may be unable to act on them either). ``id`` is
-optional: without it the idempotency key is the report's (UTC) time and count, so re-sending the
-same batch is harmless.
+optional: the idempotency key is the report's (UTC) time and its id, else its count, so
+re-sending the same batch is harmless (:func:`idempotency_key`).
 
 Order of checks: method (405), token (401), rate limit per client (429), content type (415),
 declared body size (413), all from the headers before the body is read
@@ -127,7 +127,8 @@ class ForegroundReport(BaseModel):
     #: RFC 3339 with a zone (``Z`` or ``+hh:mm``); naive times, numbers and digit strings are rejected.
     time: AwareDatetime
     count: int = Field(default=1, ge=1, le=MAX_COUNT)
-    #: Optional client-chosen id: re-sending a report with the same id is a duplicate. Printable
+    #: Optional client-chosen id: re-sending a report with the same id and time is a duplicate
+    #: (:func:`idempotency_key`; the same id with another time is another report). Printable
     #: characters only (PostgreSQL text cannot hold NUL; control characters have no business here).
     id: str | None = Field(default=None, min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")
 
@@ -149,11 +150,17 @@ class ForegroundBatch(BaseModel):
 
 
 def idempotency_key(report: ForegroundReport) -> str:
-    """``ingest/{namespace}/{model}/{id}``, or ``.../{UTC time isoformat}/{count}`` without an id."""
-    if report.id is not None:
-        tail = report.id
-    else:
-        tail = f"{report.time.astimezone(timezone.utc).isoformat()}/{report.count}"
+    """``ingest/{namespace}/{model}/{id}/{UTC time isoformat}``, or ``.../{UTC time
+    isoformat}/{count}`` without an id.
+
+    The time is always part of it: a re-sent report (same id, same time) is a duplicate, but an
+    id used again with another time is another report (a new user's trial: a router whose
+    ``router-a/N`` counter restarted had its new demand dropped as a duplicate, so the idle
+    window was not restarted; and the leader, which had cancelled on it from memory, left a
+    cancel the log could not explain). Two reports with one key therefore fold alike (the same
+    model and time; ``count`` changes no decision)."""
+    at = report.time.astimezone(timezone.utc).isoformat()
+    tail = f"{report.id}/{at}" if report.id is not None else f"{at}/{report.count}"
     return f"ingest/{report.namespace}/{report.model}/{tail}"
 
 

@@ -312,7 +312,7 @@ def test_batch_is_appended_in_one_call_and_read_back(event_store, wakes):
     ]
     assert [s.stream for s in stored] == [f"model/{NS}/{MODEL}", f"model/{NS}/{MODEL}", f"model/{NS}/qwen3-8b"]
     assert [s.idempotency_key for s in stored] == [
-        f"ingest/{NS}/{MODEL}/router-a/1",
+        f"ingest/{NS}/{MODEL}/router-a/1/2026-11-30T09:59:30+00:00",
         f"ingest/{NS}/{MODEL}/2026-11-30T09:59:31+00:00/1",
         f"ingest/{NS}/qwen3-8b/2026-11-30T10:00:05+00:00/2",
     ]
@@ -321,6 +321,20 @@ def test_batch_is_appended_in_one_call_and_read_back(event_store, wakes):
     assert endpoint.handle("POST", GOOD_HEADERS, _body(*reports), "router-a") == (202, {"accepted": 0, "duplicates": 3})
     assert event_store.head() == 3
     assert wakes == [1]
+
+
+def test_an_id_used_again_with_another_time_is_another_report(event_store, wakes, endpoint):
+    """A router whose ``router-a/N`` counter restarted (a new user's trial): the new demand was
+    dropped as a duplicate, and the idle window not restarted by it."""
+    first = _report(time="2026-11-30T09:59:30Z", id="router-a/1")
+    again = _report(time="2026-11-30T09:59:40Z", id="router-a/1")
+    assert endpoint.handle("POST", GOOD_HEADERS, _body(first), "c") == (202, {"accepted": 1, "duplicates": 0})
+    assert endpoint.handle("POST", GOOD_HEADERS, _body(again), "c") == (202, {"accepted": 1, "duplicates": 0})
+    # the same report re-sent (same id, same instant, another zone) is a duplicate
+    resent = _report(time="2026-11-30T11:59:40+02:00", id="router-a/1", count=7)
+    assert endpoint.handle("POST", GOOD_HEADERS, _body(resent), "c") == (202, {"accepted": 0, "duplicates": 1})
+    stored = [decode(s.type, s.version, s.data) for s in event_store.read()]
+    assert [e.at for e in stored] == [datetime(2026, 11, 30, 9, 59, 30, tzinfo=timezone.utc), datetime(2026, 11, 30, 9, 59, 40, tzinfo=timezone.utc)]
 
 
 def test_same_instant_in_another_zone_is_a_duplicate(event_store, wakes, endpoint):
