@@ -32,7 +32,8 @@ class Kind:
     """One watched resource.
 
     Attributes:
-        name: short name used in logs and metrics (``model``, ``job``, ...).
+        name: short name used in logs and ``/readyz`` (``model``, ``job``, ``gpulease``, ...;
+            ``gpulease``, not ``lease``, which read as the leader-election Lease: a new user).
         plural: the API resource name (``models``, ``jobs``, ...).
         custom: True for an ``ai.flexinfer/v1alpha2`` custom resource, False for ``batch/v1``.
         translate: the :class:`Translator` method ``(type, obj, now) -> [(event, key)]``.
@@ -135,16 +136,16 @@ KINDS: tuple[Kind, ...] = (
         lambda w: [(ns, n, "") for (ns, n), m in w.models.items() if m.exists], _vanish("model"),
     ),
     Kind(
-        "gaming", "gamingsessions", True, lambda t: t.gaming_session,
+        "gamingsession", "gamingsessions", True, lambda t: t.gaming_session,
         lambda w: [(ns, n, "") for (ns, n) in w.gaming], _vanish("gaming"), all_namespaces=True,
     ),
     Kind(
-        "lease", "gpuleases", True, lambda t: t.gpu_lease,
+        "gpulease", "gpuleases", True, lambda t: t.gpu_lease,
         lambda w: [(ns, n, "") for (ns, n) in w.leases], _vanish("lease"), all_namespaces=True,
     ),
     Kind(
         "job", "jobs", False, lambda t: t.job, _known_jobs, _job_vanished, _job_list_name,
-        lists_after=("model", "gaming", "lease"),
+        lists_after=("model", "gamingsession", "gpulease"),
     ),
     Kind(
         "backfill", "modelbackfills", True, lambda t: t.backfill,

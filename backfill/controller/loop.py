@@ -43,6 +43,7 @@ from backfill.core.perf import long_fold
 from backfill.core.projector import affected, decide, fold, fold_all, only_position_moved
 from backfill.core.runs import previous_row, run_rows
 from backfill.core.state import World
+from backfill.core.verdict import hold_for_signals
 from backfill.settings import Settings
 from backfill.store import EventStore, RunStore
 from backfill.store import projection as snapshots
@@ -743,11 +744,16 @@ class Controller:
                 self._wake_of[c.key] = c.at
                 heapq.heappush(self._wakes, (c.at, c.key))
         todo = commands
-        if any(isinstance(c, (Admit, Resume)) for c in commands) and not (self.spool.settled(self.position) and self._signals_readable()):
-            # a resume is an admission (issue 11): held the same way until the log explains it
-            held = {c.key for c in commands if isinstance(c, (Admit, Resume))}
-            self._carry |= held
-            todo = [c for c in commands if c.key not in held]
+        due = {c.key for c in commands if isinstance(c, (Admit, Resume))}  # a resume is an admission (issue 11)
+        if due and not (self._signals_readable() and self.spool.settled(self.position)):
+            self._carry |= due
+            todo = [c for c in commands if c.key not in due]
+            if self._unreadable:
+                # Say so in the status (a new user's trial: it kept "admission at T if the model
+                # stays idle" long past T, the reason only in the log). A spool not yet settled
+                # holds for milliseconds: no status for that.
+                hold = hold_for_signals(self._unreadable)
+                todo += [c for c in decide(self.world, now, sorted(due), status=True, hold=hold) if type(c) is WriteStatus]
         if any(type(c) is WriteStatus for c in todo) and self._log_lags():
             # The log lacks what this process observed (a Job gone, a demand): appends fail, or
             # the store is paused and they hang. A status of this projection is then older than

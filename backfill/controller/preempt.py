@@ -41,6 +41,7 @@ from backfill.core.commands import Cancel, DeleteJob, SuspendJob, WriteStatus
 from backfill.core.decisions import decision_record
 from backfill.core.projector import affected, decide, fold, only_position_moved
 from backfill.core.state import IDLE, SUSPENDED, Key, World
+from backfill.core.verdict import HOLD_FOR_THE_LOG
 
 from .crash import crash_point
 from .spool import Entry, Spool
@@ -328,7 +329,7 @@ class Preemptor:
         if wanted:
             # An admission or resume due in memory is not made here (only the loop admits, once
             # the log explains it): its status says it waits for the log (decide's ``hold``).
-            cmds = decide(opt, now, wanted, status=True, hold=True)
+            cmds = decide(opt, now, wanted, status=True, hold=HOLD_FOR_THE_LOG)
             self._statuses([c for c in cmds if isinstance(c, WriteStatus)])
 
     def _resend(self, c: Any, again: set[Key], opt: World) -> DeleteJob | SuspendJob | None:

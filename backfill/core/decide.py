@@ -49,6 +49,7 @@ from .verdict import (
     SUSPENDED_PHASE,
     UNEXPLAINED_JOB,
     WAITING,
+    Hold,
     Verdict,
 )
 
@@ -286,7 +287,7 @@ def _create_retrying(key: Key, a: Attempt, rej: CreateRejection, now: datetime) 
 
 
 def decide(
-    world: World, now: datetime, keys: Iterable[Key] | None = None, *, status: bool = False, hold: bool = False
+    world: World, now: datetime, keys: Iterable[Key] | None = None, *, status: bool = False, hold: Hold | None = None
 ) -> list[Command]:
     """The commands the world calls for at ``now``.
 
@@ -295,8 +296,9 @@ def decide(
         now: the decision time, timezone-aware UTC.
         keys: only these backfills (e.g. from :func:`affected`); None = every backfill.
         status: also emit a :class:`WriteStatus` per backfill considered.
-        hold: an admission or resume that falls due is not made but held (:func:`held`): the
-            preemptor's projection from memory, where only the log may admit (fail-closed).
+        hold: an admission or resume that falls due is not made but held, its status saying why
+            (:func:`held`): the preemptor's projection from memory, where only the log may
+            admit; the loop's while a signal cannot be read (fail-closed).
 
     Returns:
         Commands in a deterministic order: backfills least recently admitted first (never
@@ -316,8 +318,8 @@ def decide(
         v = evaluate(world, key, now, reserved)
         if v is None:
             continue
-        if hold and any(isinstance(c, (Admit, Resume)) for c in v.commands):
-            v = held(backfills[key], v)
+        if hold is not None and any(isinstance(c, (Admit, Resume)) for c in v.commands):
+            v = held(backfills[key], v, hold)
         out.extend(v.commands)
         if status:
             out.append(WriteStatus(key, status_from_verdict(world, world.backfills[key], v)))
@@ -326,18 +328,18 @@ def decide(
     return out
 
 
-def held(b: BackfillState, due: Verdict) -> Verdict:
-    """The verdict of ``b`` while its ``due`` admission or resume waits for the event log (the
-    preemptor's status from memory, :func:`decide` ``hold``): ``WaitingForIdle``, no command,
-    ``due``'s idle start and next run.
-    The reason is why the last attempt ended (e.g. ``SpecChanged``), else ``IdleWindow`` (a
-    fault trial: a status left ``Cancelling``, naming a Job that was gone, for a whole store
-    outage after a spec change whose next admission was due at once)."""
+def held(b: BackfillState, due: Verdict, hold: Hold) -> Verdict:
+    """The verdict of ``b`` while its ``due`` admission or resume is held for ``hold``
+    (:func:`decide` ``hold``): ``WaitingForIdle``, no command, ``due``'s idle start and next
+    run. Without a reason of its own the hold says why the last attempt ended (e.g.
+    ``SpecChanged``), else ``IdleWindow`` (a fault trial: a status left ``Cancelling``, naming a
+    Job that was gone, for a whole store outage after a spec change whose next admission was
+    due at once)."""
     a = b.attempt
-    reason = (a.end_reason or a.cancel_reason or IDLE_WINDOW) if a is not None else IDLE_WINDOW
-    ended = f"attempt {a.number} ended ({reason}); " if a is not None and a.ended_at is not None else ""
-    message = f"{ended}the next admission is due and waits for the event log (not answering: nothing starts until it does)"
-    return Verdict(WAITING, reason, message, idle_since=due.idle_since, next_run=due.next_run)
+    last = (a.end_reason or a.cancel_reason or IDLE_WINDOW) if a is not None else IDLE_WINDOW
+    ended = f"attempt {a.number} ended ({last}); " if a is not None and a.ended_at is not None else ""
+    reason = hold.reason or last
+    return Verdict(WAITING, reason, f"{ended}{hold.message}", idle_since=due.idle_since, next_run=due.next_run)
 
 
 _NEVER = datetime.min.replace(tzinfo=timezone.utc)

@@ -48,6 +48,9 @@ RESUMING = "Resuming"
 #: controller on another log, a database restored from an older backup); it is deleted, and
 #: nothing is admitted until it is gone (fail-closed).
 UNEXPLAINED_JOB = "UnexplainedJob"
+#: Waiting: an admission is due but a watched kind cannot be read (its CRD removed, its list or
+#: watch failing or stale): a signal that cannot be read holds starts (fail-closed).
+SIGNAL_UNREADABLE = "SignalUnreadable"
 
 IDLE_WINDOW_MESSAGE = "waiting for a continuous idle window"
 #: The cooldown (``repeatAfter``) has passed; the idle window has not (reason ``RepeatDue``).
@@ -78,6 +81,27 @@ FAILED = "Failed"
 SUSPENDED_PHASE = "Suspended"
 BLOCKED = "Blocked"
 PHASES = ("WaitingForIdle", "Starting", "Running", "Cancelling", "Succeeded", "Failed", "Suspended", "Blocked")
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """Why an admission or resume that falls due is not made (``decide(hold=...)``): its status
+    says ``WaitingForIdle`` with ``reason`` (None: why the last attempt ended, else
+    ``IdleWindow``) and ``message``."""
+
+    reason: str | None
+    message: str
+
+
+#: The preemptor's projection from memory: only the loop admits, once the event log answers.
+HOLD_FOR_THE_LOG = Hold(None, "the next admission is due and waits for the event log (not answering: nothing starts until it does)")
+
+
+def hold_for_signals(kinds: list[str]) -> Hold:
+    """The hold of a due admission while the watched ``kinds`` (their short names, e.g.
+    ``gpulease``) cannot be read (:data:`SIGNAL_UNREADABLE`; a new user's trial: the status kept
+    "admission at T if the model stays idle" long after T, the reason only in the log)."""
+    return Hold(SIGNAL_UNREADABLE, f"the next admission is due and held: cannot read {', '.join(kinds)} (a signal that cannot be read holds starts)")
 
 
 @dataclass(frozen=True, slots=True)
