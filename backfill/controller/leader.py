@@ -191,6 +191,10 @@ class LeaderElector:
                 self.coord.create_namespaced_lease(self.namespace, self._new_lease(now), _request_timeout=self.request_timeout)
             except ApiException as exc2:
                 if exc2.status == 409:
+                    # Another candidate created it first (the Lease was deleted by hand): a
+                    # leader stops at once (a fault trial: it acted on until its old deadline,
+                    # 4.5 s of two leaders).
+                    self._standing_by("the candidate that created it first", self.duration)
                     return False
                 if exc2.status == 404:  # the create of a namespaced object 404s only without its namespace
                     raise LeaseNamespaceMissing(self.namespace) from None

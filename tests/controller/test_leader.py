@@ -187,3 +187,31 @@ def test_a_failure_without_an_answer_is_said_as_the_watchers_say_it():
     )
     refused = urllib3.exceptions.MaxRetryError(pool, "/x", ConnectionRefusedError(111, "Connection refused"))
     assert describe_failure(refused, "ns") == "ConnectionRefusedError: [Errno 111] Connection refused"
+
+
+def test_a_leader_whose_create_of_a_deleted_lease_loses_the_race_stops_leading(kube_api, kube_namespace):
+    """A fault trial deleted the Lease by hand: the leader read 404, the standby created the
+    Lease first, the leader's create answered 409, and it still acted as leader until its old
+    deadline (4.5 s of two leaders). A lost create now ends its leadership at once."""
+    a, b = _elector(kube_api, kube_namespace, "a"), _elector(kube_api, kube_namespace, "b")
+    assert a.try_acquire() is True and a.is_leader()
+    client.CoordinationV1Api(kube_api).delete_namespaced_lease("mbf-leader", kube_namespace)
+    real_read = a.coord.read_namespaced_lease
+
+    class Racing:  # a's read answers 404; b creates the Lease before a's create goes out
+        def __getattr__(self, name):
+            return getattr(inner, name)
+
+        def read_namespaced_lease(self, *args, **kw):
+            try:
+                return real_read(*args, **kw)
+            except client.ApiException as exc:
+                assert exc.status == 404
+                assert b.try_acquire() is True
+                raise
+
+    inner = a.coord
+    a.coord = Racing()
+    assert a.try_acquire() is False
+    assert not a.is_leader(), "still leading after losing the Lease's create to another replica"
+    assert b.is_leader()
