@@ -29,7 +29,7 @@ import msgspec
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, TypeAdapter
 
 from .records import EventRecord
-from .storable import JSON_NUL, NUL, storable_json, without_nul
+from .storable import JSON_NUL, MAX_INDEXED_CHARS, NUL, bounded, storable_json, without_nul
 
 
 #: A timezone-aware timestamp; naive datetimes are rejected. Producers (watchers, ingest,
@@ -539,6 +539,8 @@ def encode(event: _Event, key: str | None = None) -> EventRecord:
         data = storable_json(data)
     if NUL in stream or NUL in key:
         stream, key = without_nul(stream), without_nul(key)
+    if len(key) > MAX_INDEXED_CHARS or len(stream) > MAX_INDEXED_CHARS:  # both are indexed
+        stream, key = bounded(stream), bounded(key)
     return EventRecord(
         type=event.type,  # type: ignore[attr-defined]
         version=type(event).version,

@@ -1,4 +1,5 @@
-"""What the event log can store: no NUL character (U+0000) anywhere.
+"""What the event log can store: no NUL character (U+0000) anywhere, and no indexed value
+(a key, a stream) longer than a btree index row takes.
 
 PostgreSQL holds no NUL in ``text`` and none in ``jsonb`` (``\\u0000`` is refused:
 ``UntranslatableCharacter``), yet a Kubernetes object may carry one in any string (the API
@@ -21,10 +22,18 @@ Two rules, each written once:
   (``unstorable`` on ``BackfillApplied`` / ``CronJobSeen``) and the declaration is ``Blocked``
   (``InvalidSpec`` / ``InvalidTemplate``) with that message. No process can be given a NUL in an
   argument or an environment value either (C strings end at the first one).
+
+And one more (a fault trial: a Model ``status.lastActiveTime`` with a 9,000-digit fraction,
+which the API server accepts as a date-time, became a 9 kB idempotency key; PostgreSQL refused
+every append, ``index row requires 9080 bytes, maximum size is 8191``, and nothing was admitted
+anywhere until each replica restarted): :func:`bounded` cuts a key or stream over
+:data:`MAX_INDEXED_CHARS` to its head and a digest of the whole, in
+:func:`backfill.core.events.encode` too. Two values that differ only past the head stay apart.
 """
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 NUL = "\x00"
@@ -33,6 +42,22 @@ REPLACEMENT = "\ufffd"
 #: A NUL as JSON writes it: a payload without this substring holds no NUL (the converse need not
 #: hold: an escaped backslash followed by ``u0000`` is checked exactly by :func:`without_nul`).
 JSON_NUL = "\\u0000"
+
+
+#: Longest idempotency key or stream stored as it is (characters; at most 4 bytes each in UTF-8,
+#: so 2,048 bytes, under the 2,704 a PostgreSQL btree row takes).
+MAX_INDEXED_CHARS = 512
+_HEAD_CHARS = 400
+
+
+def bounded(text: str, limit: int = MAX_INDEXED_CHARS) -> str:
+    """``text`` when it has at most ``limit`` characters, else its first 400 and
+    ``…sha256:<hex of the whole text>`` (an indexed column's value: equal for equal texts,
+    distinct for distinct ones)."""
+    if len(text) <= limit:
+        return text
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{text[:_HEAD_CHARS]}\u2026sha256:{digest}"
 
 
 def nul_path(value: Any, path: str) -> str:
