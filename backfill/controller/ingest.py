@@ -33,7 +33,9 @@ it answers ``503 {"error": "not_leader", ..., "spooled": n, "retry_after_seconds
 the Service, until a replica that can act, the leader, or a recovered log takes them). The
 leader answers the same way, ``503 {"error": "cancel_unanswered", ...}``, when the log did not
 take them and a cancel call of its own is unanswered (in flight or failed: the API server is
-away from it, so it may be unable to act on them either). ``id`` is
+away from it, so it may be unable to act on them either), and ``503 {"error": "spool_full", ...}``
+when reports this replica holds for the log fill their half of the spool (some of the call's
+were neither acted on nor stored: retry). ``id`` is
 optional: the idempotency key is the report's (UTC) time and its id, else its count, so
 re-sending the same batch is harmless (:func:`idempotency_key`).
 
@@ -78,6 +80,7 @@ __all__ = [
     "IngestClientError",
     "NotLeaderError",
     "CancelUnansweredError",
+    "SpoolFullError",
     "NOT_LEADER_RETRY_AFTER_SECONDS",
     "load_token",
     "idempotency_key",
@@ -263,6 +266,26 @@ class CancelUnansweredError(NotLeaderError):
         "been answered by the API server, so nobody may act on the report; retry (another replica may; "
         "the report is spooled here and reaches the log later; its idempotency key makes a retry harmless)"
     )
+
+
+class SpoolFullError(NotLeaderError):
+    """Raised by an ``append`` (``Controller.ingest_append``) when the spool had no room for
+    ``dropped`` of the reports (the event log has been away long and the reports' share of the
+    spool is full): those are neither acted on nor stored. Answered 503 ``spool_full`` with
+    ``Retry-After`` (a fault trial: such reports were counted as ``duplicates``, so the router
+    never sent them again). ``spooled`` of them were taken (acted on, stored later)."""
+
+    error = "spool_full"
+    detail = (
+        "the event log has not taken reports for a while and this replica holds as many as it may in memory: "
+        "some reports of this call were not taken (neither acted on nor stored); retry (its idempotency key "
+        "makes a retry of the others harmless)"
+    )
+
+    def __init__(self, spooled: int, dropped: int) -> None:
+        RuntimeError.__init__(self, f"{self.error}: {dropped} report(s) not taken, the spool is full")
+        self.spooled = spooled
+        self.dropped = dropped
 
 
 def load_token(path: str | Path) -> str:

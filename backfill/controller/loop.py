@@ -75,6 +75,9 @@ UNCOUNTED_MAX = 100_000
 #: Seconds an observation may wait for the log before statuses are held (``Reconciler._log_lags``):
 #: an append answers in milliseconds; a backlog this old means the store is paused, hung or down.
 STATUS_LAG_SECONDS = 1.0
+#: The part of the spool (``spool_max_records``) ingest reports may fill while the store is
+#: away: the rest stays for the watchers' observations (a ``lastActiveTime`` bump, a GamingSession).
+INGEST_SPOOL_SHARE = 0.5
 #: Seconds after a relist for dropped observations within which another drop means the relists
 #: themselves overflow the spool: the next one is paced (``Controller._relist_all``). A relist and
 #: the append of its observations take well under this with a healthy store.
@@ -283,10 +286,11 @@ class Controller:
 
     # -- intake -------------------------------------------------------------------------------
 
-    def observe(self, pairs: list) -> list:
+    def observe(self, pairs: list, headroom: int = 0) -> list:
         """Take observed ``(event, idempotency_key)`` pairs: spool them for the log and wake the
-        preemptor, which folds them in memory at once. Never waits on the store."""
-        entries = self.spool.put(pairs)
+        preemptor, which folds them in memory at once. Never waits on the store. ``headroom``:
+        as :meth:`Spool.put` (the pairs it drops are not in the returned entries)."""
+        entries = self.spool.put(pairs, headroom=headroom)
         self.preemptor.signal.set()
         return entries
 
@@ -305,11 +309,20 @@ class Controller:
             CancelUnansweredError: the leader, the log did not take them either, and a cancel
                 call of this replica is in flight or failed (any backfill's: the API server does
                 not answer this replica, so it may act on nothing; a chaos soak). The client
-                retries; another replica may act."""
-        from .ingest import CancelUnansweredError, NotLeaderError  # ingest imports nothing of the controller's
+                retries; another replica may act.
+            SpoolFullError: the spool has no room for some of them (the store has been away
+                long); those are neither acted on nor stored, and the client retries. Reports
+                fill at most half the spool (:data:`INGEST_SPOOL_SHARE`), so a flood of them
+                never crowds out the watchers' observations (a fault trial: 130 calls of 1,000
+                reports filled it, the next report was answered as a duplicate, and neither it
+                nor a ``lastActiveTime`` bump cancelled the running Job)."""
+        from .ingest import CancelUnansweredError, NotLeaderError, SpoolFullError  # ingest imports nothing of the controller's
 
         decoded = decode_many([(r.type, r.version, r.data) for r in records])
-        entries = self.observe([(e, r.idempotency_key) for e, r in zip(decoded, records)])
+        headroom = self.spool.max_records - int(self.spool.max_records * INGEST_SPOOL_SHARE)
+        entries = self.observe([(e, r.idempotency_key) for e, r in zip(decoded, records)], headroom=headroom)
+        if len(entries) < len(records):
+            raise SpoolFullError(len(entries), len(records) - len(entries))
         committed = self.spool.wait_committed(entries, wait)
         if not committed:
             spooled = sum(1 for e in entries if e.position is None)

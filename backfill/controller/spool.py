@@ -121,15 +121,16 @@ class Spool:
 
     # -- producers ----------------------------------------------------------------------------
 
-    def put(self, pairs: Iterable[tuple[Any, str | None]]) -> list[Entry]:
+    def put(self, pairs: Iterable[tuple[Any, str | None]], *, headroom: int = 0) -> list[Entry]:
         """Spool observed ``(event, idempotency_key)`` pairs; returns their entries (in order).
 
-        Never blocks on the store. Past :attr:`max_records` waiting observations the pairs are
-        dropped (counted in :attr:`dropped`) and the returned list is shorter."""
+        Never blocks on the store. Past :attr:`max_records` waiting observations, less
+        ``headroom`` (kept free for others: the ingest endpoint leaves half to the watchers),
+        the pairs are dropped (counted in :attr:`dropped`) and the returned list is shorter."""
         records = [(e, encode(e, k)) for e, k in pairs]
         out: list[Entry] = []
         with self._cond:
-            room = self.max_records - (len(self._entries) - self._next)
+            room = self.max_records - headroom - (len(self._entries) - self._next)
             if room < len(records):
                 lost = len(records) - max(0, room)
                 records = records[: max(0, room)]

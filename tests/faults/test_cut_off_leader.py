@@ -14,17 +14,14 @@ alternately to both replicas) until a replica that can act takes it. Asserted on
 
 from __future__ import annotations
 
-import json
 import time
 from datetime import datetime, timezone
-import urllib.error
-import urllib.request
 
 import pytest
 
 from .harness import FAST_SETTINGS, JobPlayer, Kube
 from .test_leader_faults import holder, leader_and_standby
-from .workload import CANCEL_BOUND_SECONDS, declare, start_running
+from .workload import CANCEL_BOUND_SECONDS, declare, post_reports, start_running
 
 pytestmark = pytest.mark.kube
 
@@ -33,18 +30,7 @@ TOKEN = "t0ken"
 
 
 def _report(proc, ns: str, model: str, at: str, id: str = "router/1") -> tuple[int, dict, str | None]:
-    body = json.dumps({"reports": [{"namespace": ns, "model": model, "time": at, "count": 1, "id": id}]}).encode()
-    req = urllib.request.Request(
-        f"http://{proc.address}/v1/foreground", data=body, method="POST",
-        headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
-    )  # fmt: skip
-    try:
-        with urllib.request.urlopen(req, timeout=5) as resp:
-            return resp.status, json.loads(resp.read()), None
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"{}"), exc.headers.get("Retry-After")
-    except OSError as exc:  # the replica does not answer at all: the router tries the next
-        return 0, {"error": str(exc)}, "1"
+    return post_reports(proc, [{"namespace": ns, "model": model, "time": at, "count": 1, "id": id}], TOKEN, timeout=5)
 
 
 def test_a_report_to_a_leader_cut_off_with_the_store_down_is_retried_until_a_replica_acts(

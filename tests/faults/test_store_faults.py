@@ -15,7 +15,7 @@ import time
 import pytest
 
 from .harness import JobPlayer, Kube, assert_replay_clean, demand, log_events, of_type, run_rows, timed, wait_for
-from .workload import CANCEL_BOUND_SECONDS, cluster_invariants, declare, log_invariants, settled_log_invariants, start_running
+from .workload import CANCEL_BOUND_SECONDS, cluster_invariants, declare, log_invariants, post_reports, settled_log_invariants, start_running
 
 pytestmark = pytest.mark.kube
 
@@ -224,5 +224,48 @@ def test_a_demand_dropped_by_a_full_spool_cancels_once_the_store_is_back(kube: K
     events = log_events(pg.url, schema)
     assert [e.reason for _, e in of_type(events, "AttemptCancelled") if e.backfill == "bf"] == ["ForegroundDemand"]
     assert [e for _, e in of_type(events, "ForegroundRequest") if e.model == "gemma"], "the dropped demand is not in the log"
+    assert cluster_invariants(kube) == []
+    assert_replay_clean(pg.url, schema)
+
+
+def test_an_ingest_flood_with_the_store_stopped_is_refused_and_leaves_room_for_a_demand(kube: Kube, player: JobPlayer, controllers, tmp_path):
+    """A fault trial: with PostgreSQL paused, 130 calls of 1,000 reports filled the spool; a
+    fresh report was then answered ``202 {"accepted": 0, "duplicates": 1}`` (never retried,
+    never stored) and neither it nor a ``lastActiveTime`` bump cancelled the running Job. Reports
+    now fill at most half the spool, and those it cannot take are answered 503 ``spool_full``."""
+    pg, schema = controllers.pg, controllers.schema
+    token = tmp_path / "ingest-token"
+    token.write_text("t0ken\n")
+    declare(kube, [("bf", "gemma"), ("other", "llama")])
+    proc = controllers(BACKFILL_SPOOL_MAX_RECORDS="10000", BACKFILL_INGEST_TOKEN_FILE=str(token)).start()
+    proc.wait_ready()
+    job = start_running(kube, player, "bf")
+    pg.stop()
+    try:
+        from datetime import timedelta
+
+        from .harness import now_s, ts
+
+        stale = ts(now_s() - timedelta(seconds=3000))  # no new demand: only fills the spool
+        answers = [
+            post_reports(proc, [{"namespace": kube.ns, "model": "llama", "time": stale, "id": f"flood/{c}/{i}"} for i in range(1000)])
+            for c in range(11)  # 11,000: past the whole spool, as the trial's flood
+        ]
+        codes = [(status, body.get("error"), body.get("accepted"), body.get("spooled")) for status, body, _ in answers]
+        print(f"11 calls of 1,000 reports, the store stopped, a spool of 10,000: {codes}")
+        demand(kube, "gemma")  # a lastActiveTime bump: the watchers' half of the spool is free
+        seconds = timed(lambda: kube.job(job) is None, timeout=CANCEL_BOUND_SECONDS, what=f"Job {job} deleted on a demand after the flood")
+        print(f"demand after the flood: Job gone {seconds:.2f} s later, the store still stopped")
+        fresh = post_reports(proc, [{"namespace": kube.ns, "model": "gemma", "time": ts(now_s()), "id": "fresh-1"}])
+    finally:
+        pg.start()
+    # reports fill at most half of the 10,000 records (the watchers' few observations share it)
+    taken = sum(c[3] or 0 for c in codes)
+    assert [c[0] for c in codes[:4]] == [202] * 4 and all(c[2] == 1000 for c in codes[:4]), codes
+    assert [c[:2] for c in codes[4:]] == [(503, "spool_full")] * 7 and 4000 < taken <= 5000, codes
+    assert answers[-1][2] == "1", "a 503 spool_full says when to retry"
+    assert fresh[0] == 503 and fresh[1]["error"] == "spool_full", fresh  # not a false "duplicates: 1"
+    wait_for(lambda: [e for _, e in of_type(log_events(pg.url, schema), "AttemptCancelled") if e.backfill == "bf"],
+             timeout=20, what="the cancel of bf in the log")  # fmt: skip
     assert cluster_invariants(kube) == []
     assert_replay_clean(pg.url, schema)

@@ -3,6 +3,9 @@ must hold after any fault, from the cluster's objects and the log only."""
 
 from __future__ import annotations
 
+import json
+import urllib.error
+import urllib.request
 from collections import Counter, defaultdict
 from typing import Any
 
@@ -26,6 +29,22 @@ def declare(kube: Kube, names: list[tuple[str, str]], idle_for: str = "2s", node
             kube.model(m, node=f"node-{i}" if node_per_model else "node-a")
     for b, m in names:
         kube.backfill(b, model=m, template=TEMPLATE, idleFor=idle_for)
+
+
+def post_reports(proc: Any, reports: list[dict], token: str = "t0ken", timeout: float = 10.0) -> tuple[int, dict, str | None]:
+    """POST ``reports`` to the controller's ingest endpoint: ``(HTTP status, JSON answer,
+    Retry-After)``; status 0 when the replica does not answer at all (the router tries the next)."""
+    req = urllib.request.Request(
+        f"http://{proc.address}/v1/foreground", data=json.dumps({"reports": reports}).encode(), method="POST",
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )  # fmt: skip
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, json.loads(resp.read()), None
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"{}"), exc.headers.get("Retry-After")
+    except OSError as exc:
+        return 0, {"error": str(exc)}, "1"
 
 
 def wait_job(kube: Kube, backfill: str, attempt: int | None = None, timeout: float = JOB_APPEARS_SECONDS) -> Any:
