@@ -25,7 +25,7 @@ from typing import Any, Mapping
 from backfill.core import events as ev
 from backfill.core import indexes
 from backfill.core.jobtemplate import backfill_of_job, labelled_backfill
-from backfill.core.storable import nul_path, unstorable_message, without_nul
+from backfill.core.storable import MAX_NAME_CHARS, bounded, nul_path, unstorable_message, without_nul
 from backfill.core.timefmt import parse_rfc3339, plus_seconds
 
 Pair = tuple[Any, str]
@@ -81,17 +81,34 @@ def model_node(obj: Mapping[str, Any]) -> str:
     gpu = status.get("gpu") if isinstance(status, Mapping) else None
     node = gpu.get("node") if isinstance(gpu, Mapping) else None
     if node:
-        return str(node)
+        return _name(node)
     spec = obj.get("spec")
     selector = spec.get("nodeSelector") if isinstance(spec, Mapping) else None
-    return str(selector.get(HOSTNAME_LABEL) or "") if isinstance(selector, Mapping) else ""
+    return _name(selector.get(HOSTNAME_LABEL)) if isinstance(selector, Mapping) else ""
 
 
 def model_shared(obj: Mapping[str, Any]) -> str:
     """A Model's shared-GPU group, ``spec.gpu.shared`` ("" when absent or malformed)."""
     spec = obj.get("spec")
     gpu = spec.get("gpu") if isinstance(spec, Mapping) else None
-    return str(gpu.get("shared") or "") if isinstance(gpu, Mapping) else ""
+    return _name(gpu.get("shared")) if isinstance(gpu, Mapping) else ""
+
+
+def _name(value: Any) -> str:
+    """A node name or shared group as the events carry it: text, "" for none, bounded to
+    :data:`~backfill.core.storable.MAX_NAME_CHARS` (every source of one passes here, so bounded
+    names still compare equal exactly when the names do)."""
+    return bounded(str(value or ""), MAX_NAME_CHARS)
+
+
+def _spec_key(prefix: str, obj: Mapping[str, Any], uid: str, rv: str) -> str:
+    """``{prefix}/{uid}/gen/{metadata.generation}``: once per spec change, not per
+    resourceVersion (a label, an annotation or a status write changes no generation: a fault
+    trial's 30 label patches of a GamingSession stored 30 copies of it; a hostile-input trial's
+    CronJob status writes, 20 copies of its template). Without a generation (never from an API
+    server): ``{prefix}/{uid}/{rv}``."""
+    generation = _meta(obj).get("generation")
+    return f"{prefix}/{uid}/gen/{generation}" if isinstance(generation, int) and generation > 0 else f"{prefix}/{uid}/{rv}"
 
 
 class Translator:
@@ -268,7 +285,7 @@ class Translator:
         spec = obj.get("spec") or {}
         expires = _time(spec.get("expiresAt"))
         mode = spec.get("mode")
-        node = str(spec.get("nodeName") or "")
+        node = _name(spec.get("nodeName"))
         if kind == DELETED:
             with self._lock:
                 self._odd_mode.pop(uid, None)
@@ -279,10 +296,11 @@ class Translator:
             return [
                 (
                     ev.GamingIntentStarted(at=now, namespace=ns, session=name, node=node, expires_at=expires),
-                    f"gaming/{uid}/{rv}/started",
+                    f"{_spec_key('gaming', obj, uid, rv)}/started",
                 )
             ]
-        key = f"gaming/{uid}/deleted" if kind == DELETED else f"gaming/{uid}/{rv}/ended"
+        # (ended by its spec, or by its expiry passing: once per generation either way)
+        key = f"gaming/{uid}/deleted" if kind == DELETED else f"{_spec_key('gaming', obj, uid, rv)}/ended"
         return [(ev.GamingIntentEnded(at=now, namespace=ns, session=name), key)]
 
     def _warn_odd_mode(self, ns: str, name: str, uid: str, mode: Any) -> None:
@@ -313,11 +331,11 @@ class Translator:
                     at=now,
                     namespace=ns,
                     lease=name,
-                    node=str(spec.get("node") or ""),
-                    group=str(spec.get("group") or ""),
+                    node=_name(spec.get("node")),
+                    group=_name(spec.get("group")),
                     expires_at=_time(spec.get("expiresAt")),
                 ),
-                f"gpulease/{uid}/{rv}/active",
+                f"{_spec_key('gpulease', obj, uid, rv)}/active",
             )
         ]
 
@@ -334,12 +352,9 @@ class Translator:
         # Not an object (a hostile or broken CronJob): an empty template, which the projector
         # blocks as invalid, never an exception that would skip the object.
         template, unstorable = _storable(dict(template) if isinstance(template, Mapping) else {}, "spec.jobTemplate")
-        # Keyed by the spec's generation, not the resourceVersion: the CronJob controller writes
-        # the status at every run (lastScheduleTime, active), and a copy of the whole template per
-        # status write grew the log (a hostile-input trial: 20 status patches of a 900 kB
-        # template, 18.9 MB). Without a generation (never from an API server): the resourceVersion.
-        generation = _meta(obj).get("generation")
-        key = f"cronjob/{uid}/gen/{generation}" if isinstance(generation, int) and generation > 0 else f"cronjob/{uid}/{rv}"
+        # Keyed by the spec's generation: the CronJob controller writes the status at every run
+        # (lastScheduleTime, active).
+        key = _spec_key("cronjob", obj, uid, rv)
         return [(ev.CronJobSeen(at=now, namespace=ns, name=name, job_template=template, unstorable=unstorable), key)]
 
     # -- owned Jobs ---------------------------------------------------------------------------

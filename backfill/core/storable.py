@@ -28,7 +28,8 @@ which the API server accepts as a date-time, became a 9 kB idempotency key; Post
 every append, ``index row requires 9080 bytes, maximum size is 8191``, and nothing was admitted
 anywhere until each replica restarted): :func:`bounded` cuts a key or stream over
 :data:`MAX_INDEXED_CHARS` to its head and a digest of the whole, in
-:func:`backfill.core.events.encode` too. Two values that differ only past the head stay apart.
+:func:`backfill.core.events.encode` too (and the translator a node name or group over
+:data:`MAX_NAME_CHARS`). Two values that differ only past the head stay apart.
 """
 
 from __future__ import annotations
@@ -47,17 +48,21 @@ JSON_NUL = "\\u0000"
 #: Longest idempotency key or stream stored as it is (characters; at most 4 bytes each in UTF-8,
 #: so 2,048 bytes, under the 2,704 a PostgreSQL btree row takes).
 MAX_INDEXED_CHARS = 512
-_HEAD_CHARS = 400
+#: Longest node name or shared-GPU group kept as it is (a node name is a DNS subdomain of at
+#: most 253 characters): a longer one, which no node can have, is kept bounded (a fault trial: a
+#: GamingSession whose 900 kB ``spec.nodeName`` was copied into every event about it).
+MAX_NAME_CHARS = 253
+_DIGEST_CHARS = 72  # "…sha256:" and 64 hex digits
 
 
 def bounded(text: str, limit: int = MAX_INDEXED_CHARS) -> str:
-    """``text`` when it has at most ``limit`` characters, else its first 400 and
-    ``…sha256:<hex of the whole text>`` (an indexed column's value: equal for equal texts,
-    distinct for distinct ones)."""
+    """``text`` when it has at most ``limit`` characters, else its head and ``…sha256:<hex of
+    the whole text>``, ``limit`` characters in all: equal for equal texts, distinct for distinct
+    ones (an indexed column's value; a node name compared with others bounded alike)."""
     if len(text) <= limit:
         return text
     digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-    return f"{text[:_HEAD_CHARS]}\u2026sha256:{digest}"
+    return f"{text[:max(0, limit - _DIGEST_CHARS)]}\u2026sha256:{digest}"
 
 
 def nul_path(value: Any, path: str) -> str:

@@ -267,3 +267,35 @@ def test_vanished_objects_map_to_gone_events():
     assert isinstance(vanished("model", "ns", "m", "", NOW, "1")[0], ev.ModelDeleted)
     assert isinstance(vanished("gaming", "ns", "s", "", NOW, "1")[0], ev.GamingIntentEnded)
     assert isinstance(vanished("lease", "ns", "l", "", NOW, "1")[0], ev.GPULeaseEnded)
+
+
+def test_gaming_session_and_gpu_lease_are_stored_once_per_spec_change_not_per_resource_version():
+    """A fault trial: 30 label patches of a GamingSession (a 900 kB spec.nodeName) stored 30
+    copies of it, 28 MB; with the store away each held change cost 1.8 MB of memory. Keys now
+    follow metadata.generation (a label or status write changes none). A session switched to
+    inference and back is intent again (a new generation: not taken for a duplicate)."""
+    t = Translator()
+
+    def session(rv: str, generation: int, **spec) -> dict:
+        return {"metadata": _meta("play", uid="g1", rv=rv, generation=generation), "spec": {"nodeName": "node-a", **spec}}
+
+    keys = [t.gaming_session("MODIFIED", session(str(10 + i), 1), NOW)[0][1] for i in range(30)]  # labels only
+    assert set(keys) == {"gaming/g1/gen/1/started"}
+    [(ended, k2)] = t.gaming_session("MODIFIED", session("50", 2, mode="inference"), NOW)
+    [(again, k3)] = t.gaming_session("MODIFIED", session("51", 3, mode="gaming"), NOW)
+    assert isinstance(ended, ev.GamingIntentEnded) and isinstance(again, ev.GamingIntentStarted)
+    assert (k2, k3) == ("gaming/g1/gen/2/ended", "gaming/g1/gen/3/started")
+    lease = {"metadata": _meta("l", uid="l1", rv="7", generation=4), "spec": {"node": "n"}}
+    relabelled = {**lease, "metadata": {**lease["metadata"], "resourceVersion": "8", "labels": {"x": "1"}}}
+    assert t.gpu_lease("ADDED", lease, NOW)[0][1] == t.gpu_lease("MODIFIED", relabelled, NOW)[0][1] == "gpulease/l1/gen/4/active"
+
+
+def test_a_node_name_no_node_can_have_is_bounded_and_still_matches_its_model():
+    """A 900 kB spec.nodeName (a fault trial) is carried as 253 characters; a Model naming the
+    same node still matches it, one naming another node does not."""
+    huge = "n" * 900_000
+    t = Translator()
+    [(e, _)] = t.gaming_session("ADDED", {"metadata": _meta("play", uid="g2"), "spec": {"nodeName": huge}}, NOW)
+    same = {"metadata": _meta("m"), "spec": {"nodeSelector": {"kubernetes.io/hostname": huge}}}
+    other = {"metadata": _meta("m"), "spec": {"nodeSelector": {"kubernetes.io/hostname": huge[:-1] + "x"}}}
+    assert len(e.node) == 253 and e.node == model_node(same) != model_node(other)
