@@ -158,6 +158,12 @@ class Settings(BaseSettings):
         "observations again; relists that keep overflowing it are paced like a failed watch (backoff_initial_seconds "
         "doubling up to backoff_max_seconds).",
     )
+    spool_max_bytes: int = Field(
+        default=64 << 20, ge=1 << 20,
+        description="Most payload bytes (the events' JSON) of the observations held in memory while the event log does "
+        "not accept them; past it new observations are dropped as past spool_max_records. At least 1 MiB; the "
+        "objects holding them take about twice as much memory (the Deployment's limit is 512 MiB).",
+    )
     store_stall_seconds: float = Field(
         default=3.0, gt=0,
         description="/readyz reports the store when a read or an append has waited this long for an answer, seconds "

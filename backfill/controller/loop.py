@@ -160,6 +160,7 @@ class Controller:
             backoff_initial=settings.backoff_initial_seconds,
             backoff_max=min(settings.backoff_max_seconds, 5.0),
             max_records=settings.spool_max_records,
+            max_bytes=settings.spool_max_bytes,
             on_overflow_recovered=self._relist_all,
             before_append=self.window.wait,
         )

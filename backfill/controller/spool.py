@@ -14,7 +14,8 @@ the writer fills in those entries' log positions once they are committed, then a
 decision after them. So ``backfill replay`` sees every cancel after the events that caused it,
 with the positions it was decided on, however long the store was away.
 
-Bounds: at most ``max_records`` observations wait in memory. Past that new observations are
+Bounds: at most ``max_records`` observations, of at most ``max_bytes`` of payload (JSON
+characters) in all, wait in memory. Past either new observations are
 dropped (decisions never are), counted in :attr:`Spool.dropped` and logged once per episode
 (``spool full ...``; the controller exports only the seed's four metric families); a dropped
 observation cancels nothing while the store is away. When the backlog has drained,
@@ -51,9 +52,11 @@ class Entry:
             already stored, e.g. by another replica); None while not committed.
         duplicate: the key was already stored (nothing new was appended).
         spooled_at: monotonic seconds when it was spooled.
+        size: the record's payload (``data``) in characters, counted against the spool's
+            ``max_bytes`` (0 for a decision: decisions are never dropped).
     """
 
-    __slots__ = ("seq", "event", "record", "position", "duplicate", "decision", "spooled_at", "_make", "_deps")
+    __slots__ = ("seq", "event", "record", "position", "duplicate", "decision", "spooled_at", "size", "_make", "_deps")
 
     def __init__(self, seq: int, event: Any = None, record: Any = None, make: Any = None, deps: Sequence["Entry"] = ()) -> None:
         self.seq = seq
@@ -63,6 +66,7 @@ class Entry:
         self.duplicate = False
         self.decision = make is not None  # a decision of this process (logged when recorded)
         self.spooled_at = time.monotonic()
+        self.size = len(record.data) if record is not None else 0
         self._make = make
         self._deps = tuple(deps)
 
@@ -95,6 +99,7 @@ class Spool:
         backoff_initial: float = 0.2,
         backoff_max: float = 5.0,
         max_records: int = 100_000,
+        max_bytes: int = 64 << 20,
         on_overflow_recovered: Callable[[], None] = lambda: None,
         before_append: Callable[[], Any] = lambda: None,
     ) -> None:
@@ -104,6 +109,8 @@ class Spool:
         self._on_commit = on_commit
         self._backoff = (backoff_initial, backoff_max)
         self.max_records = max_records
+        self.max_bytes = max_bytes
+        self._bytes = 0  # payload characters of the observations not yet committed
         self._on_overflow_recovered = on_overflow_recovered
         self._cond = threading.Condition()
         self._entries: list[Entry] = []  # not yet trimmed, in order
@@ -131,19 +138,30 @@ class Spool:
         out: list[Entry] = []
         with self._cond:
             room = self.max_records - headroom - (len(self._entries) - self._next)
-            if room < len(records):
-                lost = len(records) - max(0, room)
-                records = records[: max(0, room)]
+            # the payloads are bounded too (a fault trial: 151 changes of a GamingSession with
+            # a 900 kB field took a replica from 126 to 403 MB; 100,000 of them would not fit)
+            budget = self.max_bytes - self._bytes - headroom * self.max_bytes // self.max_records
+            fits = 0
+            for _, r in records[: max(0, room)]:
+                budget -= len(r.data)
+                if budget < 0:
+                    break
+                fits += 1
+            if fits < len(records):
+                lost = len(records) - fits
+                records = records[:fits]
                 self.dropped += lost
                 if not self._overflowed:
                     log.error(
-                        f"spool full ({self.max_records} events waiting for the store): dropping observations; "
+                        f"spool full ({len(self._entries) - self._next} events, {self._bytes} bytes already waiting for the store; "
+                        f"at most {self.max_records} events, {self.max_bytes} bytes): dropping observations; "
                         "the watchers relist once the store accepts the backlog"
                     )
                 self._overflowed = True
             for e, r in records:
                 self._seq += 1
                 entry = Entry(self._seq, e, r)
+                self._bytes += entry.size
                 self._entries.append(entry)
                 out.append(entry)
             if out:
@@ -307,6 +325,7 @@ class Spool:
                 e.position = p if p is not None else known.get(e.record.idempotency_key, 0)
                 e.duplicate = p is None
             self._next += len(chunk)
+            self._bytes -= sum(e.size for e in chunk)
             self.committed += len(chunk)
             self._cond.notify_all()
         for e in chunk:
