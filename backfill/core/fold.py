@@ -361,9 +361,23 @@ def _fold_applied(w: World, e: ev.BackfillApplied, pos: int) -> World:
         old_index_model = _model_key(old)
     parsed = parse_spec(e.spec) if not e.unstorable else SpecProblem(INVALID_SPEC, e.unstorable)
     spec, problem = (parsed, None) if not hasattr(parsed, "reason") else (None, parsed)
+    if b is old and _only_suspend_changed(old.raw_spec, e.spec):
+        # Pausing is not new work: a success's cooldown (nextRunTime) and a failure outlive
+        # ``suspend: true`` then ``false`` (a new user's trial: un-suspending a recurring
+        # declaration ran it at once). Another field changed is an intentional change: it runs
+        # again (seed).
+        b = b._replace(
+            succeeded_generation=e.generation if old.succeeded_generation == old.generation else old.succeeded_generation,
+            failed_generation=e.generation if old.failed_generation == old.generation else old.failed_generation,
+        )
     b = b._replace(generation=e.generation, raw_spec=dict(e.spec), spec=spec, problem=problem)
     index = _reindex(w.model_index, key, old_index_model, _model_key(b))
     return _put_backfill(w, b, pos, model_index=index)
+
+
+def _only_suspend_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether specs ``old`` and ``new`` (raw) differ in ``suspend`` alone (absent is false)."""
+    return {k: v for k, v in old.items() if k != "suspend"} == {k: v for k, v in new.items() if k != "suspend"}
 
 
 def _fold_deleting(w: World, e: ev.BackfillDeleting, pos: int) -> World:

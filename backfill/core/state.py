@@ -33,7 +33,7 @@ Key = tuple[str, str]
 #: differently): snapshots of another version are never read, start-up refolds from the log.
 #: Shape changes (fields, event types, event versions) change the fingerprint by themselves
 #: (:func:`backfill.store.projection.code_version`).
-STATE_VERSION = 8  # 2: run segments of resumable (Indexed) attempts, issue 11; 3: unchanged re-deliveries
+STATE_VERSION = 9  # 2: run segments of resumable (Indexed) attempts, issue 11; 3: unchanged re-deliveries
 #: (CronJob, gaming, lease) keep their first position; 4: a Job deleted before its cancel was
 #: recorded ends for the cancel condition that held (any, not only foreground demand), and a
 #: cancel recorded after the deletion it caused re-attributes the end; a request that does not
@@ -48,6 +48,7 @@ STATE_VERSION = 8  # 2: run segments of resumable (Indexed) attempts, issue 11; 
 #: with owned=False (no controller ownerReference) is only the attempt's Job under the uid the log knows;
 #: 8: a deleted declaration's live Job stays a rival on its Model and node until its end (orphan_key); a
 #: terminating Job the log explained is not unexplained; a finished attempt's Job observed deleted (job_gone)
+#: 9: a spec change of spec.suspend alone keeps a success's cooldown and a failure (succeeded/failed_generation carried)
 
 _EMPTY: Mapping[Any, Any] = immutables.Map()  # shared, immutable default of every World map
 _NO_SPEC: Mapping[str, Any] = MappingProxyType({})
