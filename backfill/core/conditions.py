@@ -168,7 +168,8 @@ def of_template(world: World, event: Any) -> tuple[Key, ...]:
 def _gate_message(reason: str, g: Gate) -> str:
     """The one wording of a holding gate, for a waiting status and for a cancel alike."""
     what = "gaming intent" if reason == GAMING_INTENT else "an active GPU lease"
-    return f"{what} on node {g.node or '?'}{' / group ' + g.group if g.group else ''}"
+    where = [f"node {g.node}"] * bool(g.node) + [f"shared group {g.group}"] * bool(g.group)
+    return f"{what} on {' / '.join(where) or 'an unnamed node'}"  # (a group alone said "node ? / group g14")
 
 
 def _gaming(world: World, s: Subject, now: datetime) -> Hit | None:

@@ -424,7 +424,7 @@ def _template_check(name: str, job_template: Mapping[str, Any], unstorable: str 
         return (INVALID_TEMPLATE, f"CronJob {name}: {problem}")
     gpus = gpu_requests(job_template)
     if gpus:
-        return (GPU_REQUEST_FORBIDDEN, f"CronJob {name} requests GPU resources: " + "; ".join(gpus))
+        return (GPU_REQUEST_FORBIDDEN, f"CronJob {name}'s Job template could reach a GPU: " + "; ".join(gpus))
     return None
 
 
