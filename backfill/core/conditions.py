@@ -234,7 +234,10 @@ def _model_gone(world: World, s: Subject, now: datetime) -> Hit | None:
 
 def _model_not_ready(world: World, s: Subject, now: datetime) -> Hit | None:
     if not s.state.ready:
-        return Hit(MODEL_NOT_READY, f"Model {s.model} is not Ready", world.position)
+        # (a deleted Model of a running attempt too: its cancel says so, beside the status's
+        # ModelNotFound; a new user's trial read "is not Ready" of a Model that was gone)
+        gone = "" if s.state.exists else " (deleted)"
+        return Hit(MODEL_NOT_READY, f"Model {s.model} is not Ready{gone}", world.position)
     return None
 
 

@@ -30,3 +30,14 @@ def test_a_template_refused_for_host_access_does_not_say_it_requests_gpu_resourc
     st = status_of(log.world, KEY, t(1))
     assert (st["phase"], st["reason"]) == ("Blocked", "GPURequestForbidden")
     assert st["message"].startswith("CronJob cj's Job template could reach a GPU: pod: hostPID"), st["message"]
+
+
+def test_a_running_attempts_model_deleted_is_cancelled_saying_so():
+    from backfill.core.commands import Cancel
+
+    from .builders import running
+
+    log, admit = running()
+    log.add(ev.ModelDeleted(at=t(700), namespace=NS, model="m"))
+    (cancel,) = [c for c in log.decide(701) if isinstance(c, Cancel)]
+    assert (cancel.reason, cancel.message) == ("ModelNotReady", "Model m is not Ready (deleted)")
