@@ -14,7 +14,7 @@ import time
 from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 import typer
 from typer._click import exceptions as click_exc  # typer >= 0.20 vendors its click
@@ -700,10 +700,12 @@ def replay(
         for c in ("position", "at", "backfill", "attempt", "decision", "reason", "cause", "cause event", "s after cause"):
             table.add_column(c)
         late = set(superseded)
+        diverged = {d.position for d in divergences}
+        marks = [(late, "superseded"), (unchecked_at, "unchecked"), (diverged, "DIVERGENT")]
         for t in trail[-limit:]:
+            mark = next((f"{t.decision} ({m})" for where, m in marks if t.position in where), t.decision)
             table.add_row(
-                str(t.position), rfc3339(t.at) or "", f"{t.namespace}/{t.backfill}", str(t.attempt),
-                f"{t.decision} (superseded)" if t.position in late else f"{t.decision} (unchecked)" if t.position in unchecked_at else t.decision, t.reason,
+                str(t.position), rfc3339(t.at) or "", f"{t.namespace}/{t.backfill}", str(t.attempt), mark, t.reason,
                 str(t.cause or ""), t.cause_type or "", f"{t.latency_seconds:.3f}" if t.latency_seconds is not None else "",
             )
         out.print(table)
@@ -723,11 +725,20 @@ def replay(
         d = divergences[0]
         err.print(
             f"backfill: divergence at position {d.position}: recorded {d.recorded}; the projector derives {d.derived} "
-            f"({len(divergences)} divergent decision(s) in all)",
+            f"({len(divergences)} divergent decision(s) in all, at positions {_positions(d.position for d in divergences)}; "
+            "marked DIVERGENT in the trail)",
             highlight=False,
+            soft_wrap=True,  # one line, whatever the terminal's width
         )
         raise typer.Exit(1)
     out.print("no divergence")
+
+
+def _positions(positions: Iterable[int], most: int = 10) -> str:
+    """``positions`` as ``1, 2, 3`` (at most ``most`` of them, then how many more)."""
+    shown = list(positions)
+    more = f" and {len(shown) - most} more" if len(shown) > most else ""
+    return ", ".join(map(str, shown[:most])) + more
 
 
 class _Window:

@@ -136,3 +136,24 @@ def test_replay_cli_counts_a_deposed_leaders_late_cancel_as_superseded_and_marks
     (row,) = [line for line in captured.out.splitlines() if "superseded" in line]
     cells = [c.strip() for c in row.split("│")[1:-1]]
     assert (cells[0], cells[3], cells[4], cells[5]) == ("9", "1", "cancel (superseded)", "ForegroundDemand"), row
+
+
+def test_replay_names_every_divergent_position_and_marks_them_in_the_trail(pg_url, capsys):
+    """A new user's trial: "(3 divergent decision(s) in all)" and no way to find the other two."""
+    result, _, _ = _tampered()
+    events = list(result.events)
+    forged = [i for i, x in enumerate(events) if isinstance(x[1], ev.AttemptCancelled)][:2]
+    for i in forged:
+        p, e, k = events[i]
+        events[i] = (p, e.model_copy(update={"reason": "GamingIntent"}), k)
+    positions = [events[i][0] for i in forged]
+    reset(pg_url, "replay_two")
+    store = EventStore(make_engine(pg_url, "replay_two"))
+    store.append([encode(e, k) for _, e, k in events])
+    store.close()
+    width = ["--limit", str(len(events))]
+    assert main(["replay", "--database-url", pg_url, "--schema", "replay_two", *width]) == 1
+    captured = capsys.readouterr()
+    assert f"(2 divergent decision(s) in all, at positions {positions[0]}, {positions[1]};" in captured.err, captured.err
+    marked = [line for line in captured.out.splitlines() if "DIVERGENT" in line]
+    assert len(marked) == 2 and all(str(p) in line for p, line in zip(positions, marked)), marked
