@@ -57,6 +57,8 @@ TLS_RELOAD_CHECK_SECONDS = 5.0
 
 #: The paths that answer GET and HEAD (any other method: 405).
 _GET_PATHS = ("/metrics", "/healthz", "/readyz")
+#: The answer to an unknown path: ``{"error", "detail"}`` as every error body (deploy/README).
+NOT_FOUND = {"error": "not_found", "detail": f"no such path; the paths are {', '.join(_GET_PATHS)} (GET) and {INGEST_PATH} (POST)"}
 
 Probe = Callable[[], "bool | tuple[bool, list[str]]"]
 
@@ -67,7 +69,7 @@ def _answered(call: Callable[[], Any]) -> Any:
         return call()
     except Exception as exc:  # noqa: BLE001
         log.exception(f"ingest failed: {exc}")
-        return 500, {"error": "internal error"}
+        return 500, {"error": "internal_error", "detail": f"{type(exc).__name__} (logged by the controller)"}
 
 
 def _probe(check: Probe | None) -> tuple[bool, list[str]]:
@@ -182,7 +184,7 @@ def make_server(
             if path == INGEST_PATH and ingest is not None:
                 self._ingest_refused()  # the endpoint answers 405 (JSON, Allow: POST) before anything else
             elif path not in _GET_PATHS:
-                self._json(404, {"error": "not found"})
+                self._json(404, NOT_FOUND)
             elif method not in ("GET", "HEAD"):
                 detail = f"{method} is not allowed on {path}; use GET or HEAD"
                 self._json(405, {"error": "method_not_allowed", "detail": detail, "allow": ["GET", "HEAD"]}, {"Allow": "GET, HEAD"})

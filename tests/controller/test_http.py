@@ -130,7 +130,8 @@ def test_every_method_but_post_on_the_ingest_path_is_405_json_with_allow_post():
         # an unknown path stays a 404 JSON, whatever the method
         for method in ("GET", "POST", "PUT", "DELETE", "BREW"):
             status, headers, body = _ask(port, method, "/nope")
-            assert (status, headers["content-type"], json.loads(body)) == (404, "application/json", {"error": "not found"}), method
+            assert (status, headers["content-type"], json.loads(body)["error"]) == (404, "application/json", "not_found"), method
+            assert "/metrics" in json.loads(body)["detail"], "every error body has a detail (deploy/README)"
     finally:
         server.shutdown()
         server.server_close()
@@ -156,7 +157,7 @@ def test_probes_and_metrics_answer_get_and_head_and_405_json_otherwise():
         # a disabled ingest endpoint is 404 for every method
         for method in ("POST", "GET", "PUT"):
             status, _, body = _ask(port, method, "/v1/foreground", b"{}")
-            assert (status, json.loads(body)) == (404, {"error": "not found"}), method
+            assert (status, json.loads(body)["error"]) == (404, "not_found"), method
     finally:
         server.shutdown()
         server.server_close()

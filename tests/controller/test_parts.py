@@ -109,7 +109,7 @@ def test_http_endpoints(with_ingest):
         assert _get(base + "/readyz")[0] == 200
         code, body = _get(base + "/v1/foreground", b'{"model":"m"}', {"Authorization": "Bearer t"})
         if ingest is None:
-            assert code == 404 and json.loads(body) == {"error": "not found"}
+            assert code == 404 and json.loads(body)["error"] == "not_found" and "/readyz" in json.loads(body)["detail"]
         else:
             assert code == 202 and json.loads(body) == {"accepted": 1}
             assert ingest.calls == [("POST", "Bearer t", "127.0.0.1"), b'{"model":"m"}']
