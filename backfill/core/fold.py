@@ -607,6 +607,9 @@ def unexplained_stop(a: Attempt | None) -> tuple[datetime, int] | None:
         # Suspended for no logged reason: still Suspended, or ended since (its Job deleted, a
         # spec change) with no run after the suspension: the doubt stays the same.
         return a.segment_ended_at, a.segment_pos
+    if a.lifecycle == IDLE and a.end_reason == JOB_SUSPENDED and not a.resumable:
+        # A Delete-mode Job suspended by someone else, deleted since (_suspension_before_decision)
+        return a.ended_at, a.end_pos  # type: ignore[return-value]
     return None
 
 
@@ -867,10 +870,20 @@ def _suspension_before_decision(w: World, b: BackfillState, a: Attempt, e: ev.Jo
 
     The controller owns its Jobs' ``spec.suspend`` (README): a Job someone else suspends is
     resumed when admission is due, as one they resume is suspended again. A non-resumable
-    attempt's suspended Job is not followed."""
-    if not a.resumable or (a.lifecycle != RUNNING and a.lifecycle != STARTING):
+    attempt's Job suspended by someone else (only a resumable one is ever suspended by the
+    controller) runs nothing and, no deadline running while it is suspended, would hold its
+    Model and node for ever (a fault trial: ``Running``/``JobActive`` indefinitely): unless a
+    cancel condition holds (whose cancel deletes it), it is deleted, the attempt Cancelling for
+    ``JobSuspended`` (``cancelled`` at the deletion), and
+    the next waits a fresh idle window, as after an unexplained deletion."""
+    if a.lifecycle != RUNNING and a.lifecycle != STARTING:
         return _at(w, pos)
     hit = conditions.first_hit(conditions.CANCEL_CHECKS, w, conditions.subject(w, b, a), e.at)
+    if not a.resumable:
+        if hit is not None:
+            return _at(w, pos)  # decide's cancel for that condition deletes it (and names why)
+        message = f"Job {a.job_name} was suspended by someone else; a Job of spec.preemption Delete is not resumed: deleting it"
+        return _put_attempt(w, b, a._replace(lifecycle=CANCELLING, cancel_reason=JOB_SUSPENDED, cancel_message=message, cancelled_at=e.at, cancel_pos=pos), pos)
     if hit is not None and conditions.suspends(b, a, hit.reason):
         reason, message, cause = hit.reason, hit.message, hit.cause
     elif a.lifecycle == STARTING and a.segment > 1:

@@ -48,7 +48,8 @@ STATE_VERSION = 9  # 2: run segments of resumable (Indexed) attempts, issue 11; 
 #: with owned=False (no controller ownerReference) is only the attempt's Job under the uid the log knows;
 #: 8: a deleted declaration's live Job stays a rival on its Model and node until its end (orphan_key); a
 #: terminating Job the log explained is not unexplained; a finished attempt's Job observed deleted (job_gone)
-#: 9: a spec change of spec.suspend alone keeps a success's cooldown and a failure (succeeded/failed_generation carried)
+#: 9: a spec change of spec.suspend alone keeps a success's cooldown and a failure (succeeded/failed_generation carried);
+#: a non-resumable attempt's Job observed suspended (by someone else) is Cancelling (JobSuspended) and deleted
 
 _EMPTY: Mapping[Any, Any] = immutables.Map()  # shared, immutable default of every World map
 _NO_SPEC: Mapping[str, Any] = MappingProxyType({})
