@@ -187,6 +187,14 @@ class LeaderElector:
         except ApiException as exc:
             if exc.status != 404:
                 raise
+            held = self._observed
+            if held is not None and held[0] and held[0] != self.identity and self._observed_at + (held[3] or self.duration) > self.monotonic():
+                # The Lease vanished (deleted by hand) while another candidate held it: its
+                # record is honoured until it would have lapsed, and its holder creates it again
+                # at its next renew (a trial: this standby created it at once and both led until
+                # the old leader's next renew, up to 5 s; the old one admitted meanwhile).
+                self._standing_by(held[0], held[3] or self.duration)
+                return False
             try:
                 self.coord.create_namespaced_lease(self.namespace, self._new_lease(now), _request_timeout=self.request_timeout)
             except ApiException as exc2:

@@ -215,3 +215,37 @@ def test_a_leader_whose_create_of_a_deleted_lease_loses_the_race_stops_leading(k
     assert a.try_acquire() is False
     assert not a.is_leader(), "still leading after losing the Lease's create to another replica"
     assert b.is_leader()
+
+
+def test_a_standby_honours_a_deleted_leases_last_holder_until_its_record_would_lapse(kube_api, kube_namespace):
+    """A second trial: the Lease deleted by hand, the standby created it at once and both led
+    until the old leader's next renew (up to 5 s; the old one admitted a backfill meanwhile).
+    The standby now waits as if the record it last read still stood; the holder, renewing,
+    creates the Lease again and keeps leading. A holder that is gone is replaced once its
+    record would have lapsed."""
+    now = [1000.0]
+    a = _elector(kube_api, kube_namespace, "a")
+    b = LeaderElector(kube_api, name="mbf-leader", namespace=kube_namespace, identity="b", duration=15, renew=5, monotonic=lambda: now[0])
+    coord = client.CoordinationV1Api(kube_api)
+    assert a.try_acquire() is True
+    assert b.try_acquire() is False  # b reads a's record
+    coord.delete_namespaced_lease("mbf-leader", kube_namespace)
+    now[0] += 1
+    assert b.try_acquire() is False and not b.is_leader()
+    assert _absent(coord, kube_namespace), "the standby created the deleted Lease while its holder's record stood"
+    assert a.try_acquire() is True and a.is_leader()  # the holder's renew creates it again
+    assert coord.read_namespaced_lease("mbf-leader", kube_namespace).spec.holder_identity == "a"
+    # the holder gone for good: once the record b last read would have lapsed, b takes over
+    a.stop(release=False)
+    coord.delete_namespaced_lease("mbf-leader", kube_namespace)
+    assert b.try_acquire() is False  # b reads nothing new: a's record still stands for it
+    now[0] += 16
+    assert b.try_acquire() is True and b.is_leader()
+
+
+def _absent(coord, ns: str) -> bool:
+    try:
+        coord.read_namespaced_lease("mbf-leader", ns)
+    except client.ApiException as exc:
+        return exc.status == 404
+    return False
