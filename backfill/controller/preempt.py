@@ -38,6 +38,7 @@ from datetime import datetime
 from typing import Any, Callable, Iterable
 
 from backfill.core.commands import Cancel, DeleteJob, SuspendJob, WriteStatus
+from backfill.core.conditions import cause_is_state
 from backfill.core.decisions import decision_record
 from backfill.core.projector import affected, decide, fold, only_position_moved
 from backfill.core.state import IDLE, SUSPENDED, Key, World
@@ -365,7 +366,9 @@ class Preemptor:
         position, so the last entry alone could name a state older than the attempt itself."""
         # A condition without an event of its own (suspend, spec change, model not Ready, node
         # change, deletion) names the state itself, so its cause is the basis, resolved the same.
-        cause = _BASIS if c.cause == opt.position else self._ref(c.cause, durable)
+        # Any other names its event, though it be the last one folded (a duplicate resolves to
+        # the copy stored first, which the replay derives).
+        cause = _BASIS if c.cause == opt.position and cause_is_state(c.reason) else self._ref(c.cause, durable)
         folded = list(self._folded)
         floor = self._floor
         deps = folded + ([cause] if isinstance(cause, Entry) else [])

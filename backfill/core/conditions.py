@@ -99,6 +99,9 @@ class Condition:
             a Hit deletes its Job. The others (availability: readiness, gates, demand,
             contenders) only hold its resume back, like any admission.
         wakes: event type -> :data:`Scope` of the backfills to re-check when it is folded.
+        of_state: its Hit's cause is the state's own position (``world.position``: a spec,
+            readiness or deletion, no event of its own), which a decision records as its basis;
+            the others name the event that makes them hold (:func:`cause_is_state`).
     """
 
     reason: str
@@ -107,6 +110,7 @@ class Condition:
     gates: bool
     wakes: Mapping[type, Scope]
     ends_suspended: bool = False
+    of_state: bool = False
 
 
 # ----------------------------------------------------------------------------- scopes
@@ -321,14 +325,14 @@ _SLOT_EVENTS: dict[type, Scope] = {
 _DECLARATION_EVENTS: dict[type, Scope] = {t: live_and_own for t in (ev.BackfillApplied, ev.BackfillDeleting, ev.BackfillDeleted)}
 
 CONDITIONS: tuple[Condition, ...] = (
-    Condition(DELETED, _deleted, cancels=True, gates=False, wakes={ev.BackfillDeleting: own}, ends_suspended=True),
-    Condition(SUSPENDED, _suspended, cancels=True, gates=False, wakes={ev.BackfillApplied: own}, ends_suspended=True),
-    Condition(SPEC_CHANGED, _spec_changed, cancels=True, gates=False, wakes={ev.BackfillApplied: own}, ends_suspended=True),
+    Condition(DELETED, _deleted, cancels=True, gates=False, wakes={ev.BackfillDeleting: own}, ends_suspended=True, of_state=True),
+    Condition(SUSPENDED, _suspended, cancels=True, gates=False, wakes={ev.BackfillApplied: own}, ends_suspended=True, of_state=True),
+    Condition(SPEC_CHANGED, _spec_changed, cancels=True, gates=False, wakes={ev.BackfillApplied: own}, ends_suspended=True, of_state=True),
     Condition(GPU_REQUEST_FORBIDDEN, _gpu_template, cancels=True, gates=False, wakes={ev.CronJobSeen: of_template}, ends_suspended=True),
     # A running attempt's Model that is deleted is not Ready (below); a suspended one's is gone.
-    Condition(MODEL_NOT_FOUND, _model_gone, cancels=False, gates=False, wakes=_MODEL_EVENTS, ends_suspended=True),
-    Condition(MODEL_NOT_READY, _model_not_ready, cancels=True, gates=True, wakes=_MODEL_EVENTS),
-    Condition(NODE_CHANGED, _node_changed, cancels=True, gates=False, wakes=_MODEL_EVENTS),
+    Condition(MODEL_NOT_FOUND, _model_gone, cancels=False, gates=False, wakes=_MODEL_EVENTS, ends_suspended=True, of_state=True),
+    Condition(MODEL_NOT_READY, _model_not_ready, cancels=True, gates=True, wakes=_MODEL_EVENTS, of_state=True),
+    Condition(NODE_CHANGED, _node_changed, cancels=True, gates=False, wakes=_MODEL_EVENTS, of_state=True),
     Condition(GAMING_INTENT, _gaming, cancels=True, gates=True, wakes={ev.GamingIntentStarted: everyone, ev.GamingIntentEnded: everyone}),
     Condition(GPU_LEASE_ACTIVE, _lease, cancels=True, gates=True, wakes={ev.GPULeaseActive: everyone, ev.GPULeaseEnded: everyone}),
     Condition(FOREGROUND_DEMAND, _foreground_demand, cancels=True, gates=False, wakes={ev.ForegroundRequest: of_model}),
@@ -344,6 +348,17 @@ GATE_CHECKS: tuple[Callable[[World, Subject, datetime], Hit | None], ...] = tupl
 SUSPENDED_CHECKS: tuple[Callable[[World, Subject, datetime], Hit | None], ...] = tuple(
     c.holds for c in CONDITIONS if c.ends_suspended
 )
+
+_OF_STATE = frozenset(c.reason for c in CONDITIONS if c.of_state)
+
+
+def cause_is_state(reason: str) -> bool:
+    """Whether a decision for ``reason`` names the state as its cause (:attr:`Condition.of_state`):
+    its recorded cause is its basis. Else its cause is an event's position, which the preemptor
+    resolves exactly, a duplicate to the earlier stored copy (a second trial: a demand another
+    replica stored first was recorded with the highest position of the batch as its cause)."""
+    return reason in _OF_STATE
+
 
 def suspends(b: BackfillState, a: Attempt, reason: str) -> bool:
     """Whether a cancel for ``reason`` suspends ``a``'s Job instead of deleting it: a preemption

@@ -80,6 +80,27 @@ def test_a_cancel_named_after_its_state_resolves_to_the_basis_even_after_a_dupli
     assert auditor.divergences == [] and auditor.checked == 2
 
 
+def test_a_demand_stored_first_by_another_replica_is_the_cancels_cause_not_the_last_position():
+    """A second trial: the standby stored the demand first (position 6); the leader folded it
+    (a duplicate) last, behind another model's report it spooled itself (7). The cancel
+    recorded 7, the other model's report, as its cause: the demand names its own event, the copy
+    stored first."""
+    store, durable, _ = _store_with_running_attempt()
+    demand = ev.ForegroundRequest(at=T0 + timedelta(minutes=12), namespace=NS, model="m", source="lastActiveTime")
+    assert store.append([encode(demand, "fg-m")]) == [6]  # the standby's copy
+    committed = threading.Event()
+    spool = Spool(store.append, store.positions_of, committed.set)
+    pre = Preemptor(lambda: durable, spool, lambda cmds, world: None, lambda: True, lambda: T0 + timedelta(minutes=12))
+    other = ev.ForegroundRequest(at=T0 + timedelta(minutes=11), namespace=NS, model="m2", source="ingest")
+    spool.put([(other, "fg-m2"), (demand, "fg-m")])
+    assert [(c.reason, c.attempt) for c in pre.run_once()] == [("ForegroundDemand", 1)]
+    assert spool.wait_committed(spool.unfolded(0), 5) and _wait(lambda: spool.backlog == 0)
+    spool.stop()
+    (cancel,) = [e for _, e in _events(store) if isinstance(e, ev.AttemptCancelled)]
+    assert (cancel.cause, cancel.basis) == (6, 7)  # the demand's stored position; the state it was decided on
+    assert _audit(store).divergences == []
+
+
 def test_demand_cancels_from_memory_while_the_store_refuses_and_replays_clean_after():
     store, durable, _ = _store_with_running_attempt()
     down, spool = _spool_of_a_store_that_is_down(store)
