@@ -622,7 +622,7 @@ def replay(
     until: Optional[str] = typer.Option(None, "--until", help="Only print and check decisions made before this time (RFC 3339; no zone = UTC)."),
     limit: int = typer.Option(50, "--limit", min=0, max=2**63 - 1, help="Print the most recent N trail rows (0 = none)."),
 ) -> None:
-    """Re-fold the log, print the decision trail, and fail on the first divergent decision.
+    """Re-fold the log, print the decision trail, and fail (exit 1) if any decision diverges, naming each.
 
     Every event is folded (a decision's state needs all that came before it); only the decisions
     made inside [--since, --until) and of --backfill are printed, checked and counted. Without

@@ -287,11 +287,12 @@ class Controller:
 
     # -- intake -------------------------------------------------------------------------------
 
-    def observe(self, pairs: list, headroom: int = 0) -> list:
+    def observe(self, pairs: list, headroom: int = 0, refusable: bool = False) -> list:
         """Take observed ``(event, idempotency_key)`` pairs: spool them for the log and wake the
-        preemptor, which folds them in memory at once. Never waits on the store. ``headroom``:
-        as :meth:`Spool.put` (the pairs it drops are not in the returned entries)."""
-        entries = self.spool.put(pairs, headroom=headroom)
+        preemptor, which folds them in memory at once. Never waits on the store. ``headroom``,
+        ``refusable``: as :meth:`Spool.put` (the pairs it drops or refuses are not in the
+        returned entries)."""
+        entries = self.spool.put(pairs, headroom=headroom, refusable=refusable)
         self.preemptor.signal.set()
         return entries
 
@@ -321,7 +322,7 @@ class Controller:
 
         decoded = decode_many([(r.type, r.version, r.data) for r in records])
         headroom = self.spool.max_records - int(self.spool.max_records * INGEST_SPOOL_SHARE)
-        entries = self.observe([(e, r.idempotency_key) for e, r in zip(decoded, records)], headroom=headroom)
+        entries = self.observe([(e, r.idempotency_key) for e, r in zip(decoded, records)], headroom=headroom, refusable=True)
         if len(entries) < len(records):
             raise SpoolFullError(len(entries), len(records) - len(entries))
         committed = self.spool.wait_committed(entries, wait)

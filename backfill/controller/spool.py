@@ -111,6 +111,7 @@ class Spool:
         self.max_records = max_records
         self.max_bytes = max_bytes
         self._bytes = 0  # payload characters of the observations not yet committed
+        self._waiting: dict[str, Entry] = {}  # idempotency key -> its observation entry not yet committed
         self._on_overflow_recovered = on_overflow_recovered
         self._cond = threading.Condition()
         self._entries: list[Entry] = []  # not yet trimmed, in order
@@ -128,15 +129,26 @@ class Spool:
 
     # -- producers ----------------------------------------------------------------------------
 
-    def put(self, pairs: Iterable[tuple[Any, str | None]], *, headroom: int = 0) -> list[Entry]:
+    def put(self, pairs: Iterable[tuple[Any, str | None]], *, headroom: int = 0, refusable: bool = False) -> list[Entry]:
         """Spool observed ``(event, idempotency_key)`` pairs; returns their entries (in order).
 
         Never blocks on the store. Past :attr:`max_records` waiting observations, less
         ``headroom`` (kept free for others: the ingest endpoint leaves half to the watchers),
-        the pairs are dropped (counted in :attr:`dropped`) and the returned list is shorter."""
+        the pairs are dropped (counted in :attr:`dropped`) and the returned list is shorter.
+
+        ``refusable`` (the ingest endpoint's reports, which its client sends again): a pair whose
+        key already waits here is answered with its waiting entry (a re-send takes no room), and
+        those that do not fit are refused, not dropped: the caller answers for them, nothing is
+        counted, logged or relisted (a second trial: refused reports were logged as dropped
+        observations and every watcher relisted twice once the store was back)."""
         records = [(e, encode(e, k)) for e, k in pairs]
         out: list[Entry] = []
         with self._cond:
+            if refusable:
+                waiting = [self._waiting.get(r.idempotency_key) for _, r in records]
+                if any(waiting):
+                    out = [w for w in waiting if w is not None]
+                    records = [x for x, w in zip(records, waiting) if w is None]
             room = self.max_records - headroom - (len(self._entries) - self._next)
             # the payloads are bounded too (a fault trial: 151 changes of a GamingSession with
             # a 900 kB field took a replica from 126 to 403 MB; 100,000 of them would not fit)
@@ -147,7 +159,9 @@ class Spool:
                 if budget < 0:
                     break
                 fits += 1
-            if fits < len(records):
+            if fits < len(records) and refusable:
+                records = records[:fits]
+            elif fits < len(records):
                 lost = len(records) - fits
                 records = records[:fits]
                 self.dropped += lost
@@ -162,6 +176,7 @@ class Spool:
                 self._seq += 1
                 entry = Entry(self._seq, e, r)
                 self._bytes += entry.size
+                self._waiting[r.idempotency_key] = entry
                 self._entries.append(entry)
                 out.append(entry)
             if out:
@@ -326,6 +341,9 @@ class Spool:
                 e.duplicate = p is None
             self._next += len(chunk)
             self._bytes -= sum(e.size for e in chunk)
+            for e in chunk:
+                if self._waiting.get(e.record.idempotency_key) is e:
+                    del self._waiting[e.record.idempotency_key]
             self.committed += len(chunk)
             self._cond.notify_all()
         for e in chunk:

@@ -51,3 +51,21 @@ def test_headroom_leaves_its_share_of_records_and_bytes():
             big.stop(timeout=0.1)
     finally:
         spool.stop(timeout=0.1)
+
+
+def test_refused_reports_are_not_dropped_observations_and_a_resend_takes_no_room():
+    """A second trial: ingest reports refused for room were counted and logged as dropped
+    observations (every watcher relisted twice once the store was back), and a re-send of
+    reports already held was refused too."""
+    spool = _down_spool(max_records=10, max_bytes=1 << 20)
+    try:
+        first = spool.put([_session(i, 10) for i in range(5)], headroom=5, refusable=True)
+        assert len(first) == 5
+        again = spool.put([_session(i, 10) for i in range(5)], headroom=5, refusable=True)  # a re-send
+        assert again == first  # the entries already waiting: no room taken, nothing refused
+        assert spool.put([_session(9, 10)], headroom=5, refusable=True) == []  # refused: no room left
+        assert spool.dropped == 0 and spool.backlog == 5
+        assert len(spool.put([_session(20 + i, 10) for i in range(6)])) == 5  # observations: dropped past the bound
+        assert spool.dropped == 1
+    finally:
+        spool.stop(timeout=0.1)

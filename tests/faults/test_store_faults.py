@@ -232,7 +232,8 @@ def test_an_ingest_flood_with_the_store_stopped_is_refused_and_leaves_room_for_a
     """A fault trial: with PostgreSQL paused, 130 calls of 1,000 reports filled the spool; a
     fresh report was then answered ``202 {"accepted": 0, "duplicates": 1}`` (never retried,
     never stored) and neither it nor a ``lastActiveTime`` bump cancelled the running Job. Reports
-    now fill at most half the spool, and those it cannot take are answered 503 ``spool_full``."""
+    now fill at most half the spool, and those it cannot take are answered 503 ``spool_full``
+    (refused, not dropped: no relist follows), a re-send of held reports is taken."""
     pg, schema = controllers.pg, controllers.schema
     token = tmp_path / "ingest-token"
     token.write_text("t0ken\n")
@@ -257,6 +258,8 @@ def test_an_ingest_flood_with_the_store_stopped_is_refused_and_leaves_room_for_a
         seconds = timed(lambda: kube.job(job) is None, timeout=CANCEL_BOUND_SECONDS, what=f"Job {job} deleted on a demand after the flood")
         print(f"demand after the flood: Job gone {seconds:.2f} s later, the store still stopped")
         fresh = post_reports(proc, [{"namespace": kube.ns, "model": "gemma", "time": ts(now_s()), "id": "fresh-1"}])
+        # a re-send of the first call, held already: taken, not refused (a second trial)
+        resent = post_reports(proc, [{"namespace": kube.ns, "model": "llama", "time": stale, "id": f"flood/0/{i}"} for i in range(1000)])
     finally:
         pg.start()
     # reports fill at most half of the 10,000 records (the watchers' few observations share it)
@@ -265,6 +268,10 @@ def test_an_ingest_flood_with_the_store_stopped_is_refused_and_leaves_room_for_a
     assert [c[:2] for c in codes[4:]] == [(503, "spool_full")] * 7 and 4000 < taken <= 5000, codes
     assert answers[-1][2] == "1", "a 503 spool_full says when to retry"
     assert fresh[0] == 503 and fresh[1]["error"] == "spool_full", fresh  # not a false "duplicates: 1"
+    assert (resent[0], resent[1].get("accepted"), resent[1].get("spooled")) == (202, 1000, 1000), resent[:2]
+    # refused reports are not dropped observations: no "spool full" error, no relist of every watcher
+    noted = [r["msg"] for r in proc.logs() if "spool full" in str(r.get("msg", "")) or "relisting every watcher" in str(r.get("msg", ""))]
+    assert noted == [], noted
     wait_for(lambda: [e for _, e in of_type(log_events(pg.url, schema), "AttemptCancelled") if e.backfill == "bf"],
              timeout=20, what="the cancel of bf in the log")  # fmt: skip
     assert cluster_invariants(kube) == []
