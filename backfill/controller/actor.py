@@ -58,6 +58,7 @@ from backfill.core.decisions import decision_record
 from backfill.core.events import encode
 from backfill.core.jobtemplate import API_GROUP, API_VERSION, build_job
 from backfill.core.state import World
+from backfill.core.verdict import JOB_SUSPENDED
 from backfill.core.timefmt import rfc3339
 
 from .cancelwindow import CancelWindow
@@ -251,6 +252,7 @@ class Actor:
         self._lock = threading.Lock()
         self._pace: dict[tuple[str, str, str], tuple[float, float]] = {}  # (verb, ns, job) -> (next allowed, pause)
         self._terminating_noted: set[tuple[str, str]] = set()  # (ns, job) whose JobTerminating Event was sent
+        self._suspension_noted: set[tuple[str, str]] = set()  # (ns, job) whose JobSuspended cancel was said
         self._unexplained_noted: set[tuple[str, str]] = set()  # (ns, job) whose UnexplainedJob Event was sent
         #: Called with a backfill key when its cancel call failed (the preemptor's retry).
         self.on_preempt_failed: Callable[[tuple[str, str]], None] | None = None
@@ -448,6 +450,7 @@ class Actor:
                 if cmd.unexplained:
                     self._note_unexplained(cmd, world)
                 else:
+                    self._note_foreign_suspension(cmd, world)
                     self._note_terminating(cmd, world)
                 self.delete_job(cmd.key, cmd.job_name, job_uid(world, cmd.key, cmd.job_name), owner_uid(world, cmd.key))
         elif t is SuspendJob:
@@ -719,6 +722,23 @@ class Actor:
         )
         log.warning(message, extra={"backfill": f"{cmd.key[0]}/{cmd.key[1]}", "position": world.position, "decision": "DeleteJob"})
         self._event(cmd.key[0], cmd.key[1], b.uid if b is not None else "", "UnexplainedJob", message, "Warning")
+
+    def _note_foreign_suspension(self, cmd: DeleteJob, world: World) -> None:
+        """Say once per Job (a warning log line and a Warning Event, as a cancel does) that a
+        ``spec.preemption: Delete`` Job someone else suspended is deleted (the fold's
+        ``JobSuspended`` cancel, which has no decision of its own: a second trial found neither)."""
+        b = world.backfills.get(cmd.key)
+        a = b.attempt if b is not None else None
+        if a is None or a.job_name != cmd.job_name or a.resumable or a.cancel_reason != JOB_SUSPENDED:
+            return
+        with self._lock:
+            if (cmd.key[0], cmd.job_name) in self._suspension_noted:
+                return
+            self._suspension_noted.add((cmd.key[0], cmd.job_name))
+        message = a.cancel_message or f"Job {cmd.job_name} was suspended by someone else: deleting it"
+        log.warning(f"cancelling attempt {a.number} ({JOB_SUSPENDED}): {message}",
+                    extra={"backfill": f"{cmd.key[0]}/{cmd.key[1]}", "position": a.cancel_pos, "decision": "DeleteJob"})  # fmt: skip
+        self._event(cmd.key[0], cmd.key[1], b.uid, JOB_SUSPENDED, message, "Warning")
 
     def _note_terminating(self, cmd: DeleteJob, world: World) -> None:
         """One Warning Event per Job that a finalizer holds after its delete (``JobTerminating``)."""
