@@ -314,7 +314,7 @@ class Translator:
         log.warning(
             f"GamingSession {ns}/{name}: spec.mode {shown} is neither 'gaming' nor 'inference'; "
             "taken as gaming intent (fail-closed)",
-            extra={"resource": "gaming"},
+            extra={"resource": "gamingsession"},
         )
 
     # -- GPULease -----------------------------------------------------------------------------
