@@ -53,7 +53,9 @@ def test_freeze_heap_collects_garbage_then_leaves_live_objects_out_of_every_pass
     try:
         n = freeze_heap()
         assert ref() is None
-        assert n == gc.get_freeze_count() and n >= len(live)
+        # frozen objects still die by reference counting: another thread of the session may free
+        # some between the two reads (a CI run: 318,033 then 318,025), none joins the frozen
+        assert n >= len(live) and n - 1000 <= gc.get_freeze_count() <= n
         tracked = {id(o) for o in gc.get_objects()}  # every generation: the frozen ones are not in any
         assert not any(id(x) in tracked for x in live[::100])
         assert len(tracked) < before - len(live)
