@@ -210,11 +210,11 @@ class Translator:
         if not changed:
             pass
         elif ready:
-            out.append((ev.ModelReady(at=now, namespace=ns, model=name, node=node, shared=shared), f"model/{uid}/{rv}/ready"))
+            out.append((ev.ModelReady(at=now, namespace=ns, model=name, node=node, shared=shared, uid=uid), f"model/{uid}/{rv}/ready"))
         else:
             out.append(
                 (
-                    ev.ModelNotReady(at=now, namespace=ns, model=name, phase=phase, node=node, shared=shared),
+                    ev.ModelNotReady(at=now, namespace=ns, model=name, phase=phase, node=node, shared=shared, uid=uid),
                     f"model/{uid}/{rv}/notready",
                 )
             )

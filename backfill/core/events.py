@@ -152,6 +152,10 @@ class ModelReady(_ModelEvent):
     type: Literal["ModelReady"] = "ModelReady"
     node: str = ""
     shared: str = ""
+    #: The Model object's ``metadata.uid`` ("" in rows written before it was recorded: absent
+    #: when empty, rows as before). Another uid under the same name is another object: the
+    #: Model was deleted and created again, perhaps while no watch saw it (a fault trial).
+    uid: str = Field(default="", exclude_if=lambda v: not v)
 
 
 class ModelNotReady(_ModelEvent):
@@ -161,6 +165,7 @@ class ModelNotReady(_ModelEvent):
     phase: str = ""
     node: str = ""
     shared: str = ""
+    uid: str = Field(default="", exclude_if=lambda v: not v)  # as ModelReady.uid
 
 
 class ModelDeleted(_ModelEvent):

@@ -117,7 +117,7 @@ _tuple_new = tuple.__new__
 
 assert World._fields[:2] == ("position", "models"), "_at/_fold_foreground build World positionally"
 assert ModelState._fields == (
-    "exists", "ready", "node", "shared", "ready_since", "ready_pos", "busy_until", "busy_pos", "request_pos", "last_active",
+    "exists", "ready", "node", "shared", "uid", "replaced_pos", "ready_since", "ready_pos", "busy_until", "busy_pos", "request_pos", "last_active",
 ), "_fold_foreground builds ModelState positionally"
 
 
@@ -201,22 +201,22 @@ def _foreground_model(m: ModelState, e: ev.ForegroundRequest, pos: int) -> Model
     """Model ``m`` after foreground request ``e`` at ``pos`` (the one rule of :func:`fold` and
     :func:`fold_all`): busy until ``e.busy_until`` (at least ``e.at``) when that extends the
     known busy time, and ``last_active`` moved by a ``lastActiveTime`` report. Built
-    positionally (field order of state.py: [6:9] busy_until, busy_pos, request_pos; [9]
+    positionally (field order of state.py: [8:11] busy_until, busy_pos, request_pos; [11]
     last_active): the hottest path of the fold."""
     at = e.at
     end = e.busy_until
     if end is None or end <= at:
         end = at
-    last_active = m[9]
+    last_active = m[11]
     if e.source == "lastActiveTime" and (last_active is None or at > last_active):
         last_active = at
-    busy_until = m[6]
+    busy_until = m[8]
     if busy_until is None or end > busy_until:
-        return _tuple_new(ModelState, m[:6] + (end, pos, pos, last_active))
+        return _tuple_new(ModelState, m[:8] + (end, pos, pos, last_active))
     # Busy until ``end`` is known already (a re-sent report, a late one inside a known busy
     # span): not new demand. An attempt admitted after that span began its idle window after
     # it, so nothing it says was unseen by the admission.
-    return _tuple_new(ModelState, m[:9] + (last_active,))
+    return _tuple_new(ModelState, m[:11] + (last_active,))
 
 
 def _fold_foreground(w: World, e: ev.ForegroundRequest, pos: int) -> World:
@@ -225,21 +225,36 @@ def _fold_foreground(w: World, e: ev.ForegroundRequest, pos: int) -> World:
     return _tuple_new(World, (pos, models.set(key, _foreground_model(models.get(key, _NO_MODEL), e, pos))) + w[2:])
 
 
+def _replaced(m: ModelState, e: ev.ModelReady | ev.ModelNotReady) -> bool:
+    """Whether readiness observation ``e`` is of another Model object than ``m`` was (both uids
+    known and different: deleted and created again under the same name). A uid not known before
+    (rows written before it was recorded) is taken as the same object."""
+    return bool(e.uid) and bool(m.uid) and e.uid != m.uid
+
+
 def _fold_model_ready(w: World, e: ev.ModelReady, pos: int) -> World:
     key = (e.namespace, e.model)
     m = w.models.get(key, _NO_MODEL)
-    if m.exists and m.ready and m.node == e.node and m.shared == e.shared:
+    replaced = _replaced(m, e)
+    if m.exists and m.ready and m.node == e.node and m.shared == e.shared and not replaced and (m.uid or not e.uid):
         return _at(w, pos)
-    moved = m.ready and m.node != e.node
-    since, since_pos = (e.at, pos) if (not m.ready or moved) else (m.ready_since, m.ready_pos)
-    new = m._replace(exists=True, ready=True, node=e.node, shared=e.shared, ready_since=since, ready_pos=since_pos)
+    # A new object (its uid) became Ready at its observation: a restart of the Model that no
+    # watch saw (the controller down, a watch gap and a relist) holds no idle window over.
+    fresh = not m.ready or (m.node != e.node) or replaced
+    since, since_pos = (e.at, pos) if fresh else (m.ready_since, m.ready_pos)
+    new = m._replace(
+        exists=True, ready=True, node=e.node, shared=e.shared, uid=e.uid or m.uid,
+        replaced_pos=pos if replaced else m.replaced_pos, ready_since=since, ready_pos=since_pos,
+    )  # fmt: skip
     return _put_model(w, key, m, new, pos)
 
 
 def _fold_model_not_ready(w: World, e: ev.ModelNotReady, pos: int) -> World:
     key = (e.namespace, e.model)
     m = w.models.get(key, _NO_MODEL)
-    return _put_model(w, key, m, m._replace(exists=True, ready=False, node=e.node or m.node, shared=e.shared), pos)
+    replaced_pos = pos if _replaced(m, e) else m.replaced_pos
+    new = m._replace(exists=True, ready=False, node=e.node or m.node, shared=e.shared, uid=e.uid or m.uid, replaced_pos=replaced_pos)
+    return _put_model(w, key, m, new, pos)
 
 
 def _fold_model_deleted(w: World, e: ev.ModelDeleted, pos: int) -> World:

@@ -33,7 +33,7 @@ Key = tuple[str, str]
 #: differently): snapshots of another version are never read, start-up refolds from the log.
 #: Shape changes (fields, event types, event versions) change the fingerprint by themselves
 #: (:func:`backfill.store.projection.code_version`).
-STATE_VERSION = 9  # 2: run segments of resumable (Indexed) attempts, issue 11; 3: unchanged re-deliveries
+STATE_VERSION = 10  # 2: run segments of resumable (Indexed) attempts, issue 11; 3: unchanged re-deliveries
 #: (CronJob, gaming, lease) keep their first position; 4: a Job deleted before its cancel was
 #: recorded ends for the cancel condition that held (any, not only foreground demand), and a
 #: cancel recorded after the deletion it caused re-attributes the end; a request that does not
@@ -49,7 +49,9 @@ STATE_VERSION = 9  # 2: run segments of resumable (Indexed) attempts, issue 11; 
 #: 8: a deleted declaration's live Job stays a rival on its Model and node until its end (orphan_key); a
 #: terminating Job the log explained is not unexplained; a finished attempt's Job observed deleted (job_gone)
 #: 9: a spec change of spec.suspend alone keeps a success's cooldown and a failure (succeeded/failed_generation carried);
-#: a non-resumable attempt's Job observed suspended (by someone else) is Cancelling (JobSuspended) and deleted
+#: a non-resumable attempt's Job observed suspended (by someone else) is Cancelling (JobSuspended) and deleted;
+#: 10: a Model observed under another uid (deleted and created again, perhaps unseen) became Ready anew, and
+#: a live attempt admitted before that is cancelled (ModelState.uid, replaced_pos)
 
 _EMPTY: Mapping[Any, Any] = immutables.Map()  # shared, immutable default of every World map
 _NO_SPEC: Mapping[str, Any] = MappingProxyType({})
@@ -76,6 +78,12 @@ class ModelState(NamedTuple):
         exists: False after ModelDeleted or when only foreground requests were seen.
         ready: ``status.phase == "Ready"``.
         node: the hosting node ("" if unknown); shared: ``spec.gpu.shared`` ("" if absent).
+        uid: the Model object's ``metadata.uid`` as last observed ("" when unknown: only
+            foreground requests seen, or readiness rows written before the uid was recorded).
+        replaced_pos: the position of the readiness observation that showed another uid than
+            ``uid`` (the object deleted and created again, perhaps while no watch saw it: a
+            fault trial), 0 if never. It became Ready anew then, and a live attempt admitted
+            before it is cancelled (``conditions._model_not_ready``).
         ready_since / ready_pos: when (and at which position) it last became Ready.
         busy_until / busy_pos: end of the latest foreground busy span, and the position of the
             request that set it (the idle window starts here).
@@ -89,6 +97,8 @@ class ModelState(NamedTuple):
     ready: bool = False
     node: str = ""
     shared: str = ""
+    uid: str = ""
+    replaced_pos: int = 0
     ready_since: datetime | None = None
     ready_pos: int = 0
     busy_until: datetime | None = None

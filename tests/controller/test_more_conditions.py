@@ -457,3 +457,43 @@ def test_env_overrides_sorted_and_value_from_removed_exactly(kube, start_control
     # The CronJob itself is never written.
     stored = kube.batch.read_namespaced_cron_job("env-template", kube.ns)
     assert _env_list(kube, stored.spec.job_template.spec.template.spec.containers[0])[0] == {"name": "MODELS", "valueFrom": cm}
+
+
+# ============================================================================ a Model replaced unseen
+
+
+def test_a_model_deleted_and_created_again_while_no_controller_watched_is_another_model(kube, start_controller):
+    """A fault trial: the Model deleted, created again and Ready while both replicas were down;
+    the restarted controller admitted 1.9 s after the new Model's Ready on the old object's idle
+    window, and left a running Job on the new Model. Its uid now tells the objects apart: the
+    Job is cancelled, and the next admission waits a full idleFor from the new Model's first
+    observation."""
+    kube.cronjob("model-eval-gauntlet")
+    old_uid = kube.model("gemma")["metadata"]["uid"]
+    first = start_controller()
+    kube.backfill("swap", idleFor="3s")
+    job = _running(kube, "swap")
+    first.stop()
+    assert not [t.name for t in first.watchers if t.is_alive()]
+
+    kube.custom.delete_namespaced_custom_object("ai.flexinfer", "v1alpha2", kube.ns, "models", "gemma")
+    wait_for(lambda: kube.get("models", "gemma") is None, what="Model gone")
+    new_uid = kube.model("gemma")["metadata"]["uid"]
+    assert new_uid != old_uid
+    assert kube.job(job.metadata.name) is not None  # nobody is watching
+
+    second = start_controller()
+    wait_for(lambda: kube.job(job.metadata.name) is None, timeout=5, what="the old Model's Job deleted after the restart")
+    cancels = [c for c in _decisions(second, ev.AttemptCancelled) if c.backfill == "swap"]
+    assert [(c.attempt, c.reason, c.message) for c in cancels] == [
+        (1, "ModelNotReady", "Model gemma was deleted and created again after the Job was admitted")
+    ]
+    second_job = wait_for(lambda: [j for j in _jobs_of(kube, "swap") if j.metadata.name != job.metadata.name], timeout=15, what="the next Job")[0]
+    assert second_job is not None
+    readies = [e for e in _decisions(second, ev.ModelReady) if e.model == "gemma" and e.uid == new_uid]
+    admits = _admits(second, "swap")
+    assert [a.attempt for a in admits] == [1, 2]
+    # the window of the second attempt began at the new object's first observation, not before
+    assert admits[1].at >= readies[0].at + timedelta(seconds=3)
+    assert readies[0].at > admits[0].at
+

@@ -32,7 +32,7 @@ def _model(phase="Ready", rv="10", last_active=None, gpu_node=None, shared=None)
 def test_model_ready_node_from_status_then_selector():
     t = Translator()
     [(e, key)] = t.model("ADDED", _model(gpu_node="gpu-node", shared="grp"), NOW)
-    assert e == ev.ModelReady(at=NOW, namespace="ns", model="gemma", node="gpu-node", shared="grp")
+    assert e == ev.ModelReady(at=NOW, namespace="ns", model="gemma", node="gpu-node", shared="grp", uid="u1")
     assert key == "model/u1/10/ready"
     assert model_node(_model()) == "sel-node"
 
@@ -40,7 +40,7 @@ def test_model_ready_node_from_status_then_selector():
 def test_model_not_ready_and_deleted():
     t = Translator()
     [(e, key)] = t.model("MODIFIED", _model(phase="Loading", rv="11"), NOW)
-    assert isinstance(e, ev.ModelNotReady) and e.phase == "Loading" and e.node == "sel-node"
+    assert isinstance(e, ev.ModelNotReady) and e.phase == "Loading" and e.node == "sel-node" and e.uid == "u1"
     assert key == "model/u1/11/notready"
     [(d, dkey)] = t.model("DELETED", _model(), NOW)
     assert d == ev.ModelDeleted(at=NOW, namespace="ns", model="gemma") and dkey == "model/u1/deleted"

@@ -36,11 +36,11 @@ class Log:
         return decide(self.world, t(at), keys)
 
     # shorthands -------------------------------------------------------------------------
-    def ready(self, at=0, model="m", node="n1", shared=""):
-        return self.add(ev.ModelReady(at=t(at), namespace=NS, model=model, node=node, shared=shared))
+    def ready(self, at=0, model="m", node="n1", shared="", uid=""):
+        return self.add(ev.ModelReady(at=t(at), namespace=NS, model=model, node=node, shared=shared, uid=uid))
 
-    def not_ready(self, at, model="m", node="n1"):
-        return self.add(ev.ModelNotReady(at=t(at), namespace=NS, model=model, phase="Loading", node=node))
+    def not_ready(self, at, model="m", node="n1", uid=""):
+        return self.add(ev.ModelNotReady(at=t(at), namespace=NS, model=model, phase="Loading", node=node, uid=uid))
 
     def cronjob(self, at=0, name="cj", template=None):
         return self.add(ev.CronJobSeen(at=t(at), namespace=NS, name=name, job_template=template or TEMPLATE))
