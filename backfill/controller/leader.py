@@ -2,8 +2,8 @@
 
 The holder renews every ``lease_renew_seconds``; another candidate takes the Lease over only
 when it has seen the same Lease record (holder, renewTime, acquireTime, duration, transitions)
-unchanged for ``leaseDurationSeconds`` on its own monotonic clock, as client-go's
-``observedTime`` does. The ``renewTime`` written by another replica is never compared with this
+unchanged for ``leaseDurationSeconds`` (at most its own lease duration) on its own monotonic
+clock, as client-go's ``observedTime`` does. The ``renewTime`` written by another replica is never compared with this
 replica's wall clock: a standby whose clock ran 2.5-4 s ahead took the Lease over while the
 leader still acted (helper-19's trial). The price, as in client-go: a candidate that starts
 next to a Lease whose holder is already gone waits one lease duration from its first read.
@@ -188,12 +188,12 @@ class LeaderElector:
             if exc.status != 404:
                 raise
             held = self._observed
-            if held is not None and held[0] and held[0] != self.identity and self._observed_at + (held[3] or self.duration) > self.monotonic():
+            if held is not None and held[0] and held[0] != self.identity and self._observed_at + self._honoured(held[3]) > self.monotonic():
                 # The Lease vanished (deleted by hand) while another candidate held it: its
                 # record is honoured until it would have lapsed, and its holder creates it again
                 # at its next renew (a trial: this standby created it at once and both led until
                 # the old leader's next renew, up to 5 s; the old one admitted meanwhile).
-                self._standing_by(held[0], held[3] or self.duration)
+                self._standing_by(held[0], held[3])
                 return False
             try:
                 self.coord.create_namespaced_lease(self.namespace, self._new_lease(now), _request_timeout=self.request_timeout)
@@ -211,7 +211,7 @@ class LeaderElector:
         spec = lease.spec
         holder = spec.holder_identity or ""
         if holder and holder != self.identity and self._held_by_another(spec):
-            self._standing_by(holder, spec.lease_duration_seconds or self.duration)
+            self._standing_by(holder, spec.lease_duration_seconds)
             return False
         transitions = spec.lease_transitions or 0
         acquired = spec.acquire_time if holder == self.identity and spec.acquire_time else now
@@ -268,7 +268,16 @@ class LeaderElector:
         seen = self.monotonic()
         if record != self._observed:
             self._observed, self._observed_at = record, seen
-        return self._observed_at + (spec.lease_duration_seconds or self.duration) > seen
+        return self._observed_at + self._honoured(spec.lease_duration_seconds) > seen
+
+    def _honoured(self, written: float | None) -> float:
+        """Seconds another holder's unchanged record is honoured: its ``leaseDurationSeconds``
+        (our duration when unset), never more than our own duration. A record claiming longer
+        (a Lease edited by hand, or left by a release configured otherwise) held every replica
+        standing by, nothing admitted or cancelled, for as long as it claimed (a fault trial:
+        100,000 s). Every replica should run with the same duration: one whose holder renews
+        less often than another's duration is taken over between its renews."""
+        return min(written or self.duration, self.duration)
 
     def _spec(self, acquired: datetime, now: datetime, transitions: int) -> dict:
         return {
@@ -295,21 +304,28 @@ class LeaderElector:
             log.info(f"acquired leader lease {self.namespace}/{self.name} as {self.identity}")
         return True
 
-    def _standing_by(self, holder: str, duration: float) -> None:
-        """Another candidate holds a valid Lease (``duration``: its ``leaseDurationSeconds``, so a
-        Lease edited to last for years says so): this one does not lead. Logged once per holder
-        (a standby said nothing at all, and a leader whose Lease was taken over did not say it
-        had lost it, nor did one that was paused past its deadline and found another holder
-        when it resumed: a new user's trial)."""
+    def _standing_by(self, holder: str, written: float | None) -> None:
+        """Another candidate holds a valid Lease (``written``: its ``leaseDurationSeconds``):
+        this one does not lead. Logged once per holder (a standby said nothing at all, and a
+        leader whose Lease was taken over did not say it had lost it, nor did one that was paused
+        past its deadline and found another holder when it resumed: a new user's trial); a
+        warning when the record claims longer than this replica honours (:meth:`_honoured`)."""
         was = self._leading
         self._deadline = 0.0
         self._leading = False
+        honoured = self._honoured(written)
         if was:
             log.warning(f"lost leader lease {self.namespace}/{self.name}: it is held by {holder} now")
         elif holder != self._standby_for:
             log.info(
                 f"standing by: leader lease {self.namespace}/{self.name} is held by {holder} "
-                f"(taken over once its record has stayed unchanged for its {_seconds(duration)} s)"
+                f"(taken over once its record has stayed unchanged for {_seconds(honoured)} s)"
+            )
+        if holder != self._standby_for and written and written > honoured:
+            log.warning(
+                f"leader lease {self.namespace}/{self.name}: {holder}'s record claims {_seconds(written)} s; this replica "
+                f"honours at most its own lease duration, {_seconds(honoured)} s (BACKFILL_LEASE_DURATION_SECONDS: "
+                "set the same on every replica)"
             )
         self._standby_for = holder
 

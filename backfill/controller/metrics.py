@@ -1,8 +1,11 @@
-"""The controller's Prometheus metrics: exactly the seed's four families, on a given registry."""
+"""The controller's Prometheus metrics: the seed's four families, and whether this replica leads,
+on a given registry."""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, disable_created_metrics
+from typing import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, disable_created_metrics
 
 # Exactly the seed's four families: no ``*_created`` gauge beside each counter.
 disable_created_metrics()
@@ -11,7 +14,8 @@ from backfill.core.runs import RunRow
 
 
 class Metrics:
-    """The four counters of seed 000 "Monitor", registered on ``registry`` (not the global one).
+    """The four counters of seed 000 "Monitor" and the leader gauge, registered on ``registry``
+    (not the global one).
 
     The HELP texts are the seed's, extended where issue 11's run segments count too. A labelled
     series is exported from its first count (1): it is not 0-initialised (11 series per
@@ -46,6 +50,19 @@ class Metrics:
             labels,
             registry=self.registry,
         )
+        # Not a seed family: with no replica leading nothing admits, and watched demand cancels
+        # nothing (only ingest reports reach a standby's preemptor); a fault trial had both
+        # replicas standing by behind a Lease edited to last 100,000 s, /readyz ok on both, and
+        # no series to alert on (deploy/monitoring: ModelBackfillNoLeader).
+        self.leader = Gauge(
+            "flexinfer_model_backfill_leader",
+            "1 while this replica holds the leader Lease and acts (always 1 without --leader-elect), else 0.",
+            registry=self.registry,
+        )
+
+    def follow_leadership(self, leads: Callable[[], bool]) -> None:
+        """Export ``leads()`` (read at each scrape) as ``flexinfer_model_backfill_leader``."""
+        self.leader.set_function(lambda: 1.0 if leads() else 0.0)
 
     def follow(self, row: RunRow, previous: RunRow | None, *, admitted: bool = False) -> None:
         """Count a ``runs`` row the log just created or changed (``previous``: the same row

@@ -62,7 +62,7 @@ def test_a_standby_says_who_leads_once_and_a_leader_says_when_it_lost_the_lease(
     assert b.try_acquire() is False and b.try_acquire() is False
     standby = [r.getMessage() for r in caplog.records if r.getMessage().startswith("standing by")]
     assert standby == [
-        f"standing by: leader lease {kube_namespace}/mbf-leader is held by a (taken over once its record has stayed unchanged for its 15 s)"
+        f"standing by: leader lease {kube_namespace}/mbf-leader is held by a (taken over once its record has stayed unchanged for 15 s)"
     ]
     # b takes the Lease over as if it had seen a's record unchanged for a whole lease duration
     b.monotonic = lambda: time.monotonic() + 16
@@ -96,14 +96,14 @@ def test_a_standby_whose_clock_runs_ahead_never_takes_a_renewed_lease(kube_api, 
 def test_a_new_standby_waits_a_lease_duration_from_its_first_read_of_a_stale_lease(kube_api, kube_namespace):
     """A Lease whose holder stopped renewing an hour ago (by its clock): a candidate cannot tell
     a gone holder from its own clock running ahead, so it takes over only after it has seen the
-    record unchanged for the lease duration on its own clock (the record's 15 s here)."""
+    record unchanged for the lease duration on its own clock (15 s here, the record's and its own)."""
     hour_ago = (datetime.now(timezone.utc) - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     client.CoordinationV1Api(kube_api).create_namespaced_lease(kube_namespace, {
         "metadata": {"name": "stale"},
         "spec": {"holderIdentity": "gone", "leaseDurationSeconds": 15, "acquireTime": hour_ago, "renewTime": hour_ago},
     })  # fmt: skip
     now = [1000.0]
-    b = LeaderElector(kube_api, name="stale", namespace=kube_namespace, identity="b", duration=3, renew=1,
+    b = LeaderElector(kube_api, name="stale", namespace=kube_namespace, identity="b", duration=15, renew=1,
                       monotonic=lambda: now[0])  # fmt: skip
     assert b.try_acquire() is False  # first read at 1000
     now[0] = 1014.9
@@ -136,20 +136,50 @@ def test_a_leader_paused_past_its_deadline_says_it_lost_the_lease_when_it_resume
     ]
 
 
-def test_a_standby_says_a_lease_duration_edited_to_its_largest_in_whole_seconds(kube_api, kube_namespace, caplog):
-    """A trial: a Lease edited to leaseDurationSeconds 2147483647 (int32's largest) was said as
-    ``its 2.14748e+09 s``."""
+def test_a_lease_edited_to_last_for_years_is_honoured_for_our_duration_only(kube_api, kube_namespace, caplog):
+    """A fault trial: a Lease edited to ``holderIdentity: ghost`` and ``leaseDurationSeconds:
+    100000`` held both replicas standing by (nothing admitted, a Job ran 54 s past its demand)
+    until both were restarted. Its record is honoured for this replica's own duration at most,
+    said with a warning (an earlier trial: the int32's largest duration said in whole seconds)."""
     now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     client.CoordinationV1Api(kube_api).create_namespaced_lease(kube_namespace, {
         "metadata": {"name": "forever"},
-        "spec": {"holderIdentity": "other", "leaseDurationSeconds": 2**31 - 1, "acquireTime": now, "renewTime": now},
+        "spec": {"holderIdentity": "ghost", "leaseDurationSeconds": 2**31 - 1, "acquireTime": now, "renewTime": now},
     })  # fmt: skip
     caplog.set_level(logging.INFO, logger="backfill.controller.leader")
-    b = LeaderElector(kube_api, name="forever", namespace=kube_namespace, identity="b", duration=15, renew=5)
+    clock = [100.0]
+    b = LeaderElector(kube_api, name="forever", namespace=kube_namespace, identity="b", duration=15, renew=5,
+                      monotonic=lambda: clock[0])  # fmt: skip
     assert b.try_acquire() is False
-    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("standing by")]
-    assert said == [f"standing by: leader lease {kube_namespace}/forever is held by other "
-                    "(taken over once its record has stayed unchanged for its 2,147,483,647 s)"]  # fmt: skip
+    said = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert said == [
+        ("INFO", f"standing by: leader lease {kube_namespace}/forever is held by ghost "
+                 "(taken over once its record has stayed unchanged for 15 s)"),
+        ("WARNING", f"leader lease {kube_namespace}/forever: ghost's record claims 2,147,483,647 s; this replica honours "
+                    "at most its own lease duration, 15 s (BACKFILL_LEASE_DURATION_SECONDS: set the same on every replica)"),
+    ]  # fmt: skip
+    clock[0] = 114.9
+    assert b.try_acquire() is False
+    clock[0] = 115.0  # the record unchanged for our 15 s
+    assert b.try_acquire() is True
+    lease = client.CoordinationV1Api(kube_api).read_namespaced_lease("forever", kube_namespace)
+    assert (lease.spec.holder_identity, lease.spec.lease_duration_seconds) == ("b", 15)
+
+
+def test_a_record_shorter_than_our_duration_is_honoured_for_its_own(kube_api, kube_namespace):
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    client.CoordinationV1Api(kube_api).create_namespaced_lease(kube_namespace, {
+        "metadata": {"name": "short"},
+        "spec": {"holderIdentity": "other", "leaseDurationSeconds": 4, "acquireTime": now, "renewTime": now},
+    })  # fmt: skip
+    clock = [0.0]
+    b = LeaderElector(kube_api, name="short", namespace=kube_namespace, identity="b", duration=15, renew=5,
+                      monotonic=lambda: clock[0])  # fmt: skip
+    assert b.try_acquire() is False
+    clock[0] = 3.9
+    assert b.try_acquire() is False
+    clock[0] = 4.0
+    assert b.try_acquire() is True
 
 
 def test_failures_that_differ_only_in_numbers_are_logged_once(kube_api, kube_namespace, caplog):

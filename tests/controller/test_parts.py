@@ -58,6 +58,7 @@ def test_metrics_exact_families_on_a_private_registry():
         "flexinfer_model_backfill_completions",
         "flexinfer_model_backfill_preemptions",
         "flexinfer_model_backfill_useful_running_seconds",
+        "flexinfer_model_backfill_leader",
     }
     labels = {"backfill": "mbf", "namespace": "ns", "model": "gemma"}
     get = m.registry.get_sample_value
@@ -67,6 +68,17 @@ def test_metrics_exact_families_on_a_private_registry():
     assert get("flexinfer_model_backfill_preemptions_total", {**labels, "reason": "ForegroundDemand"}) == 1
     assert get("flexinfer_model_backfill_useful_running_seconds_total", labels) == 15.0
     assert Metrics().registry.get_sample_value("flexinfer_model_backfill_starts_total", labels) is None
+
+
+def test_the_leader_gauge_reads_leadership_at_each_scrape():
+    """A fault trial: both replicas stood by behind a Lease no replica held, and no series said
+    so (deploy/monitoring: ModelBackfillNoLeader alerts on this gauge)."""
+    m = Metrics()
+    leads = [False]
+    m.follow_leadership(lambda: leads[0])
+    assert m.registry.get_sample_value("flexinfer_model_backfill_leader") == 0.0
+    leads[0] = True
+    assert m.registry.get_sample_value("flexinfer_model_backfill_leader") == 1.0
 
 
 class _Ingest:
