@@ -224,7 +224,7 @@ def simulate(
     max_attempts: int = typer.Option(MAX_ATTEMPTS, "--max-attempts", min=1, help="Refuse a trace that could need more attempts than this (an upper bound computed first)."),
     seed: int = typer.Option(7, "--seed", help="Synthetic workload: random seed."),
     synthetic_models: int = typer.Option(4, "--synthetic-models", min=1, max=1000, help="Synthetic workload: models."),
-    days: float = typer.Option(2.0, "--days", min=0.01, max=366, help="Synthetic workload: days."),
+    days: float = typer.Option(2.0, "--days", help="Synthetic workload: days, 0.01 to 366 (about 1,800 requests per model-day; --max-attempts bounds the whole)."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write a timeline PNG here."),
     database_url: Optional[str] = DatabaseOpt,
     schema: str = typer.Option("simulation", "--schema", help="PostgreSQL schema to (re)create for this run."),
@@ -235,7 +235,7 @@ def simulate(
     from .sim.cluster import SimParams
     from .sim.cluster import simulate as run_sim
     from .sim.report import plot as draw, summarize, total
-    from .sim.traces import TraceError, read_trace, synthetic
+    from .sim.traces import SyntheticTooLarge, TraceError, read_trace, synthetic
 
     trace_format = _trace_format(trace, fmt)
     params = SimParams(
@@ -248,12 +248,24 @@ def simulate(
         shards=shards,
     )
     _check_params(params)
+    if not 0.01 <= days <= 366:  # checked here, not by the option's range: ``nan`` was "not <= 366" (a new user's trial)
+        raise CLIError(f"--days {days:g}: give a number of days from 0.01 to 366")
+    narrow = "narrow the trace (--model, a shorter span)" if trace is not None else "lower --days or --synthetic-models"
     try:
-        tr = read_trace(trace, trace_format) if trace is not None else synthetic(seed, synthetic_models, days)
+        if trace is not None:
+            tr = read_trace(trace, trace_format)
+        else:  # two attempts per request at most: stop generating once the requests alone exceed the bound
+            tr = synthetic(seed, synthetic_models, days, max_requests=max_attempts // 2 + 1)
         tr = tr.filtered(model)
+    except SyntheticTooLarge as exc:
+        raise CLIError(
+            f"the synthetic workload (--synthetic-models {synthetic_models:,}, --days {days:g}) holds more than {exc.limit:,} "
+            f"requests, so it could need more than --max-attempts {max_attempts:,} attempts (up to 2 a request): {narrow}, "
+            "or raise --max-attempts"
+        ) from None
     except TraceError as exc:
         raise CLIError(str(exc)) from None
-    _check_attempts(tr.requests, params, max_attempts)
+    _check_attempts(tr.requests, params, max_attempts, narrow)
     if plot is not None:
         plot = _plot_path(plot)
     if store:
@@ -307,10 +319,12 @@ def _granularity_cost(tr: Any, params: Any, padded: Any) -> str:
             f"{_fmt_s(r.wasted)} wasted s"
         )
 
+    wasted = padded.wasted - exact.wasted
+    # said only of a negative figure (a new user's trial read it beside "cost 0 ..., wasted s +0")
+    gained = " (a negative cost or change: the padding gained it)" if round(lost) < 0 or round(wasted) < 0 else ""
     return (
         f"signal granularity {format_duration(params.signal_granularity)}: {counts(padded)}; an exact signal: "
-        f"{counts(exact)}; cost {_fmt_s(lost)} useful s{share}, wasted s {padded.wasted - exact.wasted:+,.0f} "
-        f"(a negative cost or change: the padding gained it)"
+        f"{counts(exact)}; cost {_fmt_s(lost)} useful s{share}, wasted s {wasted:+,.0f}{gained}"
     )
 def _check_params(params: Any) -> None:
     """Contract checks shared by simulate and recommend (one-line CLIError)."""
@@ -323,19 +337,21 @@ def _check_params(params: Any) -> None:
         raise CLIError(f"--shards {params.shards}: a shard of --job {format_duration(params.job)} would be shorter than 1us")
 
 
-def _check_attempts(requests: Any, params: Any, max_attempts: int) -> None:
+def _check_attempts(requests: Any, params: Any, max_attempts: int, narrow: str = "narrow the trace (--model, a shorter span)") -> None:
     """Refuse (one-line CLIError) a trace whose simulation could admit more than
     ``max_attempts`` attempts (:func:`backfill.sim.cluster.attempts_bound`): hours of work and
-    gigabytes, e.g. a trace whose timestamps span millennia."""
+    gigabytes, e.g. a trace whose timestamps span millennia. ``narrow`` says how to make the
+    input smaller (a synthetic workload's options differ from a trace file's)."""
     from .sim.cluster import attempts_bound
+    from .sim.traces import counted
 
     bound = attempts_bound(requests, params)
     if bound > max_attempts:
         span = max((r[-1][0] - r[0][0] for r in requests.values() if r), default=0.0)
         raise CLIError(
-            f"the trace could need up to {bound:,} attempts (a model's requests span {span / 86400:,.0f} days, "
+            f"the trace could need up to {bound:,} attempts (a model's requests span {counted(round(span / 86400), 'day')}, "
             f"--job {format_duration(params.job)} + --repeat-after {format_duration(params.repeat_after)}); "
-            f"more than --max-attempts {max_attempts:,}: narrow the trace (--model, a shorter span), or raise --max-attempts"
+            f"more than --max-attempts {max_attempts:,}: {narrow}, or raise --max-attempts"
         )
 
 

@@ -16,7 +16,7 @@ from ..core import events as ev
 from ..core.durations import format_duration
 from ..core.projector import FOREGROUND_DEMAND
 from ..core.spec import Spec, parse_spec
-from .traces import Trace
+from .traces import Trace, counted
 
 
 class HistoryError(ValueError):
@@ -187,12 +187,12 @@ def from_log(store: Any, schema: str, targets: list[tuple[str, str, str]]) -> li
         ((m, reqs),) = h.trace.requests.items()
         job, latency = h.measured_job(), h.measured_latency()
         note = (
-            f"{ns}/{name}: model {m}, {len(reqs)} foreground requests; {len(h.job_seconds)} succeeded runs"
+            f"{ns}/{name}: model {m}, {counted(len(reqs), 'foreground request')}; {counted(len(h.job_seconds), 'succeeded run')}"
             + (f" (median {format_duration(job)})" if job is not None else "")
-            + f"; {len(h.cancel_latencies)} foreground cancels measured"
+            + f"; {counted(len(h.cancel_latencies), 'foreground cancel')} measured"
             + (f" (p95 demand -> Job gone {format_duration(latency)})" if latency is not None else "")
             + (f", {h.stale_cancels} left out (their request predates the Job: a late report)" if h.stale_cancels else "")
-            if kind == "backfill" else f"{ns}/{name}: {len(reqs)} foreground requests"
+            if kind == "backfill" else f"{ns}/{name}: {counted(len(reqs), 'foreground request')}"
         )
         if pruned:  # a day-2 trial: the retained history was read as if it were all of it
             note += f" (the log was pruned up to position {pruned}: only what it kept after that is read)"

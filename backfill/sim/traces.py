@@ -28,6 +28,12 @@ from pathlib import Path
 FORMATS = ("alibaba-genai", "azure-llm", "csv")
 
 
+def counted(n: int | float, noun: str) -> str:
+    """``n`` and ``noun``, plural unless ``n`` is 1: "1 foreground request", "2 days" (a new
+    user's trial read "1 foreground requests", "span 1 days"); thousands separated."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
+
+
 class TraceError(ValueError):
     """A trace that cannot be read; the message names the file and line (``file:line: why``)."""
 
@@ -218,24 +224,45 @@ def read_trace(path: str | Path, fmt: str) -> Trace:
     raise TraceError(f"unknown trace format {fmt!r}; use one of {', '.join(FORMATS)}")
 
 
-def synthetic(seed: int = 7, models: int = 4, days: float = 2.0, start: str = "2026-01-05T00:00:00+00:00") -> Trace:
+class SyntheticTooLarge(TraceError):
+    """:func:`synthetic` stopped: the workload would hold more than ``limit`` requests."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the synthetic workload holds more than {limit:,} requests")
+        self.limit = limit
+
+
+def synthetic(
+    seed: int = 7, models: int = 4, days: float = 2.0, start: str = "2026-01-05T00:00:00+00:00", *, max_requests: int | None = None
+) -> Trace:
     """A seeded synthetic workload, documented so its numbers can be reproduced.
 
     Each model alternates busy sessions and quiet gaps: a session is a Poisson burst of requests
     (mean 1 request per 20 s, 5 to 60 minutes long, service time 2 to 30 s uniform); the quiet gap
     after it is exponential with a mean of 45 minutes (so some gaps are long enough for a backfill
-    and some are not). ``random.Random(seed)`` drives everything; model names are ``syn-0``...
+    and some are not), about 1,800 requests per model-day. ``random.Random(seed)`` drives
+    everything; model names are ``syn-0``...
+
+    Raises:
+        SyntheticTooLarge: more than ``max_requests`` requests in all (None: no limit), found
+            while generating, so a workload too large to simulate costs no more than the limit
+            (a new user's trial: ``--synthetic-models 1000 --days 366`` grew past 5 GB before
+            ``--max-attempts`` refused it).
     """
     rng = random.Random(seed)
     t0 = datetime.fromisoformat(start).timestamp()
     end = t0 + days * 86400
     out: dict[str, list[tuple[float, float]]] = {}
+    left = max_requests if max_requests is not None else -1
     for i in range(models):
         t = t0 + rng.uniform(0, 600)
         reqs: list[tuple[float, float]] = []
         while t < end:
             session_end = t + rng.uniform(300, 3600)
             while t < session_end and t < end:
+                if left == 0:
+                    raise SyntheticTooLarge(max_requests or 0)
+                left -= 1
                 reqs.append((round(t, 3), round(rng.uniform(2, 30), 3)))
                 t += rng.expovariate(1 / 20)
             t += rng.expovariate(1 / 2700)

@@ -419,3 +419,13 @@ def test_db_shell_on_a_server_that_does_not_answer_is_one_line_before_psql(tmp_p
     p = _run(["db", "shell", "--database-url", CLOSED], tmp_path)
     line = _assert_one_line_error(p)
     assert p.returncode == 2 and line.startswith("backfill: error: database: connection failed"), line
+
+
+@pytest.mark.parametrize("days", ["nan", "inf", "0", "367"])
+def test_days_out_of_range_says_the_range(days, capsys):
+    """A new user's trial: ``--days nan`` said "Input should be less than or equal to 366"."""
+    from backfill.cli import main
+
+    assert main(["simulate", "--no-store", "--days", days]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == f"backfill: error: --days {float(days):g}: give a number of days from 0.01 to 366"

@@ -135,3 +135,53 @@ def test_an_rfc3339_timestamp_out_of_range_is_said_as_a_date(tmp_path, capsys):
     assert main(["simulate", "--no-store", "--trace", str(p), "--format", "csv"]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.endswith("timestamp '9999-01-01T00:00:00Z' is out of range (from 1970-01-01 up to, not including, 9999-01-01)"), line
+
+
+def test_a_synthetic_workload_stops_at_its_request_limit():
+    from backfill.sim.traces import SyntheticTooLarge, synthetic
+
+    whole = synthetic(7, 3, 1.0)
+    n = sum(len(r) for r in whole.requests.values())
+    assert n > 1000
+    assert synthetic(7, 3, 1.0, max_requests=n).requests == whole.requests
+    try:
+        synthetic(7, 3, 1.0, max_requests=n - 1)
+    except SyntheticTooLarge as exc:
+        assert exc.limit == n - 1
+    else:
+        raise AssertionError("no SyntheticTooLarge")
+
+
+def test_a_synthetic_workload_too_large_is_refused_before_it_is_built(capsys):
+    """A new user's trial: ``--synthetic-models 1000 --days 366`` (both in their ranges) grew past
+    5 GB in a minute before the bound was computed, and the refusal said to narrow the trace."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    assert main(["simulate", "--no-store", "--synthetic-models", "1000", "--days", "366"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (
+        "backfill: error: the synthetic workload (--synthetic-models 1,000, --days 366) holds more than 250,001 requests, so it "
+        "could need more than --max-attempts 500,000 attempts (up to 2 a request): lower --days or --synthetic-models, or raise "
+        "--max-attempts"
+    )
+    # at most the limit's requests were built (about 100 bytes each), not a year of 1,000 models
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 400_000  # KiB
+    # within the limit, the exact bound decides (its advice is for a synthetic workload too)
+    from backfill.sim.traces import synthetic
+
+    n = sum(len(r) for r in synthetic(7, 4, 1.0).requests.values())  # the defaults' seed and models, one day
+    limit = 2 * n + 3  # the requests fit (n + 2 allowed); two attempts each and one per model do not
+    assert main(["simulate", "--no-store", "--days", "1", "--max-attempts", str(limit)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("backfill: error: the trace could need up to ") and line.endswith(
+        f"more than --max-attempts {limit:,}: lower --days or --synthetic-models, or raise --max-attempts"
+    ), line
+
+
+def test_one_day_is_said_as_one_day(tmp_path, capsys):
+    """A new user's trial read "span 1 days"."""
+    p = tmp_path / "day.csv"
+    p.write_text("model,timestamp\nm,2026-01-01T00:00:00Z\nm,2026-01-02T00:00:00Z\n")
+    assert main(["simulate", "--no-store", "--trace", str(p), "--format", "csv", "--job", "1m", "--repeat-after", "1m", "--max-attempts", "10"]) == 2
+    assert "(a model's requests span 1 day, --job 1m0s + --repeat-after 1m0s)" in capsys.readouterr().err
