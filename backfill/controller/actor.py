@@ -58,7 +58,7 @@ from backfill.core.decisions import decision_record
 from backfill.core.events import encode
 from backfill.core.jobtemplate import API_GROUP, API_VERSION, build_job
 from backfill.core.state import World
-from backfill.core.verdict import JOB_SUSPENDED
+from backfill.core.verdict import JOB_DELETED, JOB_SUSPENDED
 from backfill.core.timefmt import rfc3339
 
 from .cancelwindow import CancelWindow
@@ -371,6 +371,24 @@ class Actor:
                 log.warning(f"event {reason} on {ns}/{name} not recorded: {exc}".splitlines()[0])
 
         self._side.submit(create)  # off the reconcile thread: an Event never delays a decision
+
+    def run_ended(self, row: Any) -> None:
+        """A Kubernetes Event for an attempt (a ``runs`` row, :class:`backfill.core.runs.RunRow`)
+        that ended other than by a decision of ours, which has its Event already: its Job
+        completed (Normal ``Completed``), failed (Warning ``JobFailed``), ran past
+        maxRunDuration (Warning ``DeadlineExceeded``), or was deleted before it ended (Warning
+        ``JobDeleted``). A new user's trial found no Event on the ModelBackfill for a failed Job or
+        one deleted by hand. Called once per ended row, by the replica that counts it."""
+        ns, name, uid, job = row.namespace, row.backfill, row.backfill_uid, row.job_name
+        if row.result == "succeeded":
+            self._event(ns, name, uid, "Completed", f"Job {job} completed (attempt {row.attempt})")
+        elif row.result == "failed":
+            self._event(ns, name, uid, "JobFailed", f"Job {job} failed (attempt {row.attempt}): {row.reason}", "Warning")
+        elif row.result == "deadline_exceeded":
+            self._event(ns, name, uid, "DeadlineExceeded", f"Job {job} ran past spec.maxRunDuration (attempt {row.attempt})", "Warning")
+        elif row.result == "cancelled" and row.reason == JOB_DELETED:
+            message = f"Job {job} was deleted before it ended, by no cancel of this controller's log (attempt {row.attempt})"
+            self._event(ns, name, uid, JOB_DELETED, message, "Warning")
 
     # -- dispatch -----------------------------------------------------------------------------
 

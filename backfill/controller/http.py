@@ -470,6 +470,16 @@ def _server_context(cert: Path, key: Path) -> ssl.SSLContext:
     return context
 
 
+def _load_failure(exc: BaseException) -> str:
+    """Why a certificate and key pair did not load, in a few words (``ssl.SSLError`` says only
+    "[SSL] PEM lib" of a file that is not PEM, or of a key that does not match)."""
+    if isinstance(exc, ssl.SSLError):
+        return f"not a PEM certificate and its matching private key ({exc})"
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
+    return str(exc)
+
+
 class _CertificateFiles:
     """The server's TLS context, loaded again when the certificate or key file changes.
 
@@ -485,7 +495,10 @@ class _CertificateFiles:
         self._lock = threading.Lock()
         self._seen = self._signature()
         self._failed: tuple | None = None
-        self.context = _server_context(cert, key)
+        try:
+            self.context = _server_context(cert, key)
+        except (OSError, ValueError) as exc:  # named: "[SSL] PEM lib (_ssl.c:3905)" named neither file (a new user's trial)
+            raise ValueError(f"TLS certificate file {cert}, key file {key}: {_load_failure(exc)}") from None
         self._checked = time.monotonic()
 
     def _signature(self) -> tuple:

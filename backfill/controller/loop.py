@@ -505,6 +505,8 @@ class Controller:
             )
         for _, row, previous, admitted in todo:
             self.metrics.follow(row, previous, admitted=admitted)
+            if row.result is not None and (previous is None or previous.result is None):
+                self.actor.run_ended(row)  # once per ended row, as the counters
         self._counting = todo[-1][0]
         try:
             self.runs.apply([], COUNTED_CHECKPOINT, self._counting)

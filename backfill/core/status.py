@@ -39,7 +39,8 @@ def status_from_verdict(world: World, b: BackfillState, verdict: Verdict) -> dic
     """
     a = b.attempt
     m = world.models.get((b.namespace, b.model_ref))
-    node = a.node if a is not None and a.live else (m.node if m is not None else "")
+    # a deleted Model names no node (a new user's trial: Blocked ModelNotFound beside its old node)
+    node = a.node if a is not None and a.live else (m.node if m is not None and m.exists else "")
     job = ""
     started = None
     if a is not None and (a.live or a.suspended or a.result in FINISHED):

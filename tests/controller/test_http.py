@@ -592,3 +592,18 @@ def test_conflicting_content_lengths_are_400_unread(ingest_server):
                              b"Content-Type: application/json\r\nContent-Length: " + first + b"\r\nContent-Length: 10\r\n\r\n")  # fmt: skip
         assert answer.startswith(b"HTTP/1.0 400 ") and b"conflicting Content-Length headers" in answer, answer[:300]
     assert appended == []
+
+
+def test_a_certificate_pair_that_does_not_load_is_named(tmp_path):
+    """A new user's trial: a non-PEM file gave ``HTTP server on ...: [SSL] PEM lib (_ssl.c:3905)``,
+    naming neither file."""
+    bad = tmp_path / "tls.crt"
+    bad.write_text("not a certificate\n")
+    absent = tmp_path / "tls.key"
+    with pytest.raises(ValueError) as exc:
+        make_server("127.0.0.1:0", CollectorRegistry(), ready=lambda: True, tls_cert=bad, tls_key=bad)
+    assert str(exc.value).startswith(f"TLS certificate file {bad}, key file {bad}: not a PEM certificate and its matching private key ([SSL]")
+    with pytest.raises(ValueError) as exc:
+        make_server("127.0.0.1:0", CollectorRegistry(), ready=lambda: True, tls_cert=absent, tls_key=absent)
+    # ssl names no file of a missing one: the message does
+    assert str(exc.value) == f"TLS certificate file {absent}, key file {absent}: No such file or directory"

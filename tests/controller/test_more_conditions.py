@@ -497,3 +497,47 @@ def test_a_model_deleted_and_created_again_while_no_controller_watched_is_anothe
     assert admits[1].at >= readies[0].at + timedelta(seconds=3)
     assert readies[0].at > admits[0].at
 
+
+# ============================================================================ Events of ended attempts
+
+
+def _event_messages(kube, name: str, reason: str) -> list[tuple[str, str]]:
+    return wait_for(
+        lambda: [
+            (e.type, e.message)
+            for e in kube.core.list_namespaced_event(kube.ns).items
+            if e.involved_object.kind == "ModelBackfill" and e.involved_object.name == name and e.reason == reason
+        ],
+        what=f"an Event {reason} on {name}",
+    )
+
+
+def test_an_attempt_that_ends_by_itself_has_an_event(kube, start_controller):
+    """A new user's trial: a Job failed or deleted by hand left only ``Admitted`` in ``kubectl
+    describe mbf``. Each end the controller did not decide is an Event on the ModelBackfill."""
+    kube.cronjob("model-eval-gauntlet")
+    for i, m in enumerate(("m-ok", "m-fail", "m-late", "m-gone")):
+        kube.model(m, node=f"node-{i}")
+    start_controller()
+    for name, m in (("ok", "m-ok"), ("fail", "m-fail"), ("late", "m-late"), ("gone", "m-gone")):
+        kube.backfill(name, model=m)
+    jobs = {n: wait_for(lambda: _jobs_of(kube, n), timeout=10, what=f"{n}: Job created")[0].metadata.name for n in ("ok", "fail", "late", "gone")}
+    done = now_s()
+    kube.job_status(jobs["ok"], {
+        "startTime": ts(done - timedelta(seconds=1)), "completionTime": ts(done), "succeeded": 1,
+        "conditions": [{"type": "SuccessCriteriaMet", "status": "True", "lastTransitionTime": ts(done)},
+                       {"type": "Complete", "status": "True", "lastTransitionTime": ts(done)}],
+    })  # fmt: skip
+    for name, reason in (("fail", "BackoffLimitExceeded"), ("late", "DeadlineExceeded")):
+        kube.job_status(jobs[name], {
+            "startTime": ts(done - timedelta(seconds=1)), "failed": 1,
+            "conditions": [{"type": "FailureTarget", "status": "True", "reason": reason, "lastTransitionTime": ts(done)},
+                           {"type": "Failed", "status": "True", "reason": reason, "lastTransitionTime": ts(done)}],
+        })  # fmt: skip
+    kube.batch.delete_namespaced_job(jobs["gone"], kube.ns, propagation_policy="Background")
+    assert _event_messages(kube, "ok", "Completed") == [("Normal", f"Job {jobs['ok']} completed (attempt 1)")]
+    assert _event_messages(kube, "fail", "JobFailed") == [("Warning", f"Job {jobs['fail']} failed (attempt 1): BackoffLimitExceeded")]
+    assert _event_messages(kube, "late", "DeadlineExceeded") == [("Warning", f"Job {jobs['late']} ran past spec.maxRunDuration (attempt 1)")]
+    assert _event_messages(kube, "gone", "JobDeleted") == [
+        ("Warning", f"Job {jobs['gone']} was deleted before it ended, by no cancel of this controller's log (attempt 1)")
+    ]
