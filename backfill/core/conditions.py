@@ -244,7 +244,7 @@ def _model_not_ready(world: World, s: Subject, now: datetime) -> Hit | None:
         return Hit(MODEL_NOT_READY, f"Model {s.model} is not Ready{gone}", world.position)
     if s.attempt is not None and s.state.replaced_pos > s.attempt.basis:
         # Ready, but another object than the admission saw: the Model was deleted and created
-        # again, and no watch saw it go (a fault trial: the Job ran on on the new Model).
+        # again, and no watch saw it go (a fault trial: the Job kept running on the new Model).
         return Hit(MODEL_NOT_READY, f"Model {s.model} was deleted and created again after the Job was admitted", world.position)
     return None
 

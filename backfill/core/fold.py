@@ -238,8 +238,8 @@ def _fold_model_ready(w: World, e: ev.ModelReady, pos: int) -> World:
     replaced = _replaced(m, e)
     if m.exists and m.ready and m.node == e.node and m.shared == e.shared and not replaced and (m.uid or not e.uid):
         return _at(w, pos)
-    # A new object (its uid) became Ready at its observation: a restart of the Model that no
-    # watch saw (the controller down, a watch gap and a relist) holds no idle window over.
+    # A Model created again (another uid) is Ready from this observation, also when no watch saw
+    # the old object go (the controller down, or a watch gap and a relist): no window carries over.
     fresh = not m.ready or (m.node != e.node) or replaced
     since, since_pos = (e.at, pos) if fresh else (m.ready_since, m.ready_pos)
     new = m._replace(
