@@ -93,15 +93,20 @@ def test_a_standby_whose_clock_runs_ahead_never_takes_a_renewed_lease(kube_api, 
     assert lease.spec.holder_identity == "a" and (lease.spec.lease_transitions or 0) == 0
 
 
+def _held_lease(api, namespace: str, name: str, holder: str, duration: int, renewed: datetime | None = None) -> None:
+    """A Lease held by ``holder`` for ``duration`` s, acquired and renewed at ``renewed`` (now)."""
+    at = (renewed or datetime.now(timezone.utc)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    client.CoordinationV1Api(api).create_namespaced_lease(namespace, {
+        "metadata": {"name": name},
+        "spec": {"holderIdentity": holder, "leaseDurationSeconds": duration, "acquireTime": at, "renewTime": at},
+    })  # fmt: skip
+
+
 def test_a_new_standby_waits_a_lease_duration_from_its_first_read_of_a_stale_lease(kube_api, kube_namespace):
     """A Lease whose holder stopped renewing an hour ago (by its clock): a candidate cannot tell
     a gone holder from its own clock running ahead, so it takes over only after it has seen the
     record unchanged for the lease duration on its own clock (15 s here, the record's and its own)."""
-    hour_ago = (datetime.now(timezone.utc) - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    client.CoordinationV1Api(kube_api).create_namespaced_lease(kube_namespace, {
-        "metadata": {"name": "stale"},
-        "spec": {"holderIdentity": "gone", "leaseDurationSeconds": 15, "acquireTime": hour_ago, "renewTime": hour_ago},
-    })  # fmt: skip
+    _held_lease(kube_api, kube_namespace, "stale", "gone", 15, renewed=datetime.now(timezone.utc) - timedelta(hours=1))
     now = [1000.0]
     b = LeaderElector(kube_api, name="stale", namespace=kube_namespace, identity="b", duration=15, renew=1,
                       monotonic=lambda: now[0])  # fmt: skip
@@ -141,11 +146,7 @@ def test_a_lease_edited_to_last_for_years_is_honoured_for_our_duration_only(kube
     100000`` held both replicas standing by (nothing admitted, a Job ran 54 s past its demand)
     until both were restarted. Its record is honoured for this replica's own duration at most,
     said with a warning (an earlier trial: the int32's largest duration said in whole seconds)."""
-    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    client.CoordinationV1Api(kube_api).create_namespaced_lease(kube_namespace, {
-        "metadata": {"name": "forever"},
-        "spec": {"holderIdentity": "ghost", "leaseDurationSeconds": 2**31 - 1, "acquireTime": now, "renewTime": now},
-    })  # fmt: skip
+    _held_lease(kube_api, kube_namespace, "forever", "ghost", 2**31 - 1)
     caplog.set_level(logging.INFO, logger="backfill.controller.leader")
     clock = [100.0]
     b = LeaderElector(kube_api, name="forever", namespace=kube_namespace, identity="b", duration=15, renew=5,
@@ -167,11 +168,7 @@ def test_a_lease_edited_to_last_for_years_is_honoured_for_our_duration_only(kube
 
 
 def test_a_record_shorter_than_our_duration_is_honoured_for_its_own(kube_api, kube_namespace):
-    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    client.CoordinationV1Api(kube_api).create_namespaced_lease(kube_namespace, {
-        "metadata": {"name": "short"},
-        "spec": {"holderIdentity": "other", "leaseDurationSeconds": 4, "acquireTime": now, "renewTime": now},
-    })  # fmt: skip
+    _held_lease(kube_api, kube_namespace, "short", "other", 4)
     clock = [0.0]
     b = LeaderElector(kube_api, name="short", namespace=kube_namespace, identity="b", duration=15, renew=5,
                       monotonic=lambda: clock[0])  # fmt: skip
