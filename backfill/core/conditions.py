@@ -492,11 +492,17 @@ def permanent_rejection(b: BackfillState, job_template: Mapping[str, Any] | None
     return rej if job_template is rej.job_template or job_template == rej.job_template else None
 
 
-def block_cause(world: World, b: BackfillState) -> int:
-    """The log position that explains ``b``'s block (the template's, or the refusal's)."""
+def block_cause(world: World, b: BackfillState, reason: str = "") -> int:
+    """The log position that explains ``b``'s block for ``reason``: the Model's deletion for
+    ``ModelNotFound`` (when it was seen deleted), the refusal's, else the template's. A block's
+    idempotency key holds it, so a block after an unblock is recorded as a decision of its own."""
     spec = b.spec
     if spec is None:
         return world.position
+    if reason == MODEL_NOT_FOUND:
+        gone = world.models.get((b.namespace, spec.model_ref), _NO_MODEL).gone_pos
+        if gone:
+            return gone
     t = world.templates.get((b.namespace, spec.template_ref))
     if t is not None and b.rejection is not None and permanent_rejection(b, t.job_template) is not None:
         return b.rejection.pos

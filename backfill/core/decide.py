@@ -183,7 +183,7 @@ def _evaluate(world: World, key: Key, now: datetime, reserved: dict | None = Non
         return Verdict(WAITING, DELETED, "the ModelBackfill is being deleted", cmds)
     blocked = block_reason(world, b)
     if blocked is not None:
-        cmds = () if b.blocked == blocked else (Block(key, blocked[0], blocked[1], block_cause(world, b), b.uid, b.generation),)
+        cmds = () if b.blocked == blocked else (Block(key, blocked[0], blocked[1], block_cause(world, b, blocked[0]), b.uid, b.generation),)
         return Verdict(BLOCKED, blocked[0], blocked[1], cmds)
     unblock: tuple[Command, ...] = (Unblock(key, world.position, b.uid),) if b.blocked is not None else ()
     spec = b.spec

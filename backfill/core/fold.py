@@ -117,7 +117,7 @@ _tuple_new = tuple.__new__
 
 assert World._fields[:2] == ("position", "models"), "_at/_fold_foreground build World positionally"
 assert ModelState._fields == (
-    "exists", "ready", "node", "shared", "uid", "replaced_pos", "ready_since", "ready_pos", "busy_until", "busy_pos", "request_pos", "last_active",
+    "exists", "ready", "node", "shared", "uid", "replaced_pos", "gone_pos", "ready_since", "ready_pos", "busy_until", "busy_pos", "request_pos", "last_active",
 ), "_fold_foreground builds ModelState positionally"
 
 
@@ -201,22 +201,22 @@ def _foreground_model(m: ModelState, e: ev.ForegroundRequest, pos: int) -> Model
     """Model ``m`` after foreground request ``e`` at ``pos`` (the one rule of :func:`fold` and
     :func:`fold_all`): busy until ``e.busy_until`` (at least ``e.at``) when that extends the
     known busy time, and ``last_active`` moved by a ``lastActiveTime`` report. Built
-    positionally (field order of state.py: [8:11] busy_until, busy_pos, request_pos; [11]
+    positionally (field order of state.py: [9:12] busy_until, busy_pos, request_pos; [12]
     last_active): the hottest path of the fold."""
     at = e.at
     end = e.busy_until
     if end is None or end <= at:
         end = at
-    last_active = m[11]
+    last_active = m[12]
     if e.source == "lastActiveTime" and (last_active is None or at > last_active):
         last_active = at
-    busy_until = m[8]
+    busy_until = m[9]
     if busy_until is None or end > busy_until:
-        return _tuple_new(ModelState, m[:8] + (end, pos, pos, last_active))
+        return _tuple_new(ModelState, m[:9] + (end, pos, pos, last_active))
     # Busy until ``end`` is known already (a re-sent report, a late one inside a known busy
     # span): not new demand. An attempt admitted after that span began its idle window after
     # it, so nothing it says was unseen by the admission.
-    return _tuple_new(ModelState, m[:11] + (last_active,))
+    return _tuple_new(ModelState, m[:12] + (last_active,))
 
 
 def _fold_foreground(w: World, e: ev.ForegroundRequest, pos: int) -> World:
@@ -260,7 +260,7 @@ def _fold_model_not_ready(w: World, e: ev.ModelNotReady, pos: int) -> World:
 def _fold_model_deleted(w: World, e: ev.ModelDeleted, pos: int) -> World:
     key = (e.namespace, e.model)
     m = w.models.get(key, _NO_MODEL)
-    m = m._replace(exists=False, ready=False)
+    m = m._replace(exists=False, ready=False, gone_pos=pos)
     return w._replace(position=pos, models=_set(w.models, key, m))
 
 

@@ -51,7 +51,8 @@ STATE_VERSION = 10  # 2: run segments of resumable (Indexed) attempts, issue 11;
 #: 9: a spec change of spec.suspend alone keeps a success's cooldown and a failure (succeeded/failed_generation carried);
 #: a non-resumable attempt's Job observed suspended (by someone else) is Cancelling (JobSuspended) and deleted;
 #: 10: a Model observed under another uid (deleted and created again, perhaps unseen) became Ready anew, and
-#: a live attempt admitted before that is cancelled (ModelState.uid, replaced_pos)
+#: a live attempt admitted before that is cancelled (ModelState.uid, replaced_pos); a ModelNotFound block is
+#: caused by the Model's deletion (ModelState.gone_pos)
 
 _EMPTY: Mapping[Any, Any] = immutables.Map()  # shared, immutable default of every World map
 _NO_SPEC: Mapping[str, Any] = MappingProxyType({})
@@ -84,6 +85,10 @@ class ModelState(NamedTuple):
             ``uid`` (the object deleted and created again, perhaps while no watch saw it: a
             fault trial), 0 if never. It became Ready anew then, and a live attempt admitted
             before it is cancelled (``conditions._model_not_ready``).
+        gone_pos: the position of the last ``ModelDeleted`` folded (0 if none): the cause of a
+            ``ModelNotFound`` block, so each time the Model goes is its own decision (a trial:
+            the second deletion's block shared the first one's idempotency key and was never
+            recorded).
         ready_since / ready_pos: when (and at which position) it last became Ready.
         busy_until / busy_pos: end of the latest foreground busy span, and the position of the
             request that set it (the idle window starts here).
@@ -99,6 +104,7 @@ class ModelState(NamedTuple):
     shared: str = ""
     uid: str = ""
     replaced_pos: int = 0
+    gone_pos: int = 0
     ready_since: datetime | None = None
     ready_pos: int = 0
     busy_until: datetime | None = None

@@ -541,3 +541,37 @@ def test_an_attempt_that_ends_by_itself_has_an_event(kube, start_controller):
     assert _event_messages(kube, "gone", "JobDeleted") == [
         ("Warning", f"Job {jobs['gone']} was deleted before it ended, by no cancel of this controller's log (attempt 1)")
     ]
+
+
+def test_a_model_that_goes_twice_is_blocked_twice(kube, start_controller):
+    """A trial: the second deletion of a Model in one spec generation had no BackfillBlocked
+    decision, no log line and no Event (its idempotency key was the first block's)."""
+    kube.cronjob("model-eval-gauntlet")
+    kube.model("gemma")
+    c = start_controller()
+    kube.backfill("twice", idleFor="1h")
+    _waiting(kube, "twice", "IdleWindow")
+    for round_ in (1, 2):
+        kube.custom.delete_namespaced_custom_object("ai.flexinfer", "v1alpha2", kube.ns, "models", "gemma")
+        wait_for(lambda: kube.status("twice").get("reason") == "ModelNotFound", what=f"Blocked ModelNotFound ({round_})")
+        wait_for(lambda: len([b for b in _decisions(c, ev.BackfillBlocked) if b.backfill == "twice"]) == round_,
+                 what=f"block {round_} recorded")  # fmt: skip
+        wait_for(lambda: len(_event_types_now(kube, "twice", "ModelNotFound")) == round_, what=f"Event {round_}")
+        kube.model("gemma")
+        _waiting(kube, "twice", "IdleWindow")
+    blocks = [b for b in _decisions(c, ev.BackfillBlocked) if b.backfill == "twice"]
+    deletions = [p for p, e in _positions(c) if isinstance(e, ev.ModelDeleted) and e.model == "gemma"]
+    assert [b.cause for b in blocks] == deletions and len(deletions) == 2
+
+
+def _event_types_now(kube, name: str, reason: str) -> list[str]:
+    return [
+        e.type
+        for e in kube.core.list_namespaced_event(kube.ns).items
+        if e.involved_object.kind == "ModelBackfill" and e.involved_object.name == name and e.reason == reason
+    ]
+
+
+def _positions(controller) -> list:
+    rows = list(controller.events.read(0))
+    return list(zip([r.position for r in rows], decode_many([(r.type, r.version, r.data) for r in rows])))
