@@ -249,7 +249,7 @@ def simulate(
     )
     _check_params(params)
     if not 0.01 <= days <= 366:  # checked here, not by the option's range: ``nan`` was "not <= 366" (a new user's trial)
-        raise CLIError(f"--days {days:g}: give a number of days from 0.01 to 366")
+        raise CLIError(f"--days {days!r}: give a number of days from 0.01 to 366")  # repr: 366.0000001 is not "366"
     narrow = "narrow the trace (--model, a shorter span)" if trace is not None else "lower --days or --synthetic-models"
     try:
         if trace is not None:
@@ -1297,6 +1297,12 @@ def main(argv: list[str] | None = None) -> int:
     except click_exc.ClickException as exc:
         _say_error(exc.format_message(), as_json)
         return 2
+    except MemoryError:
+        # (a trial: ``simulate --max-attempts 100000000`` of a year of 1,000 synthetic models ended
+        # in a MemoryError traceback after 2 GB, under a memory limit)
+        _say_error("out of memory: the input or its simulation is too large for this machine (simulate and recommend "
+                   "hold about 4 KB an attempt: lower --max-attempts, or narrow the input)", as_json)
+        return 1
     except typer.Abort:
         if as_json:
             _say_error("aborted", as_json)

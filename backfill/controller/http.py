@@ -470,13 +470,16 @@ def _server_context(cert: Path, key: Path) -> ssl.SSLContext:
     return context
 
 
-def _load_failure(exc: BaseException) -> str:
-    """Why a certificate and key pair did not load, in a few words (``ssl.SSLError`` says only
-    "[SSL] PEM lib" of a file that is not PEM, or of a key that does not match)."""
+def _load_failure(exc: BaseException, cert: Path, key: Path) -> str:
+    """Why the pair ``cert``, ``key`` did not load, in a few words: ``ssl.SSLError`` says only
+    "[SSL] PEM lib" of a file that is not PEM, or of a key that does not match, and the error
+    of a missing file names no file (a trial)."""
     if isinstance(exc, ssl.SSLError):
         return f"not a PEM certificate and its matching private key ({exc})"
     if isinstance(exc, OSError) and exc.strerror:
-        return f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
+        missing = list(dict.fromkeys(str(p) for p in (cert, key) if not p.exists()))
+        named = exc.filename or ", ".join(missing)
+        return f"{exc.strerror}: {named}" if named else exc.strerror
     return str(exc)
 
 
@@ -498,7 +501,7 @@ class _CertificateFiles:
         try:
             self.context = _server_context(cert, key)
         except (OSError, ValueError) as exc:  # named: "[SSL] PEM lib (_ssl.c:3905)" named neither file (a new user's trial)
-            raise ValueError(f"TLS certificate file {cert}, key file {key}: {_load_failure(exc)}") from None
+            raise ValueError(f"TLS certificate file {cert}, key file {key}: {_load_failure(exc, cert, key)}") from None
         self._checked = time.monotonic()
 
     def _signature(self) -> tuple:

@@ -605,5 +605,10 @@ def test_a_certificate_pair_that_does_not_load_is_named(tmp_path):
     assert str(exc.value).startswith(f"TLS certificate file {bad}, key file {bad}: not a PEM certificate and its matching private key ([SSL]")
     with pytest.raises(ValueError) as exc:
         make_server("127.0.0.1:0", CollectorRegistry(), ready=lambda: True, tls_cert=absent, tls_key=absent)
-    # ssl names no file of a missing one: the message does
-    assert str(exc.value) == f"TLS certificate file {absent}, key file {absent}: No such file or directory"
+    # ssl names no file of a missing one: the message does (a second trial)
+    assert str(exc.value) == f"TLS certificate file {absent}, key file {absent}: No such file or directory: {absent}"
+    (tmp_path / "pair").mkdir()
+    cert, _ = _self_signed(tmp_path / "pair")
+    with pytest.raises(ValueError) as exc:
+        make_server("127.0.0.1:0", CollectorRegistry(), ready=lambda: True, tls_cert=cert, tls_key=absent)
+    assert str(exc.value) == f"TLS certificate file {cert}, key file {absent}: No such file or directory: {absent}"

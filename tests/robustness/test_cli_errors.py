@@ -421,11 +421,29 @@ def test_db_shell_on_a_server_that_does_not_answer_is_one_line_before_psql(tmp_p
     assert p.returncode == 2 and line.startswith("backfill: error: database: connection failed"), line
 
 
-@pytest.mark.parametrize("days", ["nan", "inf", "0", "367"])
+@pytest.mark.parametrize("days", ["nan", "inf", "0", "367", "366.0000001"])
 def test_days_out_of_range_says_the_range(days, capsys):
     """A new user's trial: ``--days nan`` said "Input should be less than or equal to 366"."""
     from backfill.cli import main
 
     assert main(["simulate", "--no-store", "--days", days]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line == f"backfill: error: --days {float(days):g}: give a number of days from 0.01 to 366"
+    assert line == f"backfill: error: --days {float(days)!r}: give a number of days from 0.01 to 366"
+
+
+def test_running_out_of_memory_is_one_line_and_exit_1(tmp_path):
+    """A trial: ``simulate`` of a year of 1,000 synthetic models with ``--max-attempts 100000000``
+    under a 2 GB limit ended in a MemoryError traceback."""
+    code = (
+        "import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (700 << 20, 700 << 20)); "
+        "from backfill.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code, "simulate", "--no-store", "--synthetic-models", "1000", "--days", "366", "--max-attempts", "100000000"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )
+    assert p.returncode == 1, p.stderr[-2000:]
+    assert p.stderr.strip().splitlines() == [
+        "backfill: error: out of memory: the input or its simulation is too large for this machine (simulate and recommend "
+        "hold about 4 KB an attempt: lower --max-attempts, or narrow the input)"
+    ]
