@@ -3,10 +3,11 @@
 The holder renews every ``lease_renew_seconds``; another candidate takes the Lease over only
 when it has seen the same Lease record (holder, renewTime, acquireTime, duration, transitions)
 unchanged for ``leaseDurationSeconds`` (at most its own lease duration) on its own monotonic
-clock, as client-go's ``observedTime`` does. The ``renewTime`` written by another replica is never compared with this
-replica's wall clock: a standby whose clock ran 2.5-4 s ahead took the Lease over while the
-leader still acted (helper-19's trial). The price, as in client-go: a candidate that starts
-next to a Lease whose holder is already gone waits one lease duration from its first read.
+clock, as client-go's ``observedTime`` does. The ``renewTime`` written by another replica is
+never compared with this replica's wall clock: a standby whose clock ran 2.5-4 s ahead took the
+Lease over while the leader still acted (helper-19's trial). The price, as in client-go: a
+candidate that starts next to a Lease whose holder is already gone waits one lease duration
+from its first read.
 :meth:`LeaderElector.is_leader` is true until the local renew deadline (the start of the last
 successful renew plus ``lease_duration - lease_renew``), so a leader that cannot renew stops
 acting before anyone else may take over: the other candidate read the renewed record after it

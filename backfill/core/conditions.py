@@ -492,7 +492,7 @@ def permanent_rejection(b: BackfillState, job_template: Mapping[str, Any] | None
     return rej if job_template is rej.job_template or job_template == rej.job_template else None
 
 
-def block_cause(world: World, b: BackfillState, reason: str = "") -> int:
+def block_cause(world: World, b: BackfillState, reason: str) -> int:
     """The log position that explains ``b``'s block for ``reason``: the Model's deletion for
     ``ModelNotFound`` (when it was seen deleted), the refusal's, else the template's. A block's
     idempotency key holds it, so a block after an unblock is recorded as a decision of its own."""

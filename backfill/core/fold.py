@@ -236,14 +236,15 @@ def _fold_model_ready(w: World, e: ev.ModelReady, pos: int) -> World:
     key = (e.namespace, e.model)
     m = w.models.get(key, _NO_MODEL)
     replaced = _replaced(m, e)
-    if m.exists and m.ready and m.node == e.node and m.shared == e.shared and not replaced and (m.uid or not e.uid):
+    uid = e.uid or m.uid
+    if m.exists and m.ready and m.node == e.node and m.shared == e.shared and uid == m.uid:
         return _at(w, pos)
     # A Model created again (another uid) is Ready from this observation, also when no watch saw
     # the old object go (the controller down, or a watch gap and a relist): no window carries over.
     fresh = not m.ready or (m.node != e.node) or replaced
     since, since_pos = (e.at, pos) if fresh else (m.ready_since, m.ready_pos)
     new = m._replace(
-        exists=True, ready=True, node=e.node, shared=e.shared, uid=e.uid or m.uid,
+        exists=True, ready=True, node=e.node, shared=e.shared, uid=uid,
         replaced_pos=pos if replaced else m.replaced_pos, ready_since=since, ready_pos=since_pos,
     )  # fmt: skip
     return _put_model(w, key, m, new, pos)
