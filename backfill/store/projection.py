@@ -42,7 +42,9 @@ def code_version() -> str:
         for name in sorted(vars(module)):
             obj = getattr(module, name)
             if isinstance(obj, type) and obj.__module__ == module.__name__:
-                if hasattr(obj, "_fields"):
+                if hasattr(obj, "__struct_fields__"):
+                    parts.append(f"{name}{obj.__struct_fields__}")
+                elif hasattr(obj, "_fields"):
                     parts.append(f"{name}{obj._fields}")
                 elif dataclasses.is_dataclass(obj):
                     parts.append(f"{name}{tuple(f.name for f in dataclasses.fields(obj))}")
