@@ -1,6 +1,6 @@
 """What :func:`backfill.core.projector.decide` asks the actor to do.
 
-Commands are plain frozen dataclasses. ``Admit``, ``Cancel``, ``Resume``, ``Block``, ``Unblock`` and
+Commands are plain frozen msgspec Structs (built in C: about 0.1 us against 1.3 us for a frozen dataclass, issue 10). ``Admit``, ``Cancel``, ``Resume``, ``Block``, ``Unblock`` and
 ``ReleaseFinalizer`` are *decisions*: :func:`backfill.core.decisions.decision_record` turns each
 into the one decision event (and idempotency key) that the actor, the simulator and the tests all
 append. ``CreateJob``, ``DeleteJob``, ``SuspendJob`` and ``ResumeJob`` are idempotent re-issues of a create/delete that has not
@@ -10,7 +10,7 @@ be called again at a time (UTC) when something becomes due without any new event
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 from datetime import datetime
 from collections.abc import Mapping
 from typing import Any, Union
@@ -18,8 +18,7 @@ from typing import Any, Union
 from .state import Key
 
 
-@dataclass(frozen=True, slots=True)
-class Admit:
+class Admit(msgspec.Struct, frozen=True, gc=False):
     """Admit attempt ``attempt``: record it, then create Job ``job_name`` from the template.
 
     ``cause`` is the position of the event that started the idle window that just completed.
@@ -35,8 +34,7 @@ class Admit:
     cause: int
 
 
-@dataclass(frozen=True, slots=True)
-class CreateJob:
+class CreateJob(msgspec.Struct, frozen=True, gc=False):
     """Re-issue the create of an admitted attempt's Job (AlreadyExists counts as done)."""
 
     key: Key
@@ -44,8 +42,7 @@ class CreateJob:
     job_name: str
 
 
-@dataclass(frozen=True, slots=True)
-class Cancel:
+class Cancel(msgspec.Struct, frozen=True, gc=False):
     """Cancel the live attempt: record the decision, then delete its Job with a propagation policy.
 
     ``suspend`` (issue 11): a preemption of a ``spec.preemption: Suspend`` declaration whose Job
@@ -64,8 +61,7 @@ class Cancel:
     segment: int = 1
 
 
-@dataclass(frozen=True, slots=True)
-class DeleteJob:
+class DeleteJob(msgspec.Struct, frozen=True, gc=False):
     """Re-issue the delete of a cancelled attempt's Job (NotFound counts as done), or with
     ``unexplained``, delete a Job the ModelBackfill owns that no logged attempt explains."""
 
@@ -74,8 +70,7 @@ class DeleteJob:
     unexplained: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class SuspendJob:
+class SuspendJob(msgspec.Struct, frozen=True, gc=False):
     """Re-issue ``spec.suspend: true`` on a suspending attempt's Job until it is observed
     suspended (paced like :class:`DeleteJob`; NotFound observes ``JobDeleted``)."""
 
@@ -83,8 +78,7 @@ class SuspendJob:
     job_name: str
 
 
-@dataclass(frozen=True, slots=True)
-class Resume:
+class Resume(msgspec.Struct, frozen=True, gc=False):
     """Resume the suspended attempt ``attempt`` as run segment ``segment``: record the decision
     (durable first, like :class:`Admit`), then clear the Job's ``spec.suspend``.
 
@@ -102,16 +96,14 @@ class Resume:
     cause: int
 
 
-@dataclass(frozen=True, slots=True)
-class ResumeJob:
+class ResumeJob(msgspec.Struct, frozen=True, gc=False):
     """Re-issue ``spec.suspend: false`` on a resumed attempt's Job until the resume is observed."""
 
     key: Key
     job_name: str
 
 
-@dataclass(frozen=True, slots=True)
-class Block:
+class Block(msgspec.Struct, frozen=True, gc=False):
     """Record that the declaration is Blocked for ``reason`` (and emit a Kubernetes Event).
 
     ``uid``/``generation`` identify the object and spec the block is about (idempotency key)."""
@@ -124,8 +116,7 @@ class Block:
     generation: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class Unblock:
+class Unblock(msgspec.Struct, frozen=True, gc=False):
     """Record that the blocking condition is gone."""
 
     key: Key
@@ -133,24 +124,21 @@ class Unblock:
     uid: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class ReleaseFinalizer:
+class ReleaseFinalizer(msgspec.Struct, frozen=True, gc=False):
     """The object is being deleted and owns no live Job: remove the controller's finalizer."""
 
     key: Key
     uid: str
 
 
-@dataclass(frozen=True, slots=True)
-class WriteStatus:
+class WriteStatus(msgspec.Struct, frozen=True, gc=False):
     """Write ``status`` (camelCase, as in the API) through the status subresource."""
 
     key: Key
     status: Mapping[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
-class WakeAt:
+class WakeAt(msgspec.Struct, frozen=True, gc=False):
     """Call ``decide`` again at ``at`` (UTC) for ``key``: an idle window or cooldown ends then."""
 
     key: Key

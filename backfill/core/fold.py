@@ -379,7 +379,7 @@ def _fold_applied(w: World, e: ev.BackfillApplied, pos: int) -> World:
         # ``suspend: true`` then ``false`` (a new user's trial: un-suspending a recurring
         # declaration ran it at once). Another field changed is an intentional change: it runs
         # again (seed).
-        b = _replace(b, 
+        b = _replace(b,
             succeeded_generation=e.generation if old.succeeded_generation == old.generation else old.succeeded_generation,
             failed_generation=e.generation if old.failed_generation == old.generation else old.failed_generation,
         )
@@ -533,7 +533,7 @@ def _fold_job_running(w: World, e: ev.JobRunning, pos: int) -> World:
     b, a = found
     if a.started_at is not None or not a.live:
         return _at(w, pos)
-    a = _replace(a, 
+    a = _replace(a,
         started_at=e.at,
         created_at=a.created_at or e.at,
         job_uid=e.uid or a.job_uid,
@@ -670,7 +670,7 @@ def revived(w: World, key: Key) -> World | None:
     if a is not None and ended_unexplained(a):
         live = _replace(a, lifecycle=RUNNING, ended_at=None, end_pos=0, result=None, end_reason="")
     elif _suspended_before_decision(a):
-        live = _replace(a, 
+        live = _replace(a,
             lifecycle=RUNNING, suspend=False, cancel_reason="", cancel_message="", cancel_pos=0,
             segment_ended_at=None, segment_reason="", segment_pos=0,
         )
@@ -769,7 +769,7 @@ def _busy_at_least(w: World, key: Key, at: datetime, pos: int) -> World:
 def _cancel_decided(a: Attempt, e: ev.AttemptCancelled, pos: int) -> Attempt:
     """``a`` marked by cancel decision ``e`` (at ``pos``): Suspending for a suspending cancel,
     else Cancelling, with the cancel's reason, message, time and cause position."""
-    return _replace(a, 
+    return _replace(a,
         lifecycle=SUSPENDING if e.suspend else CANCELLING,
         suspend=e.suspend,
         cancel_reason=e.reason,
@@ -830,7 +830,7 @@ def _ended_while_suspended(a: Attempt, at: datetime) -> Attempt:
     end (the suspended segment's row is final)."""
     if not a.suspended:
         return a
-    return _replace(a, 
+    return _replace(a,
         segment=a.segment + 1, admitted_at=at, segment_started_at=at, base_indexes=a.completed_indexes,
         progress_at=None, segment_ended_at=None, segment_reason="", segment_pos=0, suspend=False,
     )
@@ -844,7 +844,7 @@ def _fold_suspend_decided(w: World, b: BackfillState | None, a: Attempt | None, 
         return _at(w, pos)
     if _suspended_before_decision(a):
         cause = e.cause or pos
-        a = _replace(a, 
+        a = _replace(a,
             cancel_reason=e.reason, cancel_message=e.message, cancelled_at=e.at, cancel_pos=cause,
             segment_reason=e.reason, segment_pos=cause,
         )
@@ -972,7 +972,7 @@ def _fold_resumed(w: World, e: ev.AttemptResumed, pos: int) -> World:
     a = b.attempt if b is not None else None
     if b is None or a is None or b.uid != e.uid or a.number != e.attempt or not a.suspended or e.segment != a.segment + 1:
         return _at(w, pos)
-    a = _replace(a, 
+    a = _replace(a,
         lifecycle=STARTING,
         segment=e.segment,
         admitted_at=e.at,

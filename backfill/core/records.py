@@ -7,12 +7,11 @@ Keeping these plain lets the store stay ignorant of event classes and the core i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 from datetime import datetime
 
 
-@dataclass(frozen=True, slots=True)
-class EventRecord:
+class EventRecord(msgspec.Struct, frozen=True, gc=False):
     """One event ready to append.
 
     Attributes:
@@ -34,8 +33,7 @@ class EventRecord:
     data: str
 
 
-@dataclass(frozen=True, slots=True)
-class StoredEvent:
+class StoredEvent(msgspec.Struct, frozen=True, gc=False):
     """An event as read back from the log.
 
     Attributes:

@@ -31,7 +31,7 @@ ends by itself while suspended (Complete, or Failed) adds a zero-second row with
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 from datetime import datetime
 from typing import Any
 
@@ -43,8 +43,7 @@ from .verdict import DELETED, cancel_result
 RESULTS = ("succeeded", "failed", "preempted", "deadline_exceeded", "cancelled")
 
 
-@dataclass(frozen=True, slots=True)
-class RunRow:
+class RunRow(msgspec.Struct, frozen=True, gc=False):
     """One attempt of one ModelBackfill; the ``runs`` table's row.
 
     Identity: ``(backfill_uid, attempt, segment)``. ``ended_at``/``result`` stay ``None`` while the

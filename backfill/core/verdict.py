@@ -7,7 +7,7 @@ cluster contract's ("Waiting/cancel reasons", "Blocked reasons"); phases are the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 from datetime import datetime
 
 from .commands import Command
@@ -83,8 +83,7 @@ BLOCKED = "Blocked"
 PHASES = ("WaitingForIdle", "Starting", "Running", "Cancelling", "Succeeded", "Failed", "Suspended", "Blocked")
 
 
-@dataclass(frozen=True, slots=True)
-class Hold:
+class Hold(msgspec.Struct, frozen=True, gc=False):
     """Why an admission or resume that falls due is not made (``decide(hold=...)``): its status
     says ``WaitingForIdle`` with ``reason`` (None: why the last attempt ended, else
     ``IdleWindow``) and ``message``."""
@@ -104,8 +103,7 @@ def hold_for_signals(kinds: list[str]) -> Hold:
     return Hold(SIGNAL_UNREADABLE, f"the next admission is due and held: cannot read {', '.join(kinds)} (a signal that cannot be read holds starts)")
 
 
-@dataclass(frozen=True, slots=True)
-class Verdict:
+class Verdict(msgspec.Struct, frozen=True, gc=False):
     """What the projector concludes about one backfill at ``now``.
 
     ``phase``/``reason``/``message`` feed the status; ``commands`` are the actions (an

@@ -11,7 +11,7 @@ ended for the same reason, with no decision of its own), and is checked as such.
 
 from __future__ import annotations
 
-import dataclasses
+from msgspec.structs import replace
 
 from backfill.core.audit import Auditor
 from backfill.core.commands import Admit, Cancel
@@ -71,7 +71,7 @@ def _reordered_log(second) -> Log:
     second(log)  # 8
     derived = [c for c in log.decide(IDLE + 17.0) if isinstance(c, Cancel)]
     assert [(c.attempt, c.reason, c.cause) for c in derived] == [(admit.attempt, "ForegroundDemand", 7)]
-    log.cancel(dataclasses.replace(derived[0], cause=8), IDLE + 10.01, basis=8)  # the leader's record: its report's cause
+    log.cancel(replace(derived[0], cause=8), IDLE + 10.01, basis=8)  # the leader's record: its report's cause
     return log
 
 

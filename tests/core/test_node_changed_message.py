@@ -3,9 +3,8 @@ node ? to node1" when a Model's node first became known)."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
+from msgspec.structs import replace
 
 from backfill.core.commands import Admit, Cancel
 
@@ -31,7 +30,7 @@ def test_the_node_changed_message(before, after, expected):
         # an older log, made before that gate, is followed all the same.
         assert not [c for c in log.decide(IDLE) if isinstance(c, Admit)]
         twin = Log().ready(0, node="elsewhere").cronjob(0).apply(0)
-        admit = dataclasses.replace(next(c for c in twin.decide(IDLE) if isinstance(c, Admit)), node="")
+        admit = replace(next(c for c in twin.decide(IDLE) if isinstance(c, Admit)), node="")
     log.admit(admit, IDLE).job("JobCreated", admit.job_name, IDLE + 1)
     log.ready(IDLE + 2, node=after)
     (cancel,) = [c for c in log.decide(IDLE + 3) if isinstance(c, Cancel)]

@@ -31,11 +31,12 @@ import json
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from msgspec.structs import replace
 
 from backfill.core.records import EventRecord, StoredEvent
 from backfill.core.runs import RunRow
