@@ -1299,10 +1299,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except MemoryError:
         # (a trial: ``simulate --max-attempts 100000000`` of a year of 1,000 synthetic models ended
-        # in a MemoryError traceback after 2 GB, under a memory limit)
-        _say_error("out of memory: the input or its simulation is too large for this machine (simulate and recommend "
-                   "hold about 4 KB an attempt: lower --max-attempts, or narrow the input)", as_json)
-        return 1
+        # in a MemoryError traceback after 2 GB, under a memory limit). Said below, once this
+        # handler is left: its traceback holds the frames that hold the simulation, and writing
+        # the line needs memory (it failed with a second MemoryError when said here).
+        rv = _OUT_OF_MEMORY
     except typer.Abort:
         if as_json:
             _say_error("aborted", as_json)
@@ -1315,7 +1315,14 @@ def main(argv: list[str] | None = None) -> int:
         first = str(exc).splitlines()[0] if str(exc) else ""
         _say_error(f"controller stopped: {type(exc).__name__}: {first}", as_json)
         return 1
+    if rv is _OUT_OF_MEMORY:
+        _say_error("out of memory: the input or its simulation is too large for this machine (simulate and recommend "
+                   "hold about 4 KB an attempt: lower --max-attempts, or narrow the input)", as_json)
+        return 1
     return rv if isinstance(rv, int) else 0  # non-standalone click returns an Exit's code
+
+
+_OUT_OF_MEMORY = object()  # main's marker: a MemoryError, said once its traceback is released
 
 
 if __name__ == "__main__":  # pragma: no cover
