@@ -1,0 +1,104 @@
+"""Side by side: the core figures of two or more checkouts, interleaved in one run.
+
+Usage::
+
+    git worktree add ../ab-base <commit>
+    python -m bench.ab_core ../ab-base . [--rounds 3]
+
+For each round, each checkout in turn runs in a fresh interpreter (``PYTHONPATH`` = the
+checkout, so its own ``backfill`` is imported; the interpreter is this one) and prints three
+figures: ``simulate`` of the whole Alibaba trace with ``--repeat-after 1m`` (seconds, best of 3),
+``fold_all`` of that simulation's log (events/s, best of 5: the fold of ``backfill replay`` and
+of start-up) and ``fold`` one event at a time of the fold group's 10,000-ModelBackfill mix
+(events/s, best of 5). Interleaving the checkouts round by round keeps a noisy machine's drift
+out of the comparison (the development VM varies by up to 2x from one minute to the next). The
+checkouts must both have ``bench/bench_core.py`` and sit next to ``../shared/data`` (the trace).
+Nothing is written: copy the table into ``BENCHMARKS.md`` by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+#: Run inside each checkout (its ``backfill`` and ``bench`` on ``sys.path``): one JSON line.
+_PROBE = r"""
+import json, sys, time
+from bench.bench_core import HEAVY, alibaba, fold_events, fold_world
+from backfill.core.fold import fold, fold_all
+from backfill.core.perf import paused_gc
+from backfill.core.state import World
+from backfill.sim.cluster import simulate
+
+def best(f, n):
+    b = float("inf")
+    for _ in range(n):
+        t = time.perf_counter(); f(); b = min(b, time.perf_counter() - t)
+    return b
+
+trace = alibaba()
+kept = []
+sim = best(lambda: kept.append(simulate(trace, HEAVY)), 3)
+log = [(p, e) for p, e, _ in kept[-1].events]
+kept.clear()
+
+def batch():
+    with paused_gc():
+        fold_all(World(), log)
+
+world, models, keys = fold_world(10_000)
+pairs = list(enumerate(fold_events(models, keys, 200_000), world.position + 1))
+
+def one():
+    w = world
+    with paused_gc():
+        for i, e in pairs:
+            w = fold(w, e, i)
+
+print(json.dumps({"simulate_s": sim, "fold_all_sim_log": len(log) / best(batch, 5), "fold_10k": len(pairs) / best(one, 5)}))
+"""
+
+
+def probe(checkout: Path) -> dict[str, float]:
+    """The three figures of ``checkout`` (a directory holding ``backfill/``), measured in a fresh
+    interpreter. Raises ``subprocess.CalledProcessError`` when the probe fails there."""
+    env = dict(os.environ, PYTHONPATH=str(checkout))
+    out = subprocess.run([sys.executable, "-c", _PROBE], cwd=checkout, env=env, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the arguments, run the rounds, print a Markdown table (one row per checkout and
+    round) and each figure's best per checkout. Returns the exit status."""
+    parser = argparse.ArgumentParser(prog="python -m bench.ab_core", description=__doc__.split("\n\n")[0])
+    parser.add_argument("checkouts", nargs="+", type=Path, help="directories holding backfill/ (two or more)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds; each runs every checkout once (default 3)")
+    args = parser.parse_args(argv)
+    if len(args.checkouts) < 2 or args.rounds < 1:
+        parser.error("give two or more checkouts and --rounds >= 1")
+    for c in args.checkouts:
+        if not (c / "backfill").is_dir():
+            parser.error(f"{c}: no backfill/ here")
+    results: dict[Path, list[dict[str, float]]] = {c: [] for c in args.checkouts}
+    print("| checkout | round | simulate | fold_all, simulation log | fold, 10,000 ModelBackfills |")
+    print("|---|---:|---:|---:|---:|")
+    for r in range(1, args.rounds + 1):
+        for c in args.checkouts:
+            f = probe(c.resolve())
+            results[c].append(f)
+            print(f"| {c} | {r} | {f['simulate_s']:.2f} s | {f['fold_all_sim_log']:,.0f} ev/s | {f['fold_10k']:,.0f} ev/s |", flush=True)
+    print()
+    for c, fs in results.items():
+        print(
+            f"best of {c}: simulate {min(f['simulate_s'] for f in fs):.2f} s, fold_all {max(f['fold_all_sim_log'] for f in fs):,.0f} ev/s, "
+            f"fold 10k {max(f['fold_10k'] for f in fs):,.0f} ev/s"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
