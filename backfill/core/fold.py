@@ -240,7 +240,7 @@ def _fold_model_ready(w: World, e: ev.ModelReady, pos: int) -> World:
     # the old object go (the controller down, or a watch gap and a relist): no window carries over.
     fresh = not m.ready or (m.node != e.node) or replaced
     since, since_pos = (e.at, pos) if fresh else (m.ready_since, m.ready_pos)
-    new = _replace(m, 
+    new = _replace(m,
         exists=True, ready=True, node=e.node, shared=e.shared, uid=uid,
         replaced_pos=pos if replaced else m.replaced_pos, ready_since=since, ready_pos=since_pos,
     )  # fmt: skip
