@@ -10,10 +10,11 @@ be called again at a time (UTC) when something becomes due without any new event
 
 from __future__ import annotations
 
-import msgspec
 from datetime import datetime
 from collections.abc import Mapping
 from typing import Any, Union
+
+import msgspec
 
 from .state import Key
 

@@ -114,14 +114,13 @@ def fold_all(world: World, events: Iterable[tuple[int, Any]]) -> World:
 
 
 _tuple_new = tuple.__new__
-_replace = replace
 
 
 assert World._fields[:2] == ("position", "models"), "_at/_fold_foreground build World positionally"
 
 
 def _at(w: World, pos: int) -> World:
-    """``w`` with only its position moved (the common no-op fold; 5x cheaper than _replace)."""
+    """``w`` with only its position moved (the common no-op fold; 5x cheaper than World._replace)."""
     return _tuple_new(World, (pos,) + w[1:])
 
 
@@ -192,7 +191,7 @@ def _put_backfill(world: World, b: BackfillState, position: int, **extra: Any) -
 def _put_attempt(world: World, b: BackfillState, a: Attempt | None, position: int) -> World:
     """:func:`_put_backfill` of ``b`` with its current attempt ``a`` (the commonest change of a
     backfill)."""
-    return _put_backfill(world, _replace(b, attempt=a), position)
+    return _put_backfill(world, replace(b, attempt=a), position)
 
 
 def _foreground_model(m: ModelState, e: ev.ForegroundRequest, pos: int) -> ModelState:
@@ -209,11 +208,11 @@ def _foreground_model(m: ModelState, e: ev.ForegroundRequest, pos: int) -> Model
         last_active = at
     busy_until = m.busy_until
     if busy_until is None or end > busy_until:
-        return _replace(m, busy_until=end, busy_pos=pos, request_pos=pos, last_active=last_active)
+        return replace(m, busy_until=end, busy_pos=pos, request_pos=pos, last_active=last_active)
     # Busy until ``end`` is known already (a re-sent report, a late one inside a known busy
     # span): not new demand. An attempt admitted after that span began its idle window after
     # it, so nothing it says was unseen by the admission.
-    return _replace(m, last_active=last_active)
+    return replace(m, last_active=last_active)
 
 
 def _fold_foreground(w: World, e: ev.ForegroundRequest, pos: int) -> World:
@@ -240,7 +239,7 @@ def _fold_model_ready(w: World, e: ev.ModelReady, pos: int) -> World:
     # the old object go (the controller down, or a watch gap and a relist): no window carries over.
     fresh = not m.ready or (m.node != e.node) or replaced
     since, since_pos = (e.at, pos) if fresh else (m.ready_since, m.ready_pos)
-    new = _replace(m,
+    new = replace(m,
         exists=True, ready=True, node=e.node, shared=e.shared, uid=uid,
         replaced_pos=pos if replaced else m.replaced_pos, ready_since=since, ready_pos=since_pos,
     )  # fmt: skip
@@ -251,14 +250,14 @@ def _fold_model_not_ready(w: World, e: ev.ModelNotReady, pos: int) -> World:
     key = (e.namespace, e.model)
     m = w.models.get(key, _NO_MODEL)
     replaced_pos = pos if _replaced(m, e) else m.replaced_pos
-    new = _replace(m, exists=True, ready=False, node=e.node or m.node, shared=e.shared, uid=e.uid or m.uid, replaced_pos=replaced_pos)
+    new = replace(m, exists=True, ready=False, node=e.node or m.node, shared=e.shared, uid=e.uid or m.uid, replaced_pos=replaced_pos)
     return _put_model(w, key, m, new, pos)
 
 
 def _fold_model_deleted(w: World, e: ev.ModelDeleted, pos: int) -> World:
     key = (e.namespace, e.model)
     m = w.models.get(key, _NO_MODEL)
-    m = _replace(m, exists=False, ready=False, gone_pos=pos)
+    m = replace(m, exists=False, ready=False, gone_pos=pos)
     return w._replace(position=pos, models=_set(w.models, key, m))
 
 
@@ -379,11 +378,11 @@ def _fold_applied(w: World, e: ev.BackfillApplied, pos: int) -> World:
         # ``suspend: true`` then ``false`` (a new user's trial: un-suspending a recurring
         # declaration ran it at once). Another field changed is an intentional change: it runs
         # again (seed).
-        b = _replace(b,
+        b = replace(b,
             succeeded_generation=e.generation if old.succeeded_generation == old.generation else old.succeeded_generation,
             failed_generation=e.generation if old.failed_generation == old.generation else old.failed_generation,
         )
-    b = _replace(b, generation=e.generation, raw_spec=dict(e.spec), spec=spec, problem=problem)
+    b = replace(b, generation=e.generation, raw_spec=dict(e.spec), spec=spec, problem=problem)
     index = _reindex(w.model_index, key, old_index_model, _model_key(b))
     return _put_backfill(w, b, pos, model_index=index)
 
@@ -397,7 +396,7 @@ def _fold_deleting(w: World, e: ev.BackfillDeleting, pos: int) -> World:
     b = w.backfills.get((e.namespace, e.name))
     if b is None or b.uid != e.uid or b.deleting:
         return _at(w, pos)
-    return _put_backfill(w, _replace(b, deleting=True), pos)
+    return _put_backfill(w, replace(b, deleting=True), pos)
 
 
 def _fold_deleted(w: World, e: ev.BackfillDeleted, pos: int) -> World:
@@ -500,19 +499,19 @@ def _unexplained(w: World, e: ev._JobEvent, pos: int) -> World:
     if isinstance(e, _JOB_OVER):
         if not listed:
             return _at(w, pos)
-        return _put_backfill(w, _replace(b, unexplained=tuple(j for j in b.unexplained if j[0] != e.name)), pos)
+        return _put_backfill(w, replace(b, unexplained=tuple(j for j in b.unexplained if j[0] != e.name)), pos)
     if listed:
         return _at(w, pos)
-    return _put_backfill(w, _replace(b, unexplained=tuple(sorted((*b.unexplained, (e.name, e.uid))))), pos)
+    return _put_backfill(w, replace(b, unexplained=tuple(sorted((*b.unexplained, (e.name, e.uid))))), pos)
 
 
 def _end(b: BackfillState, a: Attempt, at: datetime, result: str, reason: str, pos: int) -> BackfillState:
     a = a.ended(at, result, reason, pos)
     if result == "succeeded":
-        return _replace(b, attempt=a, succeeded_at=at, succeeded_generation=a.generation)
+        return replace(b, attempt=a, succeeded_at=at, succeeded_generation=a.generation)
     if result in ("failed", "deadline_exceeded"):
-        return _replace(b, attempt=a, failed_generation=a.generation)
-    return _replace(b, attempt=a)
+        return replace(b, attempt=a, failed_generation=a.generation)
+    return replace(b, attempt=a)
 
 
 def _fold_job_created(w: World, e: ev.JobCreated, pos: int) -> World:
@@ -522,7 +521,7 @@ def _fold_job_created(w: World, e: ev.JobCreated, pos: int) -> World:
     b, a = found
     if a.created_at is not None or not a.live:
         return _at(w, pos)
-    a = _replace(a, created_at=e.at, job_uid=e.uid or a.job_uid, lifecycle=RUNNING if a.lifecycle == STARTING else a.lifecycle)
+    a = replace(a, created_at=e.at, job_uid=e.uid or a.job_uid, lifecycle=RUNNING if a.lifecycle == STARTING else a.lifecycle)
     return _put_attempt(w, b, a, pos)
 
 
@@ -533,7 +532,7 @@ def _fold_job_running(w: World, e: ev.JobRunning, pos: int) -> World:
     b, a = found
     if a.started_at is not None or not a.live:
         return _at(w, pos)
-    a = _replace(a,
+    a = replace(a,
         started_at=e.at,
         created_at=a.created_at or e.at,
         job_uid=e.uid or a.job_uid,
@@ -569,7 +568,7 @@ def _fold_job_deleted(w: World, e: ev.JobDeleted, pos: int) -> World:
         if a is not None and a.kept_job and e.uid and e.uid == a.job_uid and e.name == a.job_name:
             # The ended attempt's own Job deleted afterwards (a new user's trial: status.jobName
             # still named a Job that no longer existed).
-            return _put_attempt(w, b, _replace(a, job_gone=True), pos)
+            return _put_attempt(w, b, replace(a, job_gone=True), pos)
         return _unexplained(w, e, pos)
     b, a = found
     if not e.uid and a.job_uid:
@@ -598,7 +597,7 @@ def _fold_job_deleted(w: World, e: ev.JobDeleted, pos: int) -> World:
         result = cancel_result(hit.reason)
         if hit.reason == FOREGROUND_DEMAND:
             w = _busy_at_least(w, (b.namespace, a.model), e.at, pos)
-        a = _replace(a, cancel_reason=hit.reason, cancel_message=hit.message, cancel_pos=hit.cause)
+        a = replace(a, cancel_reason=hit.reason, cancel_message=hit.message, cancel_pos=hit.cause)
         return _put_backfill(w, _end(b, a, e.at, result, hit.reason, pos), pos)
     return _put_backfill(w, _end(b, a, e.at, "cancelled", JOB_DELETED, pos), pos)
 
@@ -657,7 +656,7 @@ def _late_cancel(a: Attempt, e: ev.AttemptCancelled, pos: int) -> Attempt | None
     changes nothing, as any stale decision)."""
     if e.suspend or a.number != e.attempt or not ended_unexplained(a):
         return None
-    return _cancel_decided(a, e, pos)._replace(lifecycle=IDLE, result=cancel_result(e.reason), end_reason=e.reason)
+    return replace(_cancel_decided(a, e, pos), lifecycle=IDLE, result=cancel_result(e.reason), end_reason=e.reason)
 
 
 def revived(w: World, key: Key) -> World | None:
@@ -668,9 +667,9 @@ def revived(w: World, key: Key) -> World | None:
     b = w.backfills.get(key)
     a = b.attempt if b is not None else None
     if a is not None and ended_unexplained(a):
-        live = _replace(a, lifecycle=RUNNING, ended_at=None, end_pos=0, result=None, end_reason="")
+        live = replace(a, lifecycle=RUNNING, ended_at=None, end_pos=0, result=None, end_reason="")
     elif _suspended_before_decision(a):
-        live = _replace(a,
+        live = replace(a,
             lifecycle=RUNNING, suspend=False, cancel_reason="", cancel_message="", cancel_pos=0,
             segment_ended_at=None, segment_reason="", segment_pos=0,
         )
@@ -709,8 +708,8 @@ def _fold_create_rejected(w: World, e: ev.JobCreateRejected, pos: int) -> World:
         generation=a.generation, job_template=t.job_template if t is not None else None, pos=pos,
     )
     if permanent:
-        return _put_backfill(w, _end(b, a, e.at, "cancelled", JOB_REJECTED, pos)._replace(rejection=rej), pos)
-    return _put_backfill(w, _replace(b, rejection=rej), pos)
+        return _put_backfill(w, replace(_end(b, a, e.at, "cancelled", JOB_REJECTED, pos), rejection=rej), pos)
+    return _put_backfill(w, replace(b, rejection=rej), pos)
 
 
 def _fold_job_terminating(w: World, e: ev.JobTerminating, pos: int) -> World:
@@ -720,7 +719,7 @@ def _fold_job_terminating(w: World, e: ev.JobTerminating, pos: int) -> World:
     if not found[1].live or found[1].terminating_since is not None:
         return _at(w, pos)
     b, a = found
-    return _put_attempt(w, b, _replace(a, terminating_since=e.at), pos)
+    return _put_attempt(w, b, replace(a, terminating_since=e.at), pos)
 
 
 def _fold_admitted(w: World, e: ev.AttemptAdmitted, pos: int) -> World:
@@ -739,7 +738,7 @@ def _fold_admitted(w: World, e: ev.AttemptAdmitted, pos: int) -> World:
         first_admitted_at=e.at,
         resumable=b.spec is not None and b.spec.resumable,
     )
-    return _put_backfill(w, _replace(b, attempts=e.attempt, attempt=a), pos)
+    return _put_backfill(w, replace(b, attempts=e.attempt, attempt=a), pos)
 
 
 def _fold_cancelled(w: World, e: ev.AttemptCancelled, pos: int) -> World:
@@ -763,13 +762,13 @@ def _busy_at_least(w: World, key: Key, at: datetime, pos: int) -> World:
     m = w.models.get(key)
     if m is None or (m.busy_until is not None and m.busy_until >= at):
         return w
-    return w._replace(models=w.models.set(key, _replace(m, busy_until=at, busy_pos=pos)))
+    return w._replace(models=w.models.set(key, replace(m, busy_until=at, busy_pos=pos)))
 
 
 def _cancel_decided(a: Attempt, e: ev.AttemptCancelled, pos: int) -> Attempt:
     """``a`` marked by cancel decision ``e`` (at ``pos``): Suspending for a suspending cancel,
     else Cancelling, with the cancel's reason, message, time and cause position."""
-    return _replace(a,
+    return replace(a,
         lifecycle=SUSPENDING if e.suspend else CANCELLING,
         suspend=e.suspend,
         cancel_reason=e.reason,
@@ -789,21 +788,21 @@ def _fold_blocked(w: World, e: ev.BackfillBlocked, pos: int) -> World:
     b = w.backfills.get((e.namespace, e.backfill))
     if b is None:
         return _at(w, pos)
-    return _put_backfill(w, _replace(b, blocked=(e.reason, e.message)), pos)
+    return _put_backfill(w, replace(b, blocked=(e.reason, e.message)), pos)
 
 
 def _fold_unblocked(w: World, e: ev.BackfillUnblocked, pos: int) -> World:
     b = w.backfills.get((e.namespace, e.backfill))
     if b is None or b.blocked is None:
         return _at(w, pos)
-    return _put_backfill(w, _replace(b, blocked=None), pos)
+    return _put_backfill(w, replace(b, blocked=None), pos)
 
 
 def _fold_finalizer(w: World, e: ev.FinalizerReleased, pos: int) -> World:
     b = w.backfills.get((e.namespace, e.backfill))
     if b is None or b.uid != e.uid:
         return _at(w, pos)
-    return _put_backfill(w, _replace(b, finalizer_released=True), pos)
+    return _put_backfill(w, replace(b, finalizer_released=True), pos)
 
 
 # ---------------------------------------------------------------- resumable attempts (issue 11)
@@ -821,8 +820,8 @@ def _progress(a: Attempt, completed: str, at: datetime) -> Attempt:
         return a
     merged = indexes.format_ranges(indexes.union(indexes.parse(completed) or (), indexes.parse(a.completed_indexes) or ()))
     if a.segment_ended_at is not None:
-        return _replace(a, completed_indexes=merged)
-    return _replace(a, completed_indexes=merged, progress_at=at)
+        return replace(a, completed_indexes=merged)
+    return replace(a, completed_indexes=merged, progress_at=at)
 
 
 def _ended_while_suspended(a: Attempt, at: datetime) -> Attempt:
@@ -830,7 +829,7 @@ def _ended_while_suspended(a: Attempt, at: datetime) -> Attempt:
     end (the suspended segment's row is final)."""
     if not a.suspended:
         return a
-    return _replace(a,
+    return replace(a,
         segment=a.segment + 1, admitted_at=at, segment_started_at=at, base_indexes=a.completed_indexes,
         progress_at=None, segment_ended_at=None, segment_reason="", segment_pos=0, suspend=False,
     )
@@ -844,7 +843,7 @@ def _fold_suspend_decided(w: World, b: BackfillState | None, a: Attempt | None, 
         return _at(w, pos)
     if _suspended_before_decision(a):
         cause = e.cause or pos
-        a = _replace(a,
+        a = replace(a,
             cancel_reason=e.reason, cancel_message=e.message, cancelled_at=e.at, cancel_pos=cause,
             segment_reason=e.reason, segment_pos=cause,
         )
@@ -896,20 +895,20 @@ def _suspension_before_decision(w: World, b: BackfillState, a: Attempt, e: ev.Jo
         if hit is not None:
             return _at(w, pos)  # decide's cancel for that condition deletes it (and names why)
         message = f"Job {a.job_name} was suspended by someone else; a Job of spec.preemption Delete is not resumed: deleting it"
-        return _put_attempt(w, b, _replace(a, lifecycle=CANCELLING, cancel_reason=JOB_SUSPENDED, cancel_message=message, cancelled_at=e.at, cancel_pos=pos), pos)
+        return _put_attempt(w, b, replace(a, lifecycle=CANCELLING, cancel_reason=JOB_SUSPENDED, cancel_message=message, cancelled_at=e.at, cancel_pos=pos), pos)
     if hit is not None and conditions.suspends(b, a, hit.reason):
         reason, message, cause = hit.reason, hit.message, hit.cause
     elif a.lifecycle == STARTING and a.segment > 1:
         # Our resume is under way: a stale status from before it took effect, or our re-suspend
         # whose cause and decision come later (a trial: stuck Suspending for ever when dropped).
         # Kept for that decision (:func:`_fold_suspend_decided`); an observed resume clears it.
-        return _put_attempt(w, b, _replace(a, seen_suspended=e), pos)
+        return _put_attempt(w, b, replace(a, seen_suspended=e), pos)
     else:
         reason, message, cause = JOB_SUSPENDED, f"Job {a.job_name} was observed suspended; nothing in the event log explains it", pos
     if reason == FOREGROUND_DEMAND:  # as a foreground cancel does (_fold_cancelled)
         w = _busy_at_least(w, (b.namespace, a.model), e.at, pos)
         b = w.backfills[(b.namespace, b.name)]
-    a = _replace(a, lifecycle=SUSPENDING, suspend=True, cancel_reason=reason, cancel_message=message, cancel_pos=cause)
+    a = replace(a, lifecycle=SUSPENDING, suspend=True, cancel_reason=reason, cancel_message=message, cancel_pos=cause)
     return _suspension_observed(w, b, a, e, pos)
 
 
@@ -931,8 +930,8 @@ def _suspension_observed(w: World, b: BackfillState, a: Attempt, e: ev.JobSuspen
     if a.segment_ended_at is None:  # a foreign resume and our re-suspend keep the first end
         start = (a.started_at or a.created_at) if a.segment == 1 else (a.segment_started_at or a.admitted_at)
         end = e.at if start is None or e.at >= start else start
-        a = _replace(a, segment_ended_at=end, segment_reason=a.cancel_reason, segment_pos=a.cancel_pos)
-    return _put_attempt(w, b, _replace(a, lifecycle=SUSPENDED, seen_suspended=None), pos)
+        a = replace(a, segment_ended_at=end, segment_reason=a.cancel_reason, segment_pos=a.cancel_pos)
+    return _put_attempt(w, b, replace(a, lifecycle=SUSPENDED, seen_suspended=None), pos)
 
 
 def _fold_job_resumed(w: World, e: ev.JobResumed, pos: int) -> World:
@@ -944,10 +943,10 @@ def _fold_job_resumed(w: World, e: ev.JobResumed, pos: int) -> World:
     b, a = found
     if a.lifecycle == STARTING and a.segment > 1 and a.segment_started_at is None:
         at = e.at if e.at >= a.admitted_at else a.admitted_at  # whole-second stamps: not before the decision
-        a = _progress(_replace(a, lifecycle=RUNNING, segment_started_at=at, seen_suspended=None), e.completed_indexes, e.at)
+        a = _progress(replace(a, lifecycle=RUNNING, segment_started_at=at, seen_suspended=None), e.completed_indexes, e.at)
         return _put_attempt(w, b, a, pos)
     if a.lifecycle == SUSPENDED:
-        return _put_attempt(w, b, _replace(a, lifecycle=SUSPENDING), pos)
+        return _put_attempt(w, b, replace(a, lifecycle=SUSPENDING), pos)
     return _at(w, pos)
 
 
@@ -972,7 +971,7 @@ def _fold_resumed(w: World, e: ev.AttemptResumed, pos: int) -> World:
     a = b.attempt if b is not None else None
     if b is None or a is None or b.uid != e.uid or a.number != e.attempt or not a.suspended or e.segment != a.segment + 1:
         return _at(w, pos)
-    a = _replace(a,
+    a = replace(a,
         lifecycle=STARTING,
         segment=e.segment,
         admitted_at=e.at,

@@ -7,8 +7,9 @@ Keeping these plain lets the store stay ignorant of event classes and the core i
 
 from __future__ import annotations
 
-import msgspec
 from datetime import datetime
+
+import msgspec
 
 
 class EventRecord(msgspec.Struct, frozen=True, gc=False):

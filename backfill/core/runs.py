@@ -31,9 +31,10 @@ ends by itself while suspended (Complete, or Failed) adds a zero-second row with
 
 from __future__ import annotations
 
-import msgspec
 from datetime import datetime
 from typing import Any
+
+import msgspec
 
 from . import events as ev
 from . import indexes

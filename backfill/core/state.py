@@ -88,14 +88,6 @@ class Record(msgspec.Struct, frozen=True, gc=False):
     cyclic garbage collector (``gc=False``): a record holds only values, maps and other records,
     never a cycle. Equal when of the same class with equal fields; pickled by snapshots."""
 
-    def _replace(self, **changes: Any) -> Any:
-        """A copy with ``changes`` (field name -> value) applied (:data:`replace`).
-
-        Raises:
-            TypeError: a name that is not a field.
-        """
-        return replace(self, **changes)
-
 
 class ModelState(Record):
     """A Model as observed.

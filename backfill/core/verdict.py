@@ -7,8 +7,9 @@ cluster contract's ("Waiting/cancel reasons", "Blocked reasons"); phases are the
 
 from __future__ import annotations
 
-import msgspec
 from datetime import datetime
+
+import msgspec
 
 from .commands import Command
 
