@@ -206,8 +206,8 @@ def _read_and_replay(es: Any, repeat: int, variants: bool = False) -> dict[str, 
     """Seconds, best of ``repeat`` each, to read and fold the whole log of ``es``:
 
     - ``read``: the raw read (no decode);
-    - ``replay``: what start-up does: read + decode (foreground requests in their compiled form,
-      ``lean=True``) + the batch fold, inside :func:`backfill.core.perf.long_fold` (collector
+    - ``replay``: read + decode (every event in its compiled form, ``lean=True``, as start-up
+      and catch-up decode) + the batch fold, inside :func:`backfill.core.perf.long_fold` (collector
       paused, a 0.2 ms switch interval);
 
     and with ``variants``, the same replay with one thing changed each (the baselines of the
@@ -339,13 +339,13 @@ def replay_rows(url: str, result: SimResult, repeat: int = 3, schema: str = "ben
             f"lock; baseline: the same with the default interval; ratio = the speed-up; best of {repeat}",
         ),
         Row(
-            "compiled foreground requests: replay of the request log",
+            "compiled events: replay of the request log",
             req_replay_rate,
             "ev/s",
             baseline=req["pydantic"],
             baseline_name="pydantic instances",
-            note=f"the same replay, each ForegroundRequest row decoded to its checked msgspec row (decode_rows(lean=True), as "
-            f"start-up folds); baseline: every row assembled into its pydantic event; ratio = the speed-up; best of {repeat}",
+            note=f"the same replay, each row decoded to its checked msgspec row (decode_rows(lean=True), as start-up and "
+            f"catch-up fold); baseline: every row assembled into its pydantic event; ratio = the speed-up; best of {repeat}",
         ),
         Row(
             "replay audit from PostgreSQL (backfill replay)",

@@ -85,6 +85,9 @@ OVERFLOW_RELIST_WINDOW = 60.0
 
 Key = tuple[str, str]
 
+#: Decisions that start a run segment, and their compiled forms (catch-up folds those).
+_ADMITTING = ev.with_compiled(ev.AttemptAdmitted, ev.AttemptResumed)
+
 
 def utcnow() -> datetime:
     """The wall clock as an aware UTC datetime (the default, injectable clock)."""
@@ -430,7 +433,7 @@ class Controller:
             rows = []
             tallies: list[tuple[int, Any, Any, bool]] = []  # what the metrics follow (_count_uncounted)
             requests: list[tuple[int, Any]] = []  # a run of foreground requests, folded together
-            for position, e in decode_rows(batch, lean=True):  # folded only: requests in their compiled form
+            for position, e in decode_rows(batch, lean=True):  # folded only: in their compiled forms
                 if type(e) in foreground:
                     requests.append((position, e))
                     continue
@@ -443,7 +446,7 @@ class Controller:
                     keys.update(affected(world, e))
                 if position <= counted:
                     continue
-                admitted = isinstance(e, (ev.AttemptAdmitted, ev.AttemptResumed))
+                admitted = type(e) in _ADMITTING
                 for row in run_rows(before, world, e):
                     if position > stored:
                         rows.append(row)

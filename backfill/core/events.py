@@ -660,25 +660,36 @@ def _mirror(cls: type[_Event]) -> msgspec.json.Decoder | None:
 
 #: type name -> (class, version, its JSON decoder, one shared fields-set, keep the row). The
 #: fields-set object is shared by every fast-decoded instance: frozen events never mutate it.
-#: "Keep the row" is False here and True in :data:`_FAST_LEAN` for the :data:`COMPILED` forms.
+#: "Keep the row" is False here and True in :data:`_FAST_LEAN` (the :data:`COMPILED` forms).
 _FAST: dict[str, tuple[type[_Event], int, msgspec.json.Decoder, set[str], bool]] = {
     name: (cls, cls.version, dec, set(cls.model_fields), False)
     for name, cls in EVENT_TYPES.items()
     if (dec := _mirror(cls)) is not None
 }
-#: The compiled forms a fold takes in place of their event: mirror Struct -> event class. Only
-#: ``ForegroundRequest`` (98% of a busy platform's log, issue 10): its fold reads four fields and
-#: keeps nothing of the event, so :func:`decode_rows` with ``lean=True`` hands its checked row on
-#: as is (about 0.6 us an event instead of 1.5 us with the pydantic instance assembled). Its
-#: attributes, ``type`` included, are the event's; it is not a pydantic model (no
-#: ``model_dump``, not an ``isinstance`` of the class): only a fold's dispatch tables, which
-#: register it beside its class (fold._FOLD, conditions._WAKES), should see one.
-COMPILED: dict[type, type[_Event]] = {
-    _FAST["ForegroundRequest"][2].type: ForegroundRequest,
-}
+#: The compiled forms a fold takes in place of their event: mirror Struct -> event class, for
+#: every class with a mirror (issue 10). A caller that only folds events and asks which
+#: backfills they wake and which run rows they change (start-up and catch-up in
+#: ``backfill.controller.loop``, a replay that folds) gets them from :func:`decode_rows` with
+#: ``lean=True``: the checked row is handed on as is, without assembling its pydantic instance
+#: (on a simulation's log about 0.8-1.2 us an event instead of 1.8-2.5 us). A compiled form's
+#: attributes, ``type`` included, are the event's, and its values are those the pydantic
+#: instance would hold (the same checked row builds both). It is not a pydantic model: no
+#: ``model_dump``, ``stream`` or ``natural_key``, not an ``isinstance`` of its class. Code that
+#: may see one dispatches on ``type(event)`` through a table that registers it beside its class
+#: (``fold._FOLD``, ``conditions._WAKES``) or tests membership in :func:`with_compiled`.
+COMPILED: dict[type, type[_Event]] = {spec[2].type: spec[0] for spec in _FAST.values()}
+_COMPILED_OF: dict[type, type] = {cls: row for row, cls in COMPILED.items()}
 #: The compiled form of ``ForegroundRequest`` (a msgspec Struct; see :data:`COMPILED`).
-ForegroundRequestRow: type = next(iter(COMPILED))
-_FAST_LEAN = {name: spec[:4] + (spec[2].type in COMPILED,) for name, spec in _FAST.items()}
+ForegroundRequestRow: type = _COMPILED_OF[ForegroundRequest]
+_FAST_LEAN = {name: spec[:4] + (True,) for name, spec in _FAST.items()}
+
+
+def with_compiled(*classes: type[_Event]) -> frozenset[type]:
+    """``classes`` and their compiled forms (:data:`COMPILED`), for a ``type(event) in ...`` test
+    that must hold alike for an event and for its compiled form (``isinstance`` does not see the
+    latter). Subclasses are not included: name each class."""
+    return frozenset(classes) | {_COMPILED_OF[c] for c in classes if c in _COMPILED_OF}
+
 
 _new = object.__new__
 _set_dict = object.__setattr__
@@ -811,8 +822,9 @@ def decode_rows(rows: Iterable[tuple[int, str, int, str]], *, lean: bool = False
 
     The replay hot path: :func:`decode`'s compiled path inlined in one loop (no call per row);
     a row it does not take is upcast and validated by pydantic. With ``lean=True`` (for a
-    caller that only folds the events) a current ``ForegroundRequest`` row is its compiled
-    form, :data:`ForegroundRequestRow`, checked the same way (see :data:`COMPILED`).
+    caller that only folds the events, asks what they wake and which run rows they change) a
+    current row the compiled path takes is handed on in its compiled form, checked the same
+    way (see :data:`COMPILED`); one it refuses is still a validated pydantic event.
 
     Raises:
         EventDecodeError: as :func:`decode`, naming the row's position (``.position``; one line).

@@ -425,7 +425,7 @@ def _orphan_event(w: World, e: ev._JobEvent, pos: int) -> World | None:
     a = w.live.get(okey)
     if a is None or (e.uid and a.job_uid and e.uid != a.job_uid):
         return None
-    if isinstance(e, _JOB_OVER):
+    if type(e) in _JOB_OVER:
         return w._replace(position=pos, **_live_changes(w, okey, None))
     return _at(w, pos)
 
@@ -467,13 +467,15 @@ def _job_attempt(w: World, e: ev._JobEvent) -> tuple[BackfillState, Attempt] | N
         return None  # only labelled: the attempt's Job only if the log knows it by this uid
     if a.live or a.suspended:
         return b, a
-    if isinstance(e, _JOB_OVER) or e.uid != a.job_uid:
+    if type(e) in _JOB_OVER or e.uid != a.job_uid:
         return None
     return b, a
 
 
-#: Job observations that say the Job no longer runs anything of its own accord.
-_JOB_OVER = (ev.JobSucceeded, ev.JobFailed, ev.JobDeleted)
+#: Job observations that say the Job no longer runs anything of its own accord (and their
+#: compiled forms: tested with ``type(e) in``).
+_JOB_OVER = ev.with_compiled(ev.JobSucceeded, ev.JobFailed, ev.JobDeleted)
+_TERMINATING = ev.with_compiled(ev.JobTerminating)
 
 
 def _unexplained(w: World, e: ev._JobEvent, pos: int) -> World:
@@ -489,14 +491,14 @@ def _unexplained(w: World, e: ev._JobEvent, pos: int) -> World:
     if b is None or not e.owned:
         return _at(w, pos)  # not a known backfill's, or only labelled as one: somebody else's
     listed = any(name == e.name for name, _ in b.unexplained)
-    if type(e) is ev.JobTerminating and not listed:
+    if type(e) in _TERMINATING and not listed:
         # Being deleted, and not listed: its JobCreated (always translated before it, keyed by
         # the uid) was folded already and explained then: an earlier attempt's finished Job
         # that ``ttlSecondsAfterFinished`` or a hand deletes (a new user's trial: such a
         # deletion was warned of as a Job "not in the event log", deleted again, and held the
         # admissions until it was gone).
         return _at(w, pos)
-    if isinstance(e, _JOB_OVER):
+    if type(e) in _JOB_OVER:
         if not listed:
             return _at(w, pos)
         return _put_backfill(w, replace(b, unexplained=tuple(j for j in b.unexplained if j[0] != e.name)), pos)

@@ -40,6 +40,9 @@ from . import events as ev
 from . import indexes
 from .verdict import DELETED, cancel_result
 
+#: ``BackfillDeleted`` and its compiled form (the catch-up's run rows are asked of either).
+_DELETED_EVENT = ev.with_compiled(ev.BackfillDeleted)
+
 #: Bounded results of an ended attempt (seed: completions_total{result}).
 RESULTS = ("succeeded", "failed", "preempted", "deadline_exceeded", "cancelled")
 
@@ -187,7 +190,7 @@ def run_rows(before: Any, after: Any, event: Any) -> list[RunRow]:
     """
     ns, name = getattr(event, "namespace", None), getattr(event, "backfill", None)
     if name is None:
-        return _deleted_row(before, after, event) if type(event) is ev.BackfillDeleted else []
+        return _deleted_row(before, after, event) if type(event) in _DELETED_EVENT else []
     b1 = after.backfills.get((ns, name))
     if b1 is None or b1.attempt is None:
         return []

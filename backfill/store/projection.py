@@ -187,7 +187,7 @@ def save(events: Any, world: World, keep: int | None = None) -> None:
 
 def payloads(events: Any, after: int, batch_size: int = 20000, *, lean: bool = False) -> Iterator[list[tuple[int, Any]]]:
     """``(position, event)`` batches of the log after ``after``, decoded (``lean``: for a caller
-    that only folds them, foreground requests in their compiled form, see
+    that only folds them, every event in its compiled form, see
     :func:`backfill.core.events.decode_rows`)."""
     for batch in events.read_payloads(after, batch_size=batch_size):
         yield decode_rows(batch, lean=lean)
