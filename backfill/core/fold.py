@@ -40,6 +40,7 @@ from .state import (
     Key,
     orphan_key,
     ModelState,
+    SeenSuspension,
     Template,
     World,
     replace,
@@ -159,13 +160,14 @@ def _live_changes(world: World, key: Key, a: Attempt | None) -> dict[str, Any]:
 def _live_triple(world: World, key: Key, a: Attempt | None) -> tuple[Any, Any, Any]:
     """``(live, live_models, live_nodes)`` of ``world`` after ``key``'s attempt became ``a``
     (None or an ended attempt: no longer live); the same objects where nothing changes."""
-    live, live_models, live_nodes = world[9], world[10], world[11]
+    live = world[9]
     old = live.get(key)
-    new = a if a is not None and a.lifecycle in LIVE else None
+    new = a if a is not None and a.lifecycle in _LIVE else None
     if old is new:
-        return live, live_models, live_nodes
+        return world[9:12]
     if old is not None and new is not None and old.model == new.model and old.node == new.node:
-        return live.set(key, new), live_models, live_nodes
+        return live.set(key, new), world[10], world[11]  # the commonest change: same Model and node
+    live_models, live_nodes = world[10], world[11]
     live = live.set(key, new) if new is not None else _drop(live, key)
     if old is not None and (new is None or (old.model, old.node) != (new.model, new.node)):
         live_models = _index_remove(live_models, (key[0], old.model), key)
@@ -178,14 +180,18 @@ def _live_triple(world: World, key: Key, a: Attempt | None) -> tuple[Any, Any, A
     return live, live_models, live_nodes
 
 
-assert World._fields[3] == "backfills" and World._fields[9:12] == ("live", "live_models", "live_nodes")
+_LIVE = frozenset(LIVE)  # Attempt.live, tested inline on the hot paths
+_LIVE_OR_SUSPENDED = _LIVE | {SUSPENDED}
 
 
-def _put_backfill(world: World, b: BackfillState, position: int, **extra: Any) -> World:
-    """Store ``b`` and keep the live-attempt indexes in step (World built positionally)."""
+assert World._fields[3] == "backfills" and World._fields[9:] == ("live", "live_models", "live_nodes", "node_models")
+
+
+def _put_backfill(world: World, b: BackfillState, position: int) -> World:
+    """Store ``b`` and keep the live-attempt indexes in step (World built positionally: the
+    backfills' commonest change, about a third of a replay's fold)."""
     key = (b.namespace, b.name)
-    w = _tuple_new(World, (position, world[1], world[2], world[3].set(key, b)) + world[4:9] + _live_triple(world, key, b.attempt) + world[12:])
-    return w._replace(**extra) if extra else w
+    return _tuple_new(World, (position, world[1], world[2], world[3].set(key, b), *world[4:9], *_live_triple(world, key, b.attempt), world[12]))
 
 
 def _put_attempt(world: World, b: BackfillState, a: Attempt | None, position: int) -> World:
@@ -384,7 +390,7 @@ def _fold_applied(w: World, e: ev.BackfillApplied, pos: int) -> World:
         )
     b = replace(b, generation=e.generation, raw_spec=dict(e.spec), spec=spec, problem=problem)
     index = _reindex(w.model_index, key, old_index_model, _model_key(b))
-    return _put_backfill(w, b, pos, model_index=index)
+    return _put_backfill(w, b, pos)._replace(model_index=index)
 
 
 def _only_suspend_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
@@ -465,7 +471,7 @@ def _job_attempt(w: World, e: ev._JobEvent) -> tuple[BackfillState, Attempt] | N
     a = b.attempt
     if not e.owned and (not a.job_uid or e.uid != a.job_uid):
         return None  # only labelled: the attempt's Job only if the log knows it by this uid
-    if a.live or a.suspended:
+    if a.lifecycle in _LIVE_OR_SUSPENDED:  # a.live or a.suspended
         return b, a
     if type(e) in _JOB_OVER or e.uid != a.job_uid:
         return None
@@ -521,7 +527,7 @@ def _fold_job_created(w: World, e: ev.JobCreated, pos: int) -> World:
     if found is None:
         return _unexplained(w, e, pos)
     b, a = found
-    if a.created_at is not None or not a.live:
+    if a.created_at is not None or a.lifecycle not in _LIVE:
         return _at(w, pos)
     a = replace(a, created_at=e.at, job_uid=e.uid or a.job_uid, lifecycle=RUNNING if a.lifecycle == STARTING else a.lifecycle)
     return _put_attempt(w, b, a, pos)
@@ -548,7 +554,10 @@ def _fold_job_succeeded(w: World, e: ev.JobSucceeded, pos: int) -> World:
     if found is None:  # also an ended attempt's (its Job's end is folded once)
         return _unexplained(w, e, pos)
     b, a = found
-    a = _progress(_ended_while_suspended(a, e.at), e.completed_indexes, e.at)
+    if a.lifecycle == SUSPENDED:
+        a = _ended_while_suspended(a, e.at)
+    if e.completed_indexes:
+        a = _progress(a, e.completed_indexes, e.at)
     return _put_backfill(w, _end(b, a, e.at, "succeeded", "Completed", pos), pos)
 
 
@@ -904,7 +913,7 @@ def _suspension_before_decision(w: World, b: BackfillState, a: Attempt, e: ev.Jo
         # Our resume is under way: a stale status from before it took effect, or our re-suspend
         # whose cause and decision come later (a trial: stuck Suspending for ever when dropped).
         # Kept for that decision (:func:`_fold_suspend_decided`); an observed resume clears it.
-        return _put_attempt(w, b, replace(a, seen_suspended=e), pos)
+        return _put_attempt(w, b, replace(a, seen_suspended=SeenSuspension(at=e.at, completed_indexes=e.completed_indexes)), pos)
     else:
         reason, message, cause = JOB_SUSPENDED, f"Job {a.job_name} was observed suspended; nothing in the event log explains it", pos
     if reason == FOREGROUND_DEMAND:  # as a foreground cancel does (_fold_cancelled)
@@ -926,8 +935,9 @@ def _fold_job_suspended(w: World, e: ev.JobSuspended, pos: int) -> World:
     return _suspension_observed(w, b, a, e, pos)
 
 
-def _suspension_observed(w: World, b: BackfillState, a: Attempt, e: ev.JobSuspended, pos: int) -> World:
-    """Suspending attempt ``a`` of ``b`` observed suspended by ``e``: its segment ends (Suspended)."""
+def _suspension_observed(w: World, b: BackfillState, a: Attempt, e: ev.JobSuspended | SeenSuspension, pos: int) -> World:
+    """Suspending attempt ``a`` of ``b`` observed suspended by ``e`` (or by the observation kept
+    in ``seen_suspended``): its segment ends (Suspended)."""
     a = _progress(a, e.completed_indexes, e.at)
     if a.segment_ended_at is None:  # a foreign resume and our re-suspend keep the first end
         start = (a.started_at or a.created_at) if a.segment == 1 else (a.segment_started_at or a.admitted_at)

@@ -35,7 +35,7 @@ Key = tuple[str, str]
 #: differently): snapshots of another version are never read, start-up refolds from the log.
 #: Shape changes (fields, event types, event versions) change the fingerprint by themselves
 #: (:func:`backfill.store.projection.code_version`).
-STATE_VERSION = 11  # 2: run segments of resumable (Indexed) attempts, issue 11; 3: unchanged re-deliveries
+STATE_VERSION = 12  # 2: run segments of resumable (Indexed) attempts, issue 11; 3: unchanged re-deliveries
 #: (CronJob, gaming, lease) keep their first position; 4: a Job deleted before its cancel was
 #: recorded ends for the cancel condition that held (any, not only foreground demand), and a
 #: cancel recorded after the deletion it caused re-attributes the end; a request that does not
@@ -56,6 +56,7 @@ STATE_VERSION = 11  # 2: run segments of resumable (Indexed) attempts, issue 11;
 #: a live attempt admitted before that is cancelled (ModelState.uid, replaced_pos); a ModelNotFound block is
 #: caused by the Model's deletion (ModelState.gone_pos);
 #: 11: the per-object records are msgspec Structs (state.Record): a pickle of the NamedTuples before is not read
+#: 12: Attempt.seen_suspended keeps a SeenSuspension, never the event (a compiled form did not pickle)
 
 _EMPTY: Mapping[Any, Any] = immutables.Map()  # shared, immutable default of every World map
 _NO_SPEC: Mapping[str, Any] = MappingProxyType({})
@@ -87,6 +88,17 @@ class Record(msgspec.Struct, frozen=True, gc=False):
     as a NamedTuple, changing two of its fields 0.16 us against 0.7 us). Not tracked by the
     cyclic garbage collector (``gc=False``): a record holds only values, maps and other records,
     never a cycle. Equal when of the same class with equal fields; pickled by snapshots."""
+
+
+class SeenSuspension(Record):
+    """What :attr:`Attempt.seen_suspended` keeps of a ``JobSuspended`` observation: ``at`` (UTC)
+    and ``completed_indexes`` (interval syntax), all a later suspending decision folds of it.
+    Never the event itself: a world holds values only (compared, and pickled by snapshots; an
+    adversarial trial: the compiled form of a caught-up event was kept and no snapshot could be
+    written)."""
+
+    at: datetime
+    completed_indexes: str = ""
 
 
 class ModelState(Record):
@@ -188,7 +200,7 @@ class Attempt(Record):
     ended it (``segment_pos``: its cause's position). ``first_admitted_at`` is the attempt's first admission (the run rows of every
     segment share ``attempt``); ``resumable``: admitted under ``spec.preemption: Suspend``.
     ``seen_suspended``: a ``JobSuspended`` observed while a resume is under way (Starting a later
-    segment) that nothing explained yet: a stale status from before the resume took effect, or
+    segment) that nothing explained yet (its :class:`SeenSuspension`): a stale status from before the resume took effect, or
     our re-suspend whose cause and decision reach the log after it; a suspending decision of that
     segment folded later ends the segment with it. Cleared by the observed resume.
     ``job_gone``: the ended attempt's Job (its uid) was observed deleted afterwards
@@ -228,7 +240,7 @@ class Attempt(Record):
     segment_pos: int = 0
     first_admitted_at: datetime | None = None
     resumable: bool = False
-    seen_suspended: Any = None
+    seen_suspended: SeenSuspension | None = None
     job_gone: bool = False
 
     @property

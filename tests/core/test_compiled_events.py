@@ -12,6 +12,7 @@ current, ended, unexplained and deleted declarations' Jobs all occur.
 
 from __future__ import annotations
 
+import pickle
 from datetime import timedelta
 from typing import Any
 
@@ -126,8 +127,11 @@ def _check(events: list[Any]) -> int:
     rows = _rows(events)
     lean, full = ev.decode_rows(rows, lean=True), ev.decode_rows(rows)
     assert [e for _, e in full] == events  # the reference is the event itself
-    assert _catch_up(lean) == _catch_up(full)
-    assert fold_all(World(), lean) == fold_all(World(), full)
+    steps = _catch_up(lean)
+    assert steps == _catch_up(full)
+    world = fold_all(World(), lean)
+    assert world == fold_all(World(), full) == steps[-1][0]
+    assert pickle.loads(pickle.dumps(world)) == world  # snapshots pickle the world: values only, never an event
     return sum(type(e) in ev.COMPILED for _, e in lean)
 
 
@@ -164,4 +168,28 @@ def test_job_facts_of_unexplained_and_orphaned_jobs_fold_alike():
     assert (NS, "b1") in {k for k, b in full[8][0].backfills.items() if b.unexplained}  # listed after JobCreated
     assert not full[10][0].backfills[(NS, "b1")].unexplained  # and gone with its end
     assert any("/" in k[1] for k in full[12][0].live) and not any("/" in k[1] for k in full[13][0].live)
+    assert _check(events) == len(events)
+
+
+def test_a_suspension_seen_while_resuming_is_kept_as_a_value_that_pickles():
+    # an adversarial trial: a JobSuspended observed while a resume is under way was kept in the
+    # world as the event itself; caught up in its compiled form, the world could not be pickled
+    # and no snapshot was written again. Then the Job fails: the attempt ends with it kept.
+    spec = {"modelRef": "m1", "templateRef": "cj", "idleFor": "1m", "preemption": "Suspend"}
+    job = dict(namespace=NS, backfill="b1", name="b1-1", uid="j1")
+    events = [
+        ev.CronJobSeen(at=t(0), namespace=NS, name="cj", job_template=TEMPLATE),
+        ev.ModelReady(at=t(0), namespace=NS, model="m1", node="n1"),
+        ev.BackfillApplied(at=t(0), namespace=NS, name="b1", uid="u1", generation=1, spec=spec),
+        ev.AttemptAdmitted(at=t(100), namespace=NS, backfill="b1", uid="u1", attempt=1, generation=1, job_name="b1-1", model="m1", node="n1"),
+        ev.JobCreated(at=t(101), **job),
+        ev.JobRunning(at=t(102), **job),
+        ev.AttemptCancelled(at=t(200), namespace=NS, backfill="b1", uid="u1", attempt=1, job_name="b1-1", reason=v.FOREGROUND_DEMAND, suspend=True, segment=1),
+        ev.JobSuspended(at=t(201), completed_indexes="0", episode="e1", **job),
+        ev.AttemptResumed(at=t(400), namespace=NS, backfill="b1", uid="u1", attempt=1, job_name="b1-1", segment=2, generation=1, model="m1", node="n1"),
+        ev.JobSuspended(at=t(401), completed_indexes="0-1", episode="e2", **job),  # while resuming: kept
+        ev.JobFailed(at=t(500), reason="BackoffLimitExceeded", **job),
+    ]
+    kept = _catch_up(list(enumerate(events, 1)))[9][0].backfills[(NS, "b1")].attempt.seen_suspended
+    assert (kept.at, kept.completed_indexes) == (t(401), "0-1")
     assert _check(events) == len(events)
