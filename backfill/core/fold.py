@@ -5,7 +5,11 @@ Pure and deterministic (no I/O, no clock): the same events always give the same
 simulate`` all fold with this module. A new event type is a class in
 :mod:`backfill.core.events` plus one handler in :data:`_FOLD` (the assertion at the end of the
 table refuses a type without one); if it can change a decision, say which conditions it wakes in
-:mod:`backfill.core.conditions`.
+:mod:`backfill.core.conditions`. A handler reads the event's fields only and keeps values, never
+the event: start-up and catch-up hand it the event's compiled form
+(:data:`backfill.core.events.COMPILED`), so a type test is ``type(e) in`` a
+:func:`~backfill.core.events.with_compiled` set, not ``isinstance``
+(``tests/core/test_compiled_events.py`` folds every event type both ways).
 
 Every handler takes ``(world, event, position)`` and returns a new world sharing what did not
 change (``immutables.Map`` underneath: O(log32 n) per event, nothing copied wholesale, issue 10).
