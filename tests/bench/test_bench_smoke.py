@@ -37,7 +37,7 @@ ROWS = [
     "full replay from PostgreSQL, a log of foreground requests",
     "read-ahead: replay of the request log",
     "switch interval 0.2 ms: replay of the request log",
-    "compiled foreground requests: replay of the request log",
+    "compiled events: replay of the request log",
     "replay audit from PostgreSQL (backfill replay)",
     "cancel latency p50, PostgreSQL up",
     "cancel latency p99, PostgreSQL up",
