@@ -59,6 +59,13 @@ TLS_RELOAD_CHECK_SECONDS = 5.0
 _GET_PATHS = ("/metrics", "/healthz", "/readyz")
 #: The answer to an unknown path: ``{"error", "detail"}`` as every error body (deploy/README).
 NOT_FOUND = {"error": "not_found", "detail": f"no such path; the paths are {', '.join(_GET_PATHS)} (GET) and {INGEST_PATH} (POST)"}
+#: The same with the ingest endpoint off: it names only the paths that answer, and why
+#: ``/v1/foreground`` does not (a new user's trial: the detail listed it beside its own 404).
+NOT_FOUND_NO_INGEST = {
+    "error": "not_found",
+    "detail": f"no such path; the paths are {', '.join(_GET_PATHS)} (GET); {INGEST_PATH} is off "
+    "(set BACKFILL_INGEST_TOKEN_FILE to turn the ingest endpoint on)",
+}
 
 Probe = Callable[[], "bool | tuple[bool, list[str]]"]
 
@@ -184,7 +191,7 @@ def make_server(
             if path == INGEST_PATH and ingest is not None:
                 self._ingest_refused()  # the endpoint answers 405 (JSON, Allow: POST) before anything else
             elif path not in _GET_PATHS:
-                self._json(404, NOT_FOUND)
+                self._json(404, NOT_FOUND if ingest is not None else NOT_FOUND_NO_INGEST)
             elif method not in ("GET", "HEAD"):
                 detail = f"{method} is not allowed on {path}; use GET or HEAD"
                 self._json(405, {"error": "method_not_allowed", "detail": detail, "allow": ["GET", "HEAD"]}, {"Allow": "GET, HEAD"})

@@ -154,10 +154,14 @@ def test_probes_and_metrics_answer_get_and_head_and_405_json_otherwise():
                 assert status == 405 and headers["allow"] == "GET, HEAD", (path, method, status)
                 payload = json.loads(body)
                 assert payload["error"] == "method_not_allowed" and path in payload["detail"], payload
-        # a disabled ingest endpoint is 404 for every method
+        # a disabled ingest endpoint is 404 for every method, and says it is off (a new user's
+        # trial: the detail listed it among the paths that answer)
         for method in ("POST", "GET", "PUT"):
             status, _, body = _ask(port, method, "/v1/foreground", b"{}")
-            assert (status, json.loads(body)["error"]) == (404, "not_found"), method
+            payload = json.loads(body)
+            assert (status, payload["error"]) == (404, "not_found"), method
+            assert "/v1/foreground is off" in payload["detail"] and "BACKFILL_INGEST_TOKEN_FILE" in payload["detail"], payload
+            assert "(POST)" not in payload["detail"], payload
     finally:
         server.shutdown()
         server.server_close()
