@@ -30,18 +30,13 @@ from pathlib import Path
 
 #: Run inside each checkout (its ``backfill`` and ``bench`` on ``sys.path``): one JSON line.
 _PROBE = r"""
-import json, sys, time
+import json, sys
 from bench.bench_core import HEAVY, alibaba, fold_events, fold_world
 from backfill.core.fold import fold, fold_all
 from backfill.core.perf import paused_gc
 from backfill.core.state import World
 from backfill.sim.cluster import simulate
-
-def best(f, n):
-    b = float("inf")
-    for _ in range(n):
-        t = time.perf_counter(); f(); b = min(b, time.perf_counter() - t)
-    return b
+from bench.rows import best
 
 trace = alibaba()
 kept = []

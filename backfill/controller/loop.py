@@ -85,8 +85,10 @@ OVERFLOW_RELIST_WINDOW = 60.0
 
 Key = tuple[str, str]
 
-#: Decisions that start a run segment, and their compiled forms (catch-up folds those).
+#: Decisions that start a run segment, and foreground requests, each with its compiled form
+#: (catch-up folds those).
 _ADMITTING = ev.with_compiled(ev.AttemptAdmitted, ev.AttemptResumed)
+_FOREGROUND = ev.with_compiled(ev.ForegroundRequest)
 
 
 def utcnow() -> datetime:
@@ -427,14 +429,13 @@ class Controller:
         # died in between, or a standby stored it and restarted) is kept for counting
         counted = min(stored, self._counted_checkpoint) if self._counted_checkpoint else stored
         first = self.position + 1  # the first position this call may fold
-        foreground = (ev.ForegroundRequest, ev.ForegroundRequestRow)
         for batch in self.events.read_payloads(self.position, batch_size=5000):
             world = self.world
             rows = []
             tallies: list[tuple[int, Any, Any, bool]] = []  # what the metrics follow (_count_uncounted)
             requests: list[tuple[int, Any]] = []  # a run of foreground requests, folded together
             for position, e in decode_rows(batch, lean=True):  # folded only: in their compiled forms
-                if type(e) in foreground:
+                if type(e) in _FOREGROUND:
                     requests.append((position, e))
                     continue
                 if requests:

@@ -658,11 +658,10 @@ def _mirror(cls: type[_Event]) -> msgspec.json.Decoder | None:
     return msgspec.json.Decoder(struct)
 
 
-#: type name -> (class, version, its JSON decoder, one shared fields-set, keep the row). The
-#: fields-set object is shared by every fast-decoded instance: frozen events never mutate it.
-#: "Keep the row" is False here and True in :data:`_FAST_LEAN` (the :data:`COMPILED` forms).
-_FAST: dict[str, tuple[type[_Event], int, msgspec.json.Decoder, set[str], bool]] = {
-    name: (cls, cls.version, dec, set(cls.model_fields), False)
+#: type name -> (class, version, its JSON decoder, one shared fields-set). The fields-set
+#: object is shared by every fast-decoded instance: frozen events never mutate it.
+_FAST: dict[str, tuple[type[_Event], int, msgspec.json.Decoder, set[str]]] = {
+    name: (cls, cls.version, dec, set(cls.model_fields))
     for name, cls in EVENT_TYPES.items()
     if (dec := _mirror(cls)) is not None
 }
@@ -681,7 +680,6 @@ COMPILED: dict[type, type[_Event]] = {spec[2].type: spec[0] for spec in _FAST.va
 _COMPILED_OF: dict[type, type] = {cls: row for row, cls in COMPILED.items()}
 #: The compiled form of ``ForegroundRequest`` (a msgspec Struct; see :data:`COMPILED`).
 ForegroundRequestRow: type = _COMPILED_OF[ForegroundRequest]
-_FAST_LEAN = {name: spec[:4] + (True,) for name, spec in _FAST.items()}
 
 
 def with_compiled(*classes: type[_Event]) -> frozenset[type]:
@@ -717,7 +715,7 @@ def _fast_decode(type_name: str, version: int, data: str) -> Any:
     spec = _FAST.get(type_name)
     if spec is None:
         return None
-    cls, current, decoder, fields_set, _ = spec
+    cls, current, decoder, fields_set = spec
     if version != current:
         return None
     try:
@@ -829,7 +827,7 @@ def decode_rows(rows: Iterable[tuple[int, str, int, str]], *, lean: bool = False
     Raises:
         EventDecodeError: as :func:`decode`, naming the row's position (``.position``; one line).
     """
-    fast = _FAST_LEAN if lean else _FAST
+    fast = _FAST
     asdict = _asdict
     new = _new
     set_dict = _set_dict
@@ -847,7 +845,7 @@ def decode_rows(rows: Iterable[tuple[int, str, int, str]], *, lean: bool = False
             except decode_error:
                 pass
             else:
-                if spec[4]:
+                if lean:  # its compiled form
                     append((position, row))
                     continue
                 payload = asdict(row)
