@@ -62,7 +62,7 @@ from backfill.core.verdict import JOB_DELETED, JOB_SUSPENDED
 from backfill.core.timefmt import rfc3339
 
 from .cancelwindow import CancelWindow
-from .crash import crash_point
+from .crash import crash_armed, crash_point
 
 log = logging.getLogger("backfill.controller.actor")
 _T = TypeVar("_T")
@@ -254,6 +254,9 @@ class Actor:
         self._terminating_noted: set[tuple[str, str]] = set()  # (ns, job) whose JobTerminating Event was sent
         self._suspension_noted: set[tuple[str, str]] = set()  # (ns, job) whose JobSuspended cancel was said
         self._unexplained_noted: set[tuple[str, str]] = set()  # (ns, job) whose UnexplainedJob Event was sent
+        #: backfill keys cancelled whose next status write is the crash hook's ``cancel/status-written``
+        #: (only with that hook armed: a cancel whose Job went at once skips the Cancelling phase)
+        self._cancel_unreported: set[tuple[str, str]] = set()
         #: Called with a backfill key when its cancel call failed (the preemptor's retry).
         self.on_preempt_failed: Callable[[tuple[str, str]], None] | None = None
         #: Called with ``[(position, event)]`` of the admissions and resumes just appended, before
@@ -725,6 +728,8 @@ class Actor:
         else:
             log.info(f"cancelled attempt {c.attempt} ({c.reason}): {c.message}", extra=extra)
             self._event(ns, name, c.uid, c.reason, f"cancelled Job {c.job_name}: {c.message}", "Warning")
+        if crash_armed("cancel/status-written"):
+            self._cancel_unreported.add(c.key)
 
     def _note_unexplained(self, cmd: DeleteJob, world: World) -> None:
         """Say once per Job (a warning log line and a Warning Event) that a Job the
@@ -1074,7 +1079,8 @@ class Actor:
                 phase = merged.get("phase")
                 if phase in ("Starting", "Running"):
                     crash_point("admit/status-written")
-                elif phase == "Cancelling":
+                elif phase == "Cancelling" or key in self._cancel_unreported:
+                    self._cancel_unreported.discard(key)
                     crash_point("cancel/status-written")
                 break
             except ApiException as exc:

@@ -8,7 +8,9 @@ comparison. Steps (tests/faults/test_crashes.py): ``admit/decision-appended``,
 ``admit/jobcreated-appended`` (the observation handed to the spool), ``admit/runrow-written``,
 ``admit/status-written``, ``cancel/decision-appended`` (the decision handed to the spool),
 ``cancel/delete-sent``, ``cancel/delete-answered``, ``cancel/runrow-written``,
-``cancel/status-written``.
+``cancel/status-written`` (the first status written after the cancel call was answered: a
+Cancelling one, or the next phase when the Job went at once and the Cancelling one was never
+written, one CI run).
 """
 
 from __future__ import annotations
@@ -27,3 +29,8 @@ def crash_point(step: str) -> None:
     if _ONCE:
         open(_ONCE, "w").close()
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def crash_armed(step: str) -> bool:
+    """True if ``BACKFILL_CRASH_AT`` names ``step`` (for a hook that needs bookkeeping first)."""
+    return _STEP == step
