@@ -243,6 +243,50 @@ def _read_and_replay(es: Any, repeat: int, variants: bool = False) -> dict[str, 
     return out
 
 
+def _measure_stored(url: str, schema: str, repeat: int, variants: bool = False, audit: bool = False) -> dict[str, Any]:
+    """In this process: :func:`_read_and_replay` of the log stored in ``schema`` (seconds), and
+    with ``audit`` the seconds of ``backfill replay``'s audit of it (``"audit"``, best of
+    ``repeat``) with the auditor's counts (``"checked"``, ``"divergent"``, ``"unverifiable"``)."""
+    from backfill.store import EventStore, make_engine
+
+    engine = make_engine(url, schema)
+    es = EventStore(engine)
+    try:
+        out: dict[str, Any] = dict(_read_and_replay(es, repeat, variants))
+        if audit:
+            audited: list[Any] = []
+
+            def run_audit() -> None:  # what ``backfill replay`` does: every decision checked against its basis
+                from backfill.core.audit import Auditor
+                from backfill.store import projection
+
+                a = Auditor()
+                with long_fold():
+                    projection.replay(es, a)
+                audited[:] = [a]
+
+            out["audit"] = best(run_audit, repeat)
+            a = audited[0]
+            out.update(checked=a.checked, divergent=len(a.divergences), unverifiable=len(a.unverifiable))
+        return out
+    finally:
+        es.close()
+        engine.dispose()
+
+
+def measure_in_fresh_process(url: str, schema: str, repeat: int, variants: bool = False, audit: bool = False) -> dict[str, Any]:
+    """:func:`_measure_stored` in a new interpreter (``spawn``): the replay runs in a heap of its
+    own, as a ``backfill replay`` or a controller's start-up does, not in one the benchmarks
+    before it (10,000-object worlds, the simulation) have grown and fragmented. In the same
+    process a full ``python -m bench`` measured the simulation log's replay at 154,334 ev/s
+    against 198,880 in a run of that group alone (BENCHMARKS.md, 2026-12-06)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(_measure_stored, url, schema, repeat, variants, audit).result()
+
+
 def replay_rows(url: str, result: SimResult, repeat: int = 3, schema: str = "bench_core", requests: int = 1_000_000) -> list[Row]:
     """Full replay (read + decode + fold, as ``backfill replay`` and the start-up refold do) of
     ``result``'s events from PostgreSQL, against the raw read of the same rows (no decode); the
@@ -250,9 +294,9 @@ def replay_rows(url: str, result: SimResult, repeat: int = 3, schema: str = "ben
     requests on 10,000 ModelBackfills, :func:`fold_events`); and ``backfill replay``'s audit of
     the simulation's log.
 
-    Pass the only reference to ``result``: it is released once its events are stored, so the
-    replays run in a heap without the simulation (as a ``backfill replay`` process does; with it
-    alive, the same replay measured about 20% slower on the development machine).
+    Each log is stored from this process and read and folded in a fresh one
+    (:func:`measure_in_fresh_process`). Pass the only reference to ``result``: it is released
+    once its events are stored.
     """
     from backfill.store import drop_schema
 
@@ -261,26 +305,13 @@ def replay_rows(url: str, result: SimResult, repeat: int = 3, schema: str = "ben
     n = len(records)
     engine, es = _store_log(url, schema, records)
     del records
+    es.close()
+    engine.dispose()
     try:
-        secs = _read_and_replay(es, repeat)
-        read_rate, replay_rate = n / secs["read"], n / secs["replay"]
-        audited: list[Any] = []
-
-        def audit() -> None:  # what ``backfill replay`` does: every decision checked against its basis
-            from backfill.core.audit import Auditor
-            from backfill.store import projection
-
-            a = Auditor()
-            with long_fold():
-                projection.replay(es, a)
-            audited[:] = [a]
-
-        audit_rate = n / best(audit, repeat)
-        a = audited[0]
+        secs = measure_in_fresh_process(url, schema, repeat, audit=True)
     finally:
-        es.close()
-        engine.dispose()
         drop_schema(url, schema)
+    read_rate, replay_rate, audit_rate = n / secs["read"], n / secs["replay"], n / secs["audit"]
     setup, models, keys = world_events(10_000)
     engine, es = _store_log(url, schema, [encode(e, f"setup/{i}") for i, e in enumerate(setup)])
     gen: dict[tuple[str, str], int] = {}
@@ -288,11 +319,11 @@ def replay_rows(url: str, result: SimResult, repeat: int = 3, schema: str = "ben
         chunk = fold_events(models, keys, min(100_000, requests - start), seed=start + 1, gen=gen, start=start)
         es.append([encode(e, f"bench/{start + i}") for i, e in enumerate(chunk)])
     m = len(setup) + requests
+    es.close()
+    engine.dispose()
     try:
-        req = {k: m / v for k, v in _read_and_replay(es, repeat, variants=True).items()}  # events/s
+        req = {k: m / v for k, v in measure_in_fresh_process(url, schema, repeat, variants=True).items()}  # events/s
     finally:
-        es.close()
-        engine.dispose()
         drop_schema(url, schema)
     req_read_rate, req_replay_rate = req["read"], req["replay"]
     return [
@@ -305,7 +336,8 @@ def replay_rows(url: str, result: SimResult, repeat: int = 3, schema: str = "ben
             baseline_name="raw read",
             target=REPLAY_TARGET,
             note=f"the simulation's {n:,} events (mostly admissions and their Job facts, with foreground requests and cancels): "
-            f"backfill.store.projection.payloads (read + decode, lean=True) and fold_all (the batch fold of start-up) inside perf.long_fold; ratio = replay / raw read of the same rows; best of {repeat}",
+            f"backfill.store.projection.payloads (read + decode, lean=True) and fold_all (the batch fold of start-up) inside perf.long_fold, "
+            f"in a fresh process as backfill replay and start-up run (bench_core.measure_in_fresh_process); ratio = replay / raw read of the same rows; best of {repeat}",
         ),
         Row(
             "full replay from PostgreSQL, a log of foreground requests",
@@ -354,8 +386,8 @@ def replay_rows(url: str, result: SimResult, repeat: int = 3, schema: str = "ben
             baseline=replay_rate,
             baseline_name="replay without checks",
             note=f"the same {n:,} events through backfill.store.projection.replay and an Auditor (read + decode + fold, "
-            f"and each of the {a.checked:,} decisions re-derived by decide on its basis state: {len(a.divergences)} divergent, "
-            f"{len(a.unverifiable)} unverifiable); no target; best of {repeat}",
+            f"and each of the {secs['checked']:,} decisions re-derived by decide on its basis state: {secs['divergent']} divergent, "
+            f"{secs['unverifiable']} unverifiable); no target; best of {repeat}",
         ),
     ]
 
