@@ -288,9 +288,9 @@ def _measure_stored(url: str, schema: str, repeat: int, variants: bool = False, 
 def measure_in_fresh_process(url: str, schema: str, repeat: int, variants: bool = False, audit: bool = False) -> dict[str, Any]:
     """:func:`_measure_stored` in a new interpreter (``spawn``): the replay runs in a heap of its
     own, as a ``backfill replay`` or a controller's start-up does, not in one the benchmarks
-    before it (10,000-object worlds, the simulation) have grown and fragmented. In the same
-    process a full ``python -m bench`` measured the simulation log's replay at 154,334 ev/s
-    against 198,880 in a run of that group alone (BENCHMARKS.md, 2026-12-06)."""
+    before it (10,000-object worlds, the simulation) have grown. Side by side on one stored
+    log, a process that had simulated replayed it at 187k ev/s and a fresh one at 226-233k
+    (BENCHMARKS.md, 2026-12-06 10:05 UTC). Returns the child's dict; raises what it raised."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -350,7 +350,7 @@ def replay_rows(url: str, result: SimResult, repeat: int = 3, schema: str = "ben
             target=REPLAY_TARGET,
             note=f"the simulation's {n:,} events (mostly admissions and their Job facts, with foreground requests and cancels): "
             f"backfill.store.projection.payloads (read + decode, lean=True) and fold_all (the batch fold of start-up) inside perf.long_fold, "
-            f"in a fresh process as backfill replay and start-up run (bench_core.measure_in_fresh_process); ratio = replay / raw read of the same rows; best of {repeat}",
+            f"in a fresh process as backfill replay and start-up run, the log vacuumed first (bench_core.measure_in_fresh_process, _settle); ratio = replay / raw read of the same rows; best of {repeat}",
         ),
         Row(
             "full replay from PostgreSQL, a log of foreground requests",
