@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -67,23 +68,43 @@ FULL = {
 def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="tiny sizes (a smoke run of every benchmark, well under a minute)")
-    ap.add_argument("--only", default="", help=f"comma-separated groups to run (of {', '.join(GROUPS)}; default all)")
+    ap.add_argument("--only", default=None, help=f"comma-separated groups to run (of {', '.join(GROUPS)}; default all)")
     ap.add_argument(
         "--output", type=Path, default=None,
         help="where to write the table (default BENCHMARKS.md for a full-size run of every group; --quick or --only write none unless given)",
     )
     ap.add_argument("--database-url", default=None, help="PostgreSQL URL (default: BACKFILL_DATABASE_URL, else the embedded server)")
     args = ap.parse_args(argv)
-    only = [g.strip() for g in args.only.split(",") if g.strip()]
+    only = [g.strip() for g in (args.only or "").split(",") if g.strip()]
     bad = [g for g in only if g not in GROUPS]
     if bad:
         ap.error(f"--only: unknown group(s) {', '.join(bad)} (choose from {', '.join(GROUPS)})")
+    if args.only is not None and not only:
+        # a new user's trial: ``--only ,`` ran every group at full size and rewrote BENCHMARKS.md
+        ap.error(f"--only: no group named (choose from {', '.join(GROUPS)}; leave --only out to run them all)")
     args.groups = [g for g in GROUPS if not only or g in only]
+    if args.output is not None:
+        # checked before the run, not after it (a trial: 12 minutes of results lost to a typo)
+        parent = args.output.resolve().parent
+        if not parent.is_dir() or not os.access(parent, os.W_OK) or args.output.is_dir():
+            ap.error(f"--output: cannot write {args.output} (its directory must exist and be writable)")
     return args
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived (``timeout``, a CI's kill): unwinds the run like Ctrl-C, so the child
+    measuring a replay is stopped, the scratch schema dropped and the embedded PostgreSQL
+    stopped (a trial: SIGTERM left the child and the server running). Not an ``Exception``: a
+    group's failure handler does not catch it."""
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    raise Terminated()
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    signal.signal(signal.SIGTERM, _terminated)
     os.environ.setdefault("PYTHONWARNINGS", "ignore")
     err = Console(stderr=True, width=160)
     size = QUICK if args.quick else FULL
@@ -202,10 +223,15 @@ def main(argv: list[str] | None = None) -> int:
         print("BENCHMARKS.md not written: it holds the latest full-size run of every group (pass --output PATH to write this one)")
         return 1 if failed else 0
     previous = output.read_text() if output.exists() else ""
-    output.write_text(markdown(rows, info, "quick" if args.quick else "full", seconds, notes) + history(previous))
+    command = "python -m bench" + (" --quick" if args.quick else "") + (f" --only {','.join(args.groups)}" if args.only is not None else "")
+    output.write_text(markdown(rows, info, "quick" if args.quick else "full", seconds, notes, command) + history(previous))
     print(f"wrote {output}")
     return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except Terminated:
+        print("bench: terminated (SIGTERM)", file=sys.stderr)
+        sys.exit(143)

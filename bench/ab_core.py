@@ -12,7 +12,9 @@ figures: ``simulate`` of the whole Alibaba trace with ``--repeat-after 1m`` (sec
 of start-up) and ``fold`` one event at a time of the fold group's 10,000-ModelBackfill mix
 (events/s, best of 5); with ``--replay`` also the full replay of that log from PostgreSQL
 (events/s, best of 3: stored in a fresh schema, then ``_read_and_replay`` of ``bench_core``:
-read + decode + ``fold_all``, as the bench's replay row; ``--database-url``, else
+read + decode + ``fold_all``, as the bench's replay row, but last in the probe's own
+interpreter after its simulation, where the bench's row reads in a fresh process: comparable
+between checkouts, about 1.2x below the table's figure; ``--database-url``, else
 ``BACKFILL_DATABASE_URL``, else the embedded server). Interleaving the checkouts round by round keeps a noisy machine's drift
 out of the comparison (the development VM varies by up to 2x from one minute to the next). The
 checkouts must both have ``bench/bench_core.py`` and sit next to ``../shared/data`` (the trace).
@@ -71,16 +73,18 @@ if url:  # last, in a heap without the simulation (as a replaying process)
     del log, world, models, keys, pairs, trace
     gc.collect()
     schema = f"ab_core_{os.getpid()}"
-    engine, es = _store_log(url, schema, records)
-    del records
-    import sqlalchemy as sa
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.execute(sa.text("VACUUM (ANALYZE) events"))  # a log at rest (bench_core._settle; inline: older checkouts lack it)
-    try:
-        out["replay"] = n / _read_and_replay(es, 3)["replay"]
+    try:  # the scratch schema dropped however the probe ends
+        engine, es = _store_log(url, schema, records)
+        del records
+        try:
+            import sqlalchemy as sa
+            with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+                conn.execute(sa.text("VACUUM (ANALYZE) events, event_keys"))  # a log at rest (bench_core._settle; inline: older checkouts lack it)
+            out["replay"] = n / _read_and_replay(es, 3)["replay"]
+        finally:
+            es.close()
+            engine.dispose()
     finally:
-        es.close()
-        engine.dispose()
         drop_schema(url, schema)
 print(json.dumps(out))
 """
@@ -88,11 +92,14 @@ print(json.dumps(out))
 
 def probe(checkout: Path, database_url: str = "") -> dict[str, float]:
     """The figures of ``checkout`` (a directory holding ``backfill/``), measured in a fresh
-    interpreter; with ``database_url`` the replay too. Raises
-    ``subprocess.CalledProcessError`` when the probe fails there."""
+    interpreter; with ``database_url`` the replay too. Raises RuntimeError with the end of the
+    probe's stderr when it fails there."""
     env = dict(os.environ, PYTHONPATH=str(checkout))
     argv = [sys.executable, "-c", _PROBE] + ([database_url] if database_url else [])
-    out = subprocess.run(argv, cwd=checkout, env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run(argv, cwd=checkout, env=env, capture_output=True, text=True)
+    if out.returncode != 0:  # say why (a trial: the message was the probe's source, its stderr dropped)
+        tail = "\n".join(out.stderr.strip().splitlines()[-15:])
+        raise RuntimeError(f"the probe failed in {checkout} (exit {out.returncode}):\n{tail}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

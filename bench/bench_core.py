@@ -203,14 +203,14 @@ def _store_log(url: str, schema: str, records: list[Any]) -> tuple[Any, Any]:
 
 
 def _settle(engine: Any) -> None:
-    """``VACUUM (ANALYZE)`` the log just written, so that its reads are measured on a log at rest
+    """``VACUUM (ANALYZE)`` the log just written (``events`` and its idempotency keys), so that its reads are measured on a log at rest
     (as autovacuum leaves one): the autovacuum a million fresh rows call for otherwise ran during
     the measurement on a 2-core host (the raw read of the request log 76-142k ev/s in some runs,
     against 500-600k in others)."""
     import sqlalchemy as sa
 
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.execute(sa.text("VACUUM (ANALYZE) events"))
+        conn.execute(sa.text("VACUUM (ANALYZE) events, event_keys"))
 
 
 def _read_and_replay(es: Any, repeat: int, variants: bool = False) -> dict[str, float]:
@@ -292,10 +292,11 @@ def measure_in_fresh_process(url: str, schema: str, repeat: int, variants: bool 
     log, a process that had simulated replayed it at 187k ev/s and a fresh one at 226-233k
     (BENCHMARKS.md, 2026-12-06 10:05 UTC). Returns the child's dict; raises what it raised."""
     import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(_measure_stored, url, schema, repeat, variants, audit).result()
+    # Pool's exit terminates the child: an interrupted run (Ctrl-C, SIGTERM) does not wait for
+    # the measurement to end nor leave it running (a trial: both happened with an executor).
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(_measure_stored, (url, schema, repeat, variants, audit))
 
 
 def replay_rows(url: str, result: SimResult, repeat: int = 3, schema: str = "bench_core", requests: int = 1_000_000) -> list[Row]:
@@ -314,33 +315,36 @@ def replay_rows(url: str, result: SimResult, repeat: int = 3, schema: str = "ben
     records = [encode(e, k) for _, e, k in result.events]
     del result
     n = len(records)
-    engine, es = _store_log(url, schema, records)
-    del records
-    _settle(engine)
-    es.close()
-    engine.dispose()
-    try:
+    try:  # the scratch schema is dropped however the run ends (a trial: interrupted, it stayed)
+        engine, es = _store_log(url, schema, records)
+        del records
+        _settle(engine)
+        es.close()
+        engine.dispose()
         secs = measure_in_fresh_process(url, schema, repeat, audit=True)
     finally:
         drop_schema(url, schema)
     read_rate, replay_rate, audit_rate = n / secs["read"], n / secs["replay"], n / secs["audit"]
     setup, models, keys = world_events(10_000)
-    engine, es = _store_log(url, schema, [encode(e, f"setup/{i}") for i, e in enumerate(setup)])
-    gen: dict[tuple[str, str], int] = {}
-    for start in range(0, requests, 100_000):  # in chunks: a million records at once would hold ~1 GB
-        chunk = fold_events(models, keys, min(100_000, requests - start), seed=start + 1, gen=gen, start=start)
-        es.append([encode(e, f"bench/{start + i}") for i, e in enumerate(chunk)])
     m = len(setup) + requests
-    _settle(engine)
-    es.close()
-    engine.dispose()
     try:
+        engine, es = _store_log(url, schema, [encode(e, f"setup/{i}") for i, e in enumerate(setup)])
+        gen: dict[tuple[str, str], int] = {}
+        for start in range(0, requests, 100_000):  # in chunks: a million records at once would hold ~1 GB
+            chunk = fold_events(models, keys, min(100_000, requests - start), seed=start + 1, gen=gen, start=start)
+            es.append([encode(e, f"bench/{start + i}") for i, e in enumerate(chunk)])
+        _settle(engine)
+        es.close()
+        engine.dispose()
         req = {k: m / v for k, v in measure_in_fresh_process(url, schema, repeat, variants=True).items()}  # events/s
     finally:
         drop_schema(url, schema)
     req_read_rate, req_replay_rate = req["read"], req["replay"]
     return [
-        Row("read from PostgreSQL (lean rows, no decode)", read_rate, "ev/s", note=f"{n:,} events of the simulation; best of {repeat}"),
+        Row(
+            "read from PostgreSQL (lean rows, no decode)", read_rate, "ev/s",
+            note=f"{n:,} events of the simulation, the log vacuumed first, read in a fresh process (as the replay below); best of {repeat}",
+        ),
         Row(
             "full replay from PostgreSQL: read + decode + fold",
             replay_rate,
@@ -361,7 +365,7 @@ def replay_rows(url: str, result: SimResult, repeat: int = 3, schema: str = "ben
             target=REPLAY_TARGET,
             note=f"the start-up scenario of issue 10 (a proxy reporting lastActiveTime): {m:,} events, the set-up of 10,000 "
             f"ModelBackfills on 1,000 Models ({len(setup):,} events), then 98% ForegroundRequest, 1% ModelReady, 1% BackfillApplied (the fold rows' mix); "
-            f"the same read + decode + fold_all; ratio = replay / raw read of the same rows ({req_read_rate:,.0f} ev/s); best of {repeat}",
+            f"the same read + decode + fold_all, vacuumed first, in a fresh process; ratio = replay / raw read of the same rows ({req_read_rate:,.0f} ev/s); best of {repeat}",
         ),
         Row(
             "read-ahead: replay of the request log",

@@ -138,8 +138,12 @@ def machine() -> dict[str, str]:
     }
 
 
-def markdown(rows: Sequence[Row], info: dict[str, str], mode: str, seconds: float, notes: Sequence[str] = ()) -> str:
-    """``BENCHMARKS.md``: the machine, the command, the table, and one note per row."""
+def markdown(
+    rows: Sequence[Row], info: dict[str, str], mode: str, seconds: float, notes: Sequence[str] = (), command: str | None = None
+) -> str:
+    """``BENCHMARKS.md``: the machine, the command (``command``, else ``python -m bench`` with
+    ``--quick`` for the quick mode), the table, and one note per row."""
+    command = command or f"python -m bench{' --quick' if mode == 'quick' else ''}"
     out = [
         "# Benchmarks",
         "",
@@ -149,7 +153,7 @@ def markdown(rows: Sequence[Row], info: dict[str, str], mode: str, seconds: floa
         f"- date: {info['date']}",
         f"- machine: {info['cores']} cores ({info['cpu']}), {info['memory']} memory, Python {info['python']}",
         f"- commit: {info['commit']}",
-        f"- run: `python -m bench{' --quick' if mode == 'quick' else ''}` ({mode} sizes), {seconds:.0f} s in all",
+        f"- run: `{command}` ({mode} sizes), {seconds:.0f} s in all",
         "",
         "| " + " | ".join(COLUMNS) + " |",
         "|" + "|".join("---" if i == 0 else "---:" for i in range(len(COLUMNS))) + "|",

@@ -132,6 +132,29 @@ def test_unknown_group_is_a_one_line_error(tmp_path: Path, pg_url: str) -> None:
     assert not output.exists()
 
 
+def test_only_naming_no_group_and_an_unwritable_output_are_refused_before_any_run(tmp_path: Path, pg_url: str) -> None:
+    # a new user's trial: ``--only ,`` ran every group at full size and rewrote BENCHMARKS.md;
+    # ``--output`` into a missing directory failed after the whole run
+    for only in (",", ""):
+        proc, output = run_bench(tmp_path, pg_url, "--only", only)
+        assert proc.returncode == 2, (only, proc.stderr[-2000:])
+        assert "error: --only: no group named" in proc.stderr
+        assert not output.exists() and "bench: store" not in proc.stderr  # no group started
+    missing = tmp_path / "no-such-dir" / "x.md"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--only", "fold", "--output", str(missing), "--database-url", pg_url],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2 and f"error: --output: cannot write {missing}" in proc.stderr
+    assert "fold in memory" not in proc.stdout and not missing.parent.exists()
+
+
+def test_the_header_names_the_command_as_run(tmp_path: Path, pg_url: str) -> None:
+    proc, output = run_bench(tmp_path, pg_url, "--quick", "--only", "fold")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "- run: `python -m bench --quick --only fold` (quick sizes)" in output.read_text()
+
+
 def test_a_run_keeps_the_sections_written_below_the_table_and_a_subset_leaves_benchmarks_md_alone(tmp_path: Path, pg_url: str) -> None:
     """A subset run (``--only simulate,replay``) replaced BENCHMARKS.md by its four rows and erased
     every side-by-side section below the table (a session's measurements)."""
