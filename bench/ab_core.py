@@ -12,9 +12,9 @@ figures: ``simulate`` of the whole Alibaba trace with ``--repeat-after 1m`` (sec
 of start-up) and ``fold`` one event at a time of the fold group's 10,000-ModelBackfill mix
 (events/s, best of 5); with ``--replay`` also the full replay of that log from PostgreSQL
 (events/s, best of 3: stored in a fresh schema, then ``_read_and_replay`` of ``bench_core``:
-read + decode + ``fold_all``, as the bench's replay row, but last in the probe's own
-interpreter after its simulation, where the bench's row reads in a fresh process: comparable
-between checkouts, about 1.2x below the table's figure; ``--database-url``, else
+read + decode + ``fold_all``, as the bench's replay row: the log stored and vacuumed by the
+probe, then read and folded by a second fresh interpreter of the same checkout, as ``backfill
+replay`` runs; ``--database-url``, else
 ``BACKFILL_DATABASE_URL``, else the embedded server). Interleaving the checkouts round by round keeps a noisy machine's drift
 out of the comparison (the development VM varies by up to 2x from one minute to the next). The
 checkouts must both have ``bench/bench_core.py`` and sit next to ``../shared/data`` (the trace).
@@ -65,28 +65,33 @@ def one():
             w = fold(w, e, i)
 
 out.update(fold_all_sim_log=len(log) / best(batch, 5), fold_10k=len(pairs) / best(one, 5))
-if url:  # last, in a heap without the simulation (as a replaying process)
-    import gc, os
-    from backfill.store import drop_schema
-    from bench.bench_core import _read_and_replay, _store_log
-    n = len(log)
-    del log, world, models, keys, pairs, trace
-    gc.collect()
-    schema = f"ab_core_{os.getpid()}"
-    try:  # the scratch schema dropped however the probe ends
-        engine, es = _store_log(url, schema, records)
-        del records
-        try:
-            import sqlalchemy as sa
-            with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-                conn.execute(sa.text("VACUUM (ANALYZE) events, event_keys"))  # a log at rest (bench_core._settle; inline: older checkouts lack it)
-            out["replay"] = n / _read_and_replay(es, 3)["replay"]
-        finally:
-            es.close()
-            engine.dispose()
+if url:  # store the log for the replay probe (run next, in a fresh interpreter)
+    from bench.bench_core import _store_log
+    engine, es = _store_log(url, sys.argv[2], records)
+    try:
+        import sqlalchemy as sa
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(sa.text("VACUUM (ANALYZE) events, event_keys"))  # a log at rest (bench_core._settle; inline: older checkouts lack it)
     finally:
-        drop_schema(url, schema)
+        es.close()
+        engine.dispose()
+    out["stored"] = len(records)
 print(json.dumps(out))
+"""
+
+#: The replay of the log the probe stored, in a fresh interpreter of the same checkout (as the
+#: bench's replay row and ``backfill replay``): ``argv`` = URL, schema, events; one JSON line.
+_REPLAY_PROBE = r"""
+import json, sys
+from backfill.store import EventStore, make_engine
+from bench.bench_core import _read_and_replay
+engine = make_engine(sys.argv[1], sys.argv[2])
+es = EventStore(engine)
+try:
+    print(json.dumps({"replay": int(sys.argv[3]) / _read_and_replay(es, 3)["replay"]}))
+finally:
+    es.close()
+    engine.dispose()
 """
 
 
@@ -94,9 +99,24 @@ def probe(checkout: Path, database_url: str = "") -> dict[str, float]:
     """The figures of ``checkout`` (a directory holding ``backfill/``), measured in a fresh
     interpreter; with ``database_url`` the replay too. Raises RuntimeError with the end of the
     probe's stderr when it fails there."""
+    if not database_url:
+        return _run(checkout, _PROBE)
+    from backfill.store import drop_schema
+
+    schema = f"ab_core_{os.getpid()}"
+    try:  # the scratch schema dropped however the probes end
+        out = _run(checkout, _PROBE, database_url, schema)
+        out.update(_run(checkout, _REPLAY_PROBE, database_url, schema, str(int(out.pop("stored")))))
+        return out
+    finally:
+        drop_schema(database_url, schema)
+
+
+def _run(checkout: Path, script: str, *args: str) -> dict[str, float]:
+    """``script`` in a fresh interpreter with ``checkout`` first on its path; its last line of
+    output as JSON. Raises RuntimeError with the end of its stderr when it fails."""
     env = dict(os.environ, PYTHONPATH=str(checkout))
-    argv = [sys.executable, "-c", _PROBE] + ([database_url] if database_url else [])
-    out = subprocess.run(argv, cwd=checkout, env=env, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-c", script, *args], cwd=checkout, env=env, capture_output=True, text=True)
     if out.returncode != 0:  # say why (a trial: the message was the probe's source, its stderr dropped)
         tail = "\n".join(out.stderr.strip().splitlines()[-15:])
         raise RuntimeError(f"the probe failed in {checkout} (exit {out.returncode}):\n{tail}")
