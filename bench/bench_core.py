@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import random
 import sys
+from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -203,14 +204,28 @@ def _store_log(url: str, schema: str, records: list[Any]) -> tuple[Any, Any]:
 
 
 def _settle(engine: Any) -> None:
-    """``VACUUM (ANALYZE)`` the log just written (``events`` and its idempotency keys), so that its reads are measured on a log at rest
-    (as autovacuum leaves one): the autovacuum a million fresh rows call for otherwise ran during
-    the measurement on a 2-core host (the raw read of the request log 76-142k ev/s in some runs,
-    against 500-600k in others)."""
+    """``VACUUM (ANALYZE)`` the log just written (``events`` and its idempotency keys), so that
+    its reads are measured on a log at rest (as autovacuum leaves one): the autovacuum a million
+    fresh rows call for otherwise ran during the measurement on a 2-core host (the raw read of
+    the request log 76-142k ev/s in some runs, against 500-600k in others)."""
     import sqlalchemy as sa
 
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(sa.text("VACUUM (ANALYZE) events, event_keys"))
+
+
+def _stored(url: str, schema: str, records: list[Any], more: Iterable[list[Any]] = ()) -> None:
+    """:func:`_store_log` of ``records``, then each batch of ``more`` appended, the log settled
+    (:func:`_settle`) and the store closed: ready for :func:`measure_in_fresh_process`. The
+    caller drops ``schema``."""
+    engine, es = _store_log(url, schema, records)
+    try:
+        for batch in more:
+            es.append(batch)
+        _settle(engine)
+    finally:
+        es.close()
+        engine.dispose()
 
 
 def _read_and_replay(es: Any, repeat: int, variants: bool = False) -> dict[str, float]:
@@ -316,26 +331,23 @@ def replay_rows(url: str, result: SimResult, repeat: int = 3, schema: str = "ben
     del result
     n = len(records)
     try:  # the scratch schema is dropped however the run ends (a trial: interrupted, it stayed)
-        engine, es = _store_log(url, schema, records)
+        _stored(url, schema, records)
         del records
-        _settle(engine)
-        es.close()
-        engine.dispose()
         secs = measure_in_fresh_process(url, schema, repeat, audit=True)
     finally:
         drop_schema(url, schema)
     read_rate, replay_rate, audit_rate = n / secs["read"], n / secs["replay"], n / secs["audit"]
     setup, models, keys = world_events(10_000)
     m = len(setup) + requests
-    try:
-        engine, es = _store_log(url, schema, [encode(e, f"setup/{i}") for i, e in enumerate(setup)])
-        gen: dict[tuple[str, str], int] = {}
-        for start in range(0, requests, 100_000):  # in chunks: a million records at once would hold ~1 GB
+    gen: dict[tuple[str, str], int] = {}
+
+    def chunks() -> Iterator[list[Any]]:  # in chunks: a million records at once would hold ~1 GB
+        for start in range(0, requests, 100_000):
             chunk = fold_events(models, keys, min(100_000, requests - start), seed=start + 1, gen=gen, start=start)
-            es.append([encode(e, f"bench/{start + i}") for i, e in enumerate(chunk)])
-        _settle(engine)
-        es.close()
-        engine.dispose()
+            yield [encode(e, f"bench/{start + i}") for i, e in enumerate(chunk)]
+
+    try:
+        _stored(url, schema, [encode(e, f"setup/{i}") for i, e in enumerate(setup)], chunks())
         req = {k: m / v for k, v in measure_in_fresh_process(url, schema, repeat, variants=True).items()}  # events/s
     finally:
         drop_schema(url, schema)
