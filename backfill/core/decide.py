@@ -313,7 +313,10 @@ def decide(
     out: list[Command] = []
     reserved: dict = {}
     backfills = world.backfills
-    order = sorted(world.backfills if keys is None else set(keys), key=lambda k: (_last_admitted(backfills.get(k)), k))
+    if keys is not None and type(keys) is tuple and len(keys) == 1:
+        order: Iterable[Key] = keys  # one backfill (a wake-up, a Job's end): nothing to order
+    else:
+        order = sorted(world.backfills if keys is None else set(keys), key=lambda k: (_last_admitted(backfills.get(k)), k))
     for key in order:
         v = evaluate(world, key, now, reserved)
         if v is None:

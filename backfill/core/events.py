@@ -1,7 +1,8 @@
 """Typed, versioned events of the log: a discriminated union on ``type``, and their codec.
 
 Where a new event type goes: add a class here (frozen pydantic model with ``type: Literal[...]``,
-a ``stream`` and, when it has a natural identity, a ``natural_key``), add it to :data:`Event`,
+a ``stream`` and, when it has a natural identity, a ``natural_key`` that reads its fields only:
+:func:`key_of` calls it on the event's compiled form too), add it to :data:`Event`,
 and give it a handler in ``fold._FOLD`` (backfill/core/fold.py) (and ``runs`` if it touches run history).
 
 Three families:
@@ -37,6 +38,24 @@ from .storable import JSON_NUL, MAX_INDEXED_CHARS, NUL, bounded, storable_json, 
 #: it would cost ~30% of the decode time on the replay hot path, and aware datetimes compare
 #: correctly whatever their offset.
 UTCDateTime = AwareDatetime
+
+
+def job_key(namespace: str, name: str, type_name: str, uid: str) -> str:
+    """The idempotency key of a Job observation (``JobCreated``, ``JobSucceeded`` ...): one per
+    Job object (``uid``) and type. The Job's uid is part of it: a Job deleted and created again
+    under the same name (by someone else, or a create that landed after its cancel's delete) is
+    another Job, and its facts must reach the log (``fold._unexplained``). No uid: the name alone.
+    The one rule of :meth:`_JobEvent.natural_key` and of the simulator, which builds compiled forms
+    (:func:`build`)."""
+    base = f"job/{namespace}/{name}/{type_name}"
+    return f"{base}/{uid}" if uid else base
+
+
+def attempt_key(namespace: str, backfill: str, uid: str, verb: str, attempt: int) -> str:
+    """The idempotency key of an attempt's decision: one ``verb`` (``admit``, ``cancel``,
+    ``resume``) per attempt of a ModelBackfill object (``uid``); the base of
+    :meth:`_AttemptDecision.natural_key` and of :func:`backfill.core.decisions.decision_record`."""
+    return f"decision/{namespace}/{backfill}/{uid}/{verb}/{attempt}"
 
 
 class _Event(BaseModel):
@@ -230,11 +249,7 @@ class _JobEvent(_Event):
         return f"backfill/{self.namespace}/{self.backfill}"
 
     def natural_key(self) -> str | None:
-        # The Job's uid is part of it: a Job deleted and created again under the same name (by
-        # someone else, or a create that landed after its cancel's delete) is another Job, and
-        # its facts must reach the log (fold._unexplained). No uid: the name alone.
-        base = f"job/{self.namespace}/{self.name}/{self.type}"
-        return f"{base}/{self.uid}" if self.uid else base
+        return job_key(self.namespace, self.name, self.type, self.uid)  # type: ignore[attr-defined]
 
 
 class JobCreated(_JobEvent):
@@ -383,17 +398,16 @@ class _AttemptDecision(_Decision):
     uid: str  # the ModelBackfill's uid
     attempt: int
     job_name: str
-    _verb: ClassVar[str] = ""
 
     def natural_key(self) -> str | None:
-        return f"decision/{self.namespace}/{self.backfill}/{self.uid}/{self._verb}/{self.attempt}"
+        # fields only (no ClassVar, no super()): :func:`key_of` calls it on the compiled form too
+        return attempt_key(self.namespace, self.backfill, self.uid, _VERBS[self.type], self.attempt)  # type: ignore[attr-defined]
 
 
 class AttemptAdmitted(_AttemptDecision):
     """The controller admitted attempt ``attempt`` and will create Job ``job_name`` (-> Starting)."""
 
     type: Literal["AttemptAdmitted"] = "AttemptAdmitted"
-    _verb: ClassVar[str] = "admit"
     generation: int
     model: str
     node: str = ""
@@ -408,14 +422,13 @@ class AttemptCancelled(_AttemptDecision):
     suspensions)."""
 
     type: Literal["AttemptCancelled"] = "AttemptCancelled"
-    _verb: ClassVar[str] = "cancel"
     reason: str
     message: str = ""
     suspend: bool = False
     segment: int = Field(default=1, ge=1)
 
     def natural_key(self) -> str | None:
-        base = super().natural_key()
+        base = _AttemptDecision.natural_key(self)
         return f"{base}/suspend/{self.segment}" if self.suspend else base
 
 
@@ -425,14 +438,13 @@ class AttemptResumed(_AttemptDecision):
     (a fresh full idle window and every gate); ``model``/``node`` as then."""
 
     type: Literal["AttemptResumed"] = "AttemptResumed"
-    _verb: ClassVar[str] = "resume"
     segment: int = Field(ge=2)
     generation: int
     model: str
     node: str = ""
 
     def natural_key(self) -> str | None:
-        return f"{super().natural_key()}/{self.segment}"
+        return f"{_AttemptDecision.natural_key(self)}/{self.segment}"
 
 
 class BackfillBlocked(_Decision):
@@ -493,6 +505,9 @@ Event = Annotated[
     ],
     Field(discriminator="type"),
 ]
+
+#: decision type -> the verb of its attempt key (:func:`attempt_key`).
+_VERBS: dict[str, str] = {"AttemptAdmitted": "admit", "AttemptCancelled": "cancel", "AttemptResumed": "resume"}
 
 DECISIONS: tuple[type, ...] = (
     AttemptAdmitted,
@@ -678,6 +693,7 @@ _FAST: dict[str, tuple[type[_Event], int, msgspec.json.Decoder, set[str]]] = {
 #: (``fold._FOLD``, ``conditions._WAKES``) or tests membership in :func:`with_compiled`.
 COMPILED: dict[type, type[_Event]] = {spec[2].type: spec[0] for spec in _FAST.values()}
 _COMPILED_OF: dict[type, type] = {cls: row for row, cls in COMPILED.items()}
+_TYPE_NAME: dict[type, str] = {cls: name for name, cls in EVENT_TYPES.items()}
 #: The compiled form of ``ForegroundRequest`` (a msgspec Struct; see :data:`COMPILED`).
 ForegroundRequestRow: type = _COMPILED_OF[ForegroundRequest]
 
@@ -776,6 +792,41 @@ def construct(cls: type[_Event], /, **values: Any) -> Any:
         missing = sorted(required - values.keys())
         raise TypeError(f"{cls.__name__}: unknown or fixed fields {unknown}, missing {missing}")
     return _assemble(cls, payload, fields_set)
+
+
+def build(cls: type[_Event], /, **values: Any) -> Any:
+    """The compiled form (:data:`COMPILED`) of an event of ``cls`` built from ``values`` without
+    validation, for a caller that folds it (the simulator): about 10x cheaper than
+    :func:`construct` (a msgspec Struct built in C), and it folds exactly as the event. The
+    caller's promise is :func:`construct`'s (valid, typed values); defaults are filled.
+    :func:`materialize` turns it into the event.
+
+    Raises:
+        TypeError: a name that is not a field of ``cls``, a required field missing, ``type``
+            given, or ``cls`` without a compiled form.
+    """
+    try:
+        row = _COMPILED_OF[cls]
+    except KeyError:
+        raise TypeError(f"{cls!r} has no compiled form") from None
+    return row(type=_TYPE_NAME[cls], **values)
+
+
+def materialize(event: Any) -> Any:
+    """The event (a pydantic instance, as :func:`construct` builds it) of a compiled form; an
+    event is returned as is. O(fields), no validation: the compiled form's values are the
+    event's (:data:`COMPILED`)."""
+    cls = COMPILED.get(type(event))
+    if cls is None:
+        return event
+    return _assemble(cls, _asdict(event), _TEMPLATES[cls][2])
+
+
+def key_of(event: Any) -> str | None:
+    """The natural key (idempotency key implied by the event) of an event or of its compiled
+    form: ``natural_key`` of its class, whose body reads the event's fields only so that it
+    serves both forms (``tests/core/test_compiled_events.py``)."""
+    return COMPILED.get(type(event), type(event)).natural_key(event)
 
 
 def decode(type_name: str, version: int, data: str, *, validate: bool = False) -> Any:

@@ -195,7 +195,11 @@ def _put_backfill(world: World, b: BackfillState, position: int) -> World:
     """Store ``b`` and keep the live-attempt indexes in step (World built positionally: the
     backfills' commonest change, about a third of a replay's fold)."""
     key = (b.namespace, b.name)
-    return _tuple_new(World, (position, world[1], world[2], world[3].set(key, b), *world[4:9], *_live_triple(world, key, b.attempt), world[12]))
+    live, live_models, live_nodes = _live_triple(world, key, b.attempt)
+    return _tuple_new(
+        World,
+        (position, world[1], world[2], world[3].set(key, b), world[4], world[5], world[6], world[7], world[8], live, live_models, live_nodes, world[12]),
+    )
 
 
 def _put_attempt(world: World, b: BackfillState, a: Attempt | None, position: int) -> World:

@@ -90,6 +90,8 @@ def minus(a: Ranges, b: Ranges) -> Ranges:
 def minus_text(new: str, old: str) -> str:
     """The indexes of ``new`` not in ``old``, both in interval syntax; a malformed side counts
     as empty (``new`` malformed: nothing; ``old`` malformed: all of ``new``)."""
+    if not new:  # the common case (every run row of a Job that is not Indexed): no parse
+        return ""
     a = parse(new) or ()
     b = parse(old) or ()
     return format_ranges(minus(a, b))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from functools import lru_cache
 
 
 def rfc3339(value: datetime | None) -> str | None:
@@ -49,6 +50,12 @@ def plus_seconds(t: datetime, seconds: float) -> datetime:
     comparison handles, instead of an exception that stalls the backfill on every pass.
     """
     try:
-        return t + timedelta(seconds=seconds)
+        return t + _delta(seconds)
     except OverflowError:
         return LATEST if seconds > 0 else EARLIEST
+
+
+#: ``timedelta(seconds=s)`` of the few durations the projector adds (a spec's idleFor and
+#: repeatAfter, the re-check periods): built once each, about 2.5x cheaper a call than a new
+#: timedelta from a float (``simulate`` adds one about 300,000 times, issue 10).
+_delta = lru_cache(maxsize=1024)(lambda seconds: timedelta(seconds=seconds))

@@ -36,10 +36,11 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Callable
 
 from ..core import events as ev
+from ..core.events import job_key, materialize
 from ..core.commands import Admit, Block, Cancel, ReleaseFinalizer, Unblock, WakeAt
 from ..core.projector import FOREGROUND_DEMAND, decide, fold
 from ..core.decisions import decision_record, validated
@@ -55,6 +56,8 @@ _US = timedelta(microseconds=1)
 
 # Same-instant ordering (see module docstring): Job endings, then arrivals, then wake-ups.
 _JOB_END, _ARRIVAL, _WAKE = 0, 1, 2
+# What a heap entry is (its fourth member), commonest first.
+_K_SUCCEED, _K_WAKE, _K_ARRIVAL, _K_DEADLINE, _K_GONE, _K_GONE_WAKE, _K_SETUP = range(7)
 
 TEMPLATE = {
     "metadata": {"labels": {"app": "model-eval-gauntlet"}},
@@ -125,12 +128,48 @@ class SimParams:
         return out
 
 
+class SimLog(Sequence):
+    """The simulated log, ``(position, event, idempotency_key)`` in log order (positions 1..N),
+    as a read-only sequence.
+
+    The simulation folds its events in their compiled forms (:func:`backfill.core.events.build`);
+    an item read from here is the event itself, built on each read
+    (:func:`backfill.core.events.materialize`: equal every time, not the same object), so a
+    caller that only counts them or reads a part pays nothing for the rest.
+    :meth:`compiled` gives the items as held.
+    """
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: list[tuple[int, Any, str]] | None = None) -> None:
+        self._items: list[tuple[int, Any, str]] = [] if items is None else items
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if isinstance(index, slice):
+            return [(p, materialize(e), k) for p, e, k in self._items[index]]
+        p, e, k = self._items[index]
+        return p, materialize(e), k
+
+    def __iter__(self) -> Iterator[tuple[int, Any, str]]:
+        for p, e, k in self._items:
+            yield p, materialize(e), k
+
+    def compiled(self) -> list[tuple[int, Any, str]]:
+        """The items as held: an event may be its compiled form (it folds as the event). Do not
+        change the list."""
+        return self._items
+
+
 @dataclass
 class SimResult:
     """What a simulation produced.
 
     Attributes:
-        events: ``(position, event, idempotency_key)`` in log order (positions 1..N).
+        events: ``(position, event, idempotency_key)`` in log order (positions 1..N), a
+            :class:`SimLog`.
         runs: the final run row per attempt, in admission order.
         overlap: foreground-overlap seconds per model (Δ per foreground preemption).
         useful: useful seconds per ended attempt, keyed ``(backfill name, attempt)``: the
@@ -139,7 +178,7 @@ class SimResult:
         world: the final projected world.
     """
 
-    events: list[tuple[int, Any, str]] = field(default_factory=list)
+    events: SimLog = field(default_factory=SimLog)
     runs: list[RunRow] = field(default_factory=list)
     overlap: dict[str, float] = field(default_factory=dict)
     useful: dict[tuple[str, int], float] = field(default_factory=dict)
@@ -176,7 +215,7 @@ def attempts_bound(requests: Mapping[str, Sequence[tuple[float, float]]], params
     return total
 
 
-_NO_BACKFILL = frozenset({ev.ForegroundRequest, ev.ModelReady, ev.BackfillApplied, ev.CronJobSeen})
+_NO_BACKFILL = ev.with_compiled(ev.ForegroundRequest, ev.ModelReady, ev.BackfillApplied, ev.CronJobSeen)
 
 
 def simulate(
@@ -197,9 +236,12 @@ def _simulate(
         trace: per-model requests (epoch seconds, service seconds).
         params: the declaration and the simulated cluster's timings.
         progress: called with the number of requests processed since the last call.
-        fast: build the simulator's own observations without pydantic validation
-            (:func:`backfill.core.events.construct`: the values are ours and typed); False
-            validates every event. Same results either way (``tests/sim/test_fast_path.py``).
+        fast: build the simulator's own observations and decision records in their compiled
+            forms without validation (:func:`backfill.core.events.build`: the values are ours
+            and typed; they fold as the events, and :class:`SimLog` gives the events), skip the
+            decision at a Job's end and record an attempt when the next admission replaces it;
+            False validates every event with pydantic. Same results either way
+            (``tests/sim/test_fast_path.py``).
 
     Returns:
         A :class:`SimResult`. Deterministic for the same inputs.
@@ -207,15 +249,19 @@ def _simulate(
     ns = params.namespace
     if params.shards < 1:
         raise ValueError("shards must be >= 1")
+    shards = params.shards
     shard_us = params.shard_us()
     max_us = round(params.max_run * 1e6)
     delta_us = round(params.cancel_latency * 1e6)
     pad_us = round(params.signal_granularity * 1e6)
-    make = ev.construct if fast else validated
+    make = ev.build if fast else validated
+    key_of = ev.key_of
     result = SimResult()
-    log = result.events
+    log = result.events.compiled()
+    add = log.append
     world = World()
-    heap: list[tuple[int, int, int, str, Any]] = []
+    heap: list[tuple[int, int, int, int, Any]] = []
+    heappush, heappop = heapq.heappush, heapq.heappop
     seq = 0
     horizon: dict[str, int] = {}
     model_of: dict[tuple[str, str], str] = {}
@@ -230,7 +276,7 @@ def _simulate(
     def append(event: Any, key: str | None = None) -> None:
         nonlocal world
         pos = len(log) + 1
-        log.append((pos, event, key or event.natural_key()))
+        add((pos, event, key or key_of(event)))
         world = fold(world, event, pos)
         if type(event) in _NO_BACKFILL:
             return
@@ -239,15 +285,11 @@ def _simulate(
             runs[(b.uid, b.attempt.number)] = (b, b.attempt)  # rows are built once, at the end
 
     def append_fast(event: Any, key: str | None = None) -> None:
-        # An attempt's final state is the one it has when the next admission replaces it (or at
-        # the end): keep it then, instead of after every event as ``append`` does.
+        # Runs are kept by the admission that replaces the attempt (``act``), not after every
+        # event as ``append`` does.
         nonlocal world
         pos = len(log) + 1
-        log.append((pos, event, key or event.natural_key()))
-        if type(event) is ev.AttemptAdmitted:
-            b = world.backfills.get((ns, event.backfill))
-            if b is not None and b.attempt is not None:
-                runs[(b.uid, b.attempt.number)] = (b, b.attempt)
+        add((pos, event, key or key_of(event)))
         world = fold(world, event, pos)
 
     if fast:
@@ -255,38 +297,48 @@ def _simulate(
 
     def wake(key: Key, at: int) -> None:
         """A wake-up for ``key`` at ``at`` us (none at or after its model's last arrival)."""
+        nonlocal seq
         if at >= horizon[model_of[key]] or wakes.get(key) == at:
             return
         wakes[key] = at
-        push(at, _WAKE, "wake", key)
+        seq += 1
+        heappush(heap, (at, _WAKE, seq, _K_WAKE, key))
 
-    def push(us: int, prio: int, kind: str, payload: Any) -> None:
+    def push(us: int, prio: int, kind: int, payload: Any) -> None:
         nonlocal seq
         seq += 1
-        heapq.heappush(heap, (us, prio, seq, kind, payload))
+        heappush(heap, (us, prio, seq, kind, payload))
 
     def act(now_us: int, keys) -> None:
-        now = to_dt(now_us)
+        now = EPOCH + now_us * _US
         for cmd in decide(world, now, keys):
             t = type(cmd)
             if t is WakeAt:
-                wake(cmd.key, to_us(cmd.at))
+                wake(cmd.key, (cmd.at - EPOCH) // _US)
             elif t is Admit:
-                append(*decision_record(cmd, at=now, basis=world.position, validate=not fast))
-                append(make(ev.JobCreated, at=now, namespace=ns, backfill=cmd.key[1], name=cmd.job_name, uid=f"job-{cmd.job_name}"))
-                todo = left.get(cmd.key[1], params.shards)
-                started[(cmd.key[1], cmd.attempt)] = (now_us, todo)
+                # An attempt's final state is the one it has when the next admission replaces it
+                # (or at the end): its run row is kept then.
+                b = world.backfills.get(cmd.key)
+                if b is not None and b.attempt is not None:
+                    runs[(b.uid, b.attempt.number)] = (b, b.attempt)
+                append(*decision_record(cmd, at=now, basis=world.position, validate=not fast, compiled=fast))
+                name = cmd.key[1]
+                job = cmd.job_name
+                uid = "job-" + job
+                append(make(ev.JobCreated, at=now, namespace=ns, backfill=name, name=job, uid=uid), job_key(ns, job, "JobCreated", uid))
+                todo = left.get(name, shards)
+                started[(name, cmd.attempt)] = (now_us, todo)
                 job_us = todo * shard_us
                 if job_us <= max_us:
-                    push(now_us + job_us, _JOB_END, "succeed", (cmd.key, cmd.attempt, cmd.job_name))
+                    push(now_us + job_us, _JOB_END, _K_SUCCEED, (cmd.key, cmd.attempt, job))
                 else:
-                    push(now_us + max_us, _JOB_END, "deadline", (cmd.key, cmd.attempt, cmd.job_name))
+                    push(now_us + max_us, _JOB_END, _K_DEADLINE, (cmd.key, cmd.attempt, job))
             elif t is Cancel:
-                append(*decision_record(cmd, at=now, basis=world.position, validate=not fast))
+                append(*decision_record(cmd, at=now, basis=world.position, validate=not fast, compiled=fast))
                 cancelled.add((cmd.key[1], cmd.attempt))
-                push(now_us + delta_us, _JOB_END, "gone", (cmd.key, cmd.attempt, cmd.job_name, now_us, cmd.reason))
+                push(now_us + delta_us, _JOB_END, _K_GONE, (cmd.key, cmd.attempt, cmd.job_name, now_us, cmd.reason))
             elif t is Block or t is Unblock:
-                append(*decision_record(cmd, at=now, basis=world.position, validate=not fast))
+                append(*decision_record(cmd, at=now, basis=world.position, validate=not fast, compiled=fast))
             elif t is ReleaseFinalizer:  # pragma: no cover - nothing is deleted in a simulation
                 pass
 
@@ -294,48 +346,40 @@ def _simulate(
     first = min((reqs[0][0] for reqs in trace.requests.values() if reqs), default=0.0)
     t0 = round(first * 1e6)
     append(ev.CronJobSeen(at=to_dt(t0), namespace=ns, name="sim-template", job_template=TEMPLATE), "sim/cronjob")
+    # A model's requests enter the heap one at a time (the next when one is popped: a heap of
+    # about three entries per model, not one per request), each with the sequence number it
+    # would have had pushed all at once here, so that the order is the same.
+    arrivals: dict[str, tuple[list[tuple[float, float]], list[int], int]] = {}
     for model, reqs in trace.requests.items():
         if not reqs:
             continue
         key = (ns, backfill_name(model))
         model_of[key] = model
         horizon[model] = round(reqs[-1][0] * 1e6)
-        push(round(reqs[0][0] * 1e6), _ARRIVAL, "setup", model)
-        for i, (t, d) in enumerate(reqs):
-            push(round(t * 1e6), _ARRIVAL, "arrival", (model, i, d))
+        push(round(reqs[0][0] * 1e6), _ARRIVAL, _K_SETUP, model)
+        n = len(reqs)
+        ordered = all(reqs[j][0] <= reqs[j + 1][0] for j in range(n - 1))
+        order = list(range(n)) if ordered else sorted(range(n), key=lambda j: reqs[j][0])
+        arrivals[model] = (reqs, order, seq + 1)  # request j's sequence number: seq + 1 + j
+        heappush(heap, (round(reqs[order[0]][0] * 1e6), _ARRIVAL, seq + 1 + order[0], _K_ARRIVAL, (model, 0)))
+        seq += n
 
     done = 0
     while heap:
-        now_us, _prio, _seq, kind, payload = heapq.heappop(heap)
-        if kind == "arrival":
-            model, i, d = payload
-            now = to_dt(now_us)
-            end_us = now_us + round(d * 1e6) + pad_us
-            e = make(
-                ev.ForegroundRequest,
-                at=now, namespace=ns, model=model, source="trace", busy_until=to_dt(end_us) if end_us > now_us else None,
-            )
-            append(e, f"trace/{ns}/{model}/{i}")
-            act(now_us, world.backfills_of_model(ns, model))
-            done += 1
-            if progress is not None and done % 2000 == 0:
-                progress(2000)
-        elif kind == "wake":
-            if wakes.get(payload) == now_us:
-                del wakes[payload]
-                act(now_us, (payload,))
-        elif kind == "succeed" or kind == "deadline":
+        now_us, _prio, _seq, kind, payload = heappop(heap)
+        if kind == _K_SUCCEED or kind == _K_DEADLINE:
             key, attempt, name = payload
             if (key[1], attempt) in cancelled:
                 continue  # the arrival preempted it first
-            now = to_dt(now_us)
-            if kind == "succeed":
-                append(make(ev.JobSucceeded, at=now, namespace=ns, backfill=key[1], name=name, uid=f"job-{name}"))
+            now = EPOCH + now_us * _US
+            if kind == _K_SUCCEED:
+                uid = "job-" + name
+                append(make(ev.JobSucceeded, at=now, namespace=ns, backfill=key[1], name=name, uid=uid), job_key(ns, name, "JobSucceeded", uid))
                 useful[(key[1], attempt)] = started[(key[1], attempt)][1] * shard_us / 1e6
-                left[key[1]] = params.shards  # the next job starts from the first shard
+                left[key[1]] = shards  # the next job starts from the first shard
             else:
                 useful[(key[1], attempt)] = 0.0
-                append(make(ev.JobFailed, at=now, namespace=ns, backfill=key[1], name=name, uid=f"job-{name}", reason="DeadlineExceeded"))
+                append(make(ev.JobFailed, at=now, namespace=ns, backfill=key[1], name=name, uid="job-" + name, reason="DeadlineExceeded"))
             if fast:
                 # Nothing to decide at a Job's end: the attempt was admitted (so the declaration
                 # was valid, not suspended, not blocked) and only its own Job events happened
@@ -343,25 +387,48 @@ def _simulate(
                 # success is Succeeded with nextRunTime = completion + repeatAfter (seed), the
                 # only wake-up ``decide`` would give (none for a one-shot).
                 spec = world.backfills[key].spec
-                if kind == "succeed" and spec.repeat_after:
-                    wake(key, to_us(plus_seconds(now, spec.repeat_after)))
+                if kind == _K_SUCCEED and spec.repeat_after:
+                    wake(key, (plus_seconds(now, spec.repeat_after) - EPOCH) // _US)
                 continue
             act(now_us, (key,))
-        elif kind == "gone":
+        elif kind == _K_WAKE:
+            if wakes.get(payload) == now_us:
+                del wakes[payload]
+                act(now_us, (payload,))
+        elif kind == _K_ARRIVAL:
+            model, k = payload
+            reqs, order, base = arrivals[model]
+            i = order[k]
+            d = reqs[i][1]
+            if k + 1 < len(order):
+                j = order[k + 1]
+                heappush(heap, (round(reqs[j][0] * 1e6), _ARRIVAL, base + j, _K_ARRIVAL, (model, k + 1)))
+            now = EPOCH + now_us * _US
+            end_us = now_us + round(d * 1e6) + pad_us
+            e = make(
+                ev.ForegroundRequest,
+                at=now, namespace=ns, model=model, source="trace", busy_until=EPOCH + end_us * _US if end_us > now_us else None,
+            )
+            append(e, f"trace/{ns}/{model}/{i}")
+            act(now_us, world.backfills_of_model(ns, model))
+            done += 1
+            if progress is not None and done % 2000 == 0:
+                progress(2000)
+        elif kind == _K_GONE:
             key, attempt, name, cancel_us, reason = payload
             admitted_us, todo = started[(key[1], attempt)]
             kept = min(todo - 1, (cancel_us - admitted_us) // shard_us)  # shards done by the cancel
             useful[(key[1], attempt)] = kept * shard_us / 1e6
             left[key[1]] = todo - kept
-            append(make(ev.JobDeleted, at=to_dt(now_us), namespace=ns, backfill=key[1], name=name, uid=f"job-{name}"))
+            append(make(ev.JobDeleted, at=EPOCH + now_us * _US, namespace=ns, backfill=key[1], name=name, uid="job-" + name))
             if reason == FOREGROUND_DEMAND:
                 model = model_of[key]
                 overlap[model] = overlap.get(model, 0.0) + (now_us - cancel_us) / 1e6
             if now_us < horizon[model_of[key]]:  # nothing is admitted at or after the last arrival
-                push(now_us, _WAKE, "gone-wake", key)  # an arrival at this same instant comes first
-        elif kind == "gone-wake":
+                push(now_us, _WAKE, _K_GONE_WAKE, key)  # an arrival at this same instant comes first
+        elif kind == _K_GONE_WAKE:
             act(now_us, (payload,))
-        elif kind == "setup":
+        elif kind == _K_SETUP:
             model = payload
             now = to_dt(now_us)
             name = backfill_name(model)

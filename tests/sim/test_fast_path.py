@@ -2,10 +2,12 @@
 
 The plain path (``fast=False``) validates every event with pydantic, asks ``decide`` after every
 Job end and records each attempt after every event; the fast path builds its own observations
-with :func:`backfill.core.events.construct`, skips the decision at a Job's end (it schedules the
-repeat wake-up itself) and records an attempt when the next admission replaces it. Both are run
-independently here and compared field by field: the log (positions, events, idempotency keys,
-the stored JSON), the run rows, useful seconds, overlap, the final world and the report.
+and decision records in their compiled forms (:func:`backfill.core.events.build`), skips the
+decision at a Job's end (it schedules the repeat wake-up itself) and records an attempt when the
+next admission replaces it. Both are run independently here and compared field by field (the
+fast path's events as its log gives them back from their compiled forms): the log (positions,
+events, idempotency keys, the stored JSON), the run rows, useful seconds, overlap, the final
+world and the report.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from backfill.core import events as ev
 from backfill.core.events import encode
 from backfill.sim.cluster import SimParams, simulate
 from backfill.sim.report import summarize, total
@@ -30,6 +33,12 @@ def _same(trace: Trace, params: SimParams) -> int:
     plain = simulate(trace, params, fast=False)
     fast = simulate(trace, params)
     assert [(p, k) for p, _, k in fast.events] == [(p, k) for p, _, k in plain.events]
+    # the fast path holds its own events in their compiled forms; the log gives the events
+    held = fast.events.compiled()
+    setup = (ev.CronJobSeen, ev.ModelReady, ev.BackfillApplied)  # validated in both paths
+    assert all(type(e) in ev.COMPILED for _, e, _ in held if not isinstance(e, setup))
+    assert sum(type(e) in ev.COMPILED for _, e, _ in held) == len(held) - sum(isinstance(e, setup) for _, e, _ in plain.events)
+    assert list(fast.events) == fast.events[:] == [fast.events[i] for i in range(len(fast.events))]
     for (_, f, k), (_, p, _) in zip(fast.events, plain.events):
         assert type(f) is type(p) and f == p
         assert encode(f, k) == encode(p, k)  # the stored row: type, stream, key, at, JSON text
