@@ -812,6 +812,22 @@ def build(cls: type[_Event], /, **values: Any) -> Any:
     return row(type=_TYPE_NAME[cls], **values)
 
 
+def compiled_class(cls: type[_Event]) -> type:
+    """The class of ``cls``'s compiled form (:data:`COMPILED`, a msgspec Struct): called with the
+    event's fields as keywords *and* ``type=`` its type name (required, as in a stored row;
+    ``cls`` itself takes the same call), it builds the compiled form in C without validation,
+    about 0.2 us against 1 us for :func:`build` and :func:`construct`, which pass the values
+    on as a dict. For the hot paths of a caller that folds its own events (the simulator).
+
+    Raises:
+        TypeError: ``cls`` has no compiled form.
+    """
+    try:
+        return _COMPILED_OF[cls]
+    except KeyError:
+        raise TypeError(f"{cls!r} has no compiled form") from None
+
+
 def materialize(event: Any) -> Any:
     """The event (a pydantic instance, as :func:`construct` builds it) of a compiled form; an
     event is returned as is. O(fields), no validation: the compiled form's values are the

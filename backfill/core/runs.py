@@ -151,27 +151,17 @@ def row_of(b: Any, a: Any) -> RunRow:
     running = _seconds(start, ended) if ended is not None else 0.0
     done = indexes.minus_text(a.completed_indexes, a.base_indexes)
     kept = min(running, _seconds(start, a.progress_at)) if (a.resumable and done and a.progress_at is not None) else 0.0
+    # positional, in field order (asserted below): 6x cheaper than 19 keywords (issue 10)
     return RunRow(
-        namespace=b.namespace,
-        backfill=b.name,
-        backfill_uid=b.uid,
-        model=a.model,
-        node=a.node,
-        job_name=a.job_name,
-        job_uid=a.job_uid,
-        attempt=a.number,
-        generation=a.generation,
-        admitted_at=a.admitted_at,
-        started_at=start,
-        ended_at=ended,
-        result=result,
-        reason=reason,
-        running_seconds=running,
-        deciding_position=deciding,
-        segment=a.segment,
-        completed_indexes=done,
-        kept_seconds=kept,
+        b.namespace, b.name, b.uid, a.model, a.node, a.job_name, a.job_uid, a.number, a.generation, a.admitted_at,
+        start, ended, result, reason, running, deciding, a.segment, done, kept,
     )
+
+
+assert RunRow.__struct_fields__ == (
+    "namespace", "backfill", "backfill_uid", "model", "node", "job_name", "job_uid", "attempt", "generation", "admitted_at",
+    "started_at", "ended_at", "result", "reason", "running_seconds", "deciding_position", "segment", "completed_indexes", "kept_seconds",
+), "row_of builds RunRow positionally"
 
 
 def run_rows(before: Any, after: Any, event: Any) -> list[RunRow]:

@@ -255,6 +255,9 @@ def _simulate(
     delta_us = round(params.cancel_latency * 1e6)
     pad_us = round(params.signal_granularity * 1e6)
     make = ev.build if fast else validated
+    # The commonest observations call their class directly (with ``type=``, as a compiled form
+    # must): no dict of values in between, 5x cheaper than ``build``.
+    created, succeeded, request = (ev.compiled_class(c) if fast else c for c in (ev.JobCreated, ev.JobSucceeded, ev.ForegroundRequest))
     key_of = ev.key_of
     result = SimResult()
     log = result.events.compiled()
@@ -321,11 +324,11 @@ def _simulate(
                 b = world.backfills.get(cmd.key)
                 if b is not None and b.attempt is not None:
                     runs[(b.uid, b.attempt.number)] = (b, b.attempt)
-                append(*decision_record(cmd, at=now, basis=world.position, validate=not fast, compiled=fast))
+                append(*decision_record(cmd, at=now, basis=world.position, compiled=fast))
                 name = cmd.key[1]
                 job = cmd.job_name
                 uid = "job-" + job
-                append(make(ev.JobCreated, at=now, namespace=ns, backfill=name, name=job, uid=uid), job_key(ns, job, "JobCreated", uid))
+                append(created(type="JobCreated", at=now, namespace=ns, backfill=name, name=job, uid=uid), job_key(ns, job, "JobCreated", uid))
                 todo = left.get(name, shards)
                 started[(name, cmd.attempt)] = (now_us, todo)
                 job_us = todo * shard_us
@@ -334,11 +337,11 @@ def _simulate(
                 else:
                     push(now_us + max_us, _JOB_END, _K_DEADLINE, (cmd.key, cmd.attempt, job))
             elif t is Cancel:
-                append(*decision_record(cmd, at=now, basis=world.position, validate=not fast, compiled=fast))
+                append(*decision_record(cmd, at=now, basis=world.position, compiled=fast))
                 cancelled.add((cmd.key[1], cmd.attempt))
                 push(now_us + delta_us, _JOB_END, _K_GONE, (cmd.key, cmd.attempt, cmd.job_name, now_us, cmd.reason))
             elif t is Block or t is Unblock:
-                append(*decision_record(cmd, at=now, basis=world.position, validate=not fast, compiled=fast))
+                append(*decision_record(cmd, at=now, basis=world.position, compiled=fast))
             elif t is ReleaseFinalizer:  # pragma: no cover - nothing is deleted in a simulation
                 pass
 
@@ -374,7 +377,7 @@ def _simulate(
             now = EPOCH + now_us * _US
             if kind == _K_SUCCEED:
                 uid = "job-" + name
-                append(make(ev.JobSucceeded, at=now, namespace=ns, backfill=key[1], name=name, uid=uid), job_key(ns, name, "JobSucceeded", uid))
+                append(succeeded(type="JobSucceeded", at=now, namespace=ns, backfill=key[1], name=name, uid=uid), job_key(ns, name, "JobSucceeded", uid))
                 useful[(key[1], attempt)] = started[(key[1], attempt)][1] * shard_us / 1e6
                 left[key[1]] = shards  # the next job starts from the first shard
             else:
@@ -405,8 +408,8 @@ def _simulate(
                 heappush(heap, (round(reqs[j][0] * 1e6), _ARRIVAL, base + j, _K_ARRIVAL, (model, k + 1)))
             now = EPOCH + now_us * _US
             end_us = now_us + round(d * 1e6) + pad_us
-            e = make(
-                ev.ForegroundRequest,
+            e = request(
+                type="ForegroundRequest",
                 at=now, namespace=ns, model=model, source="trace", busy_until=EPOCH + end_us * _US if end_us > now_us else None,
             )
             append(e, f"trace/{ns}/{model}/{i}")
