@@ -157,6 +157,16 @@ class SimLog(Sequence):
         for p, e, k in self._items:
             yield p, materialize(e), k
 
+    def __eq__(self, other: object) -> bool:
+        """Equal to a log or list of the same items (the events compared, whatever their form)."""
+        if isinstance(other, SimLog):
+            return len(self) == len(other) and list(self) == list(other)
+        if isinstance(other, list):
+            return list(self) == other
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like the list it wraps
+
     def compiled(self) -> list[tuple[int, Any, str]]:
         """The items as held: an event may be its compiled form (it folds as the event). Do not
         change the list."""

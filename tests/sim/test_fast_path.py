@@ -39,6 +39,7 @@ def _same(trace: Trace, params: SimParams) -> int:
     assert all(type(e) in ev.COMPILED for _, e, _ in held if not isinstance(e, setup))
     assert sum(type(e) in ev.COMPILED for _, e, _ in held) == len(held) - sum(isinstance(e, setup) for _, e, _ in plain.events)
     assert list(fast.events) == fast.events[:] == [fast.events[i] for i in range(len(fast.events))]
+    assert fast.events == plain.events == list(plain.events)
     for (_, f, k), (_, p, _) in zip(fast.events, plain.events):
         assert type(f) is type(p) and f == p
         assert encode(f, k) == encode(p, k)  # the stored row: type, stream, key, at, JSON text
