@@ -233,6 +233,7 @@ def simulate(
 ) -> None:
     """Drive the real projector through a simulated cluster over a foreground request trace."""
     from .sim.cluster import SimParams
+    from .sim.cluster import SimulationRangeError
     from .sim.cluster import simulate as run_sim
     from .sim.report import plot as draw, summarize, total
     from .sim.traces import SyntheticTooLarge, TraceError, read_trace, synthetic
@@ -273,12 +274,15 @@ def simulate(
     from rich.progress import Progress
 
     t0 = time.perf_counter()
-    with Progress(console=err, transient=True, disable=not err.is_terminal) as bar:
-        task = bar.add_task("simulating", total=tr.count)
-        result = run_sim(tr, params, progress=lambda n: bar.advance(task, n))
-    sim_seconds = time.perf_counter() - t0
-    reports = summarize(tr, params, result)
-    cost = _granularity_cost(tr, params, total(reports)) if params.signal_granularity else ""
+    try:
+        with Progress(console=err, transient=True, disable=not err.is_terminal) as bar:
+            task = bar.add_task("simulating", total=tr.count)
+            result = run_sim(tr, params, progress=lambda n: bar.advance(task, n))
+        sim_seconds = time.perf_counter() - t0
+        reports = summarize(tr, params, result)
+        cost = _granularity_cost(tr, params, total(reports)) if params.signal_granularity else ""
+    except SimulationRangeError as exc:
+        raise CLIError(str(exc)) from None
     stored = ""
     if store:
         stored = _write_simulation(database_url, schema, result)

@@ -669,7 +669,9 @@ def _mirror(cls: type[_Event]) -> msgspec.json.Decoder | None:
             fields.append((name, t) if info.is_required() or name == "type" else (name, t, info.default))
     except TypeError:
         return None
-    struct = msgspec.defstruct(f"{cls.__name__}Row", fields, kw_only=True, forbid_unknown_fields=True)
+    name = f"{cls.__name__}Row"
+    struct = msgspec.defstruct(name, fields, kw_only=True, forbid_unknown_fields=True, module=__name__)
+    globals()[name] = struct  # found by name, as pickle looks a class up (a simulation's log pickles)
     return msgspec.json.Decoder(struct)
 
 

@@ -97,6 +97,17 @@ def test_bad_trace_values(traces, name):
     assert f"{name}:" in p.stderr
 
 
+def test_a_simulation_past_the_year_9999_is_a_one_line_error(tmp_path):
+    """An adversarial trial: a request late in year 9998 whose busy span, padded by the signal
+    granularity, passes 9999-12-31 ended in an OverflowError traceback (a service time alone
+    cannot: the trace reader takes at most a year, and times before 9999)."""
+    trace = tmp_path / "late.csv"
+    trace.write_text("model,timestamp\nz,253370764798\nz,253370764799\n")  # 9998-12-31T23:59:58Z, :59Z
+    args = ["simulate", "--no-store", "--format", "csv", "--trace", str(trace), "--signal-granularity", "8761h"]
+    line = _assert_one_line_error(_run(args, tmp_path))
+    assert "past 9999-12-31" in line
+
+
 @pytest.mark.parametrize(
     "args",
     [
