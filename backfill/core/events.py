@@ -45,8 +45,8 @@ def job_key(namespace: str, name: str, type_name: str, uid: str) -> str:
     Job object (``uid``) and type. The Job's uid is part of it: a Job deleted and created again
     under the same name (by someone else, or a create that landed after its cancel's delete) is
     another Job, and its facts must reach the log (``fold._unexplained``). No uid: the name alone.
-    The one rule of :meth:`_JobEvent.natural_key` and of the simulator, which builds compiled forms
-    (:func:`build`)."""
+    The one rule of :meth:`_JobEvent.natural_key` and of the simulator, which keys the compiled
+    forms it builds with it."""
     base = f"job/{namespace}/{name}/{type_name}"
     return f"{base}/{uid}" if uid else base
 
@@ -54,7 +54,8 @@ def job_key(namespace: str, name: str, type_name: str, uid: str) -> str:
 def attempt_key(namespace: str, backfill: str, uid: str, verb: str, attempt: int) -> str:
     """The idempotency key of an attempt's decision: one ``verb`` (``admit``, ``cancel``,
     ``resume``) per attempt of a ModelBackfill object (``uid``); the base of
-    :meth:`_AttemptDecision.natural_key` and of :func:`backfill.core.decisions.decision_record`."""
+    :meth:`_AttemptDecision.natural_key`, so of the keys
+    :func:`backfill.core.decisions.decision_record` gives (through :func:`key_of`)."""
     return f"decision/{namespace}/{backfill}/{uid}/{verb}/{attempt}"
 
 
@@ -771,8 +772,8 @@ _TEMPLATES: dict[type, tuple[dict[str, Any], frozenset[str], set[str]]] = {
 def construct(cls: type[_Event], /, **values: Any) -> Any:
     """An event of ``cls`` built from ``values`` without validation, for events the project's own
     code produces from values it already holds typed: about 4x cheaper than ``cls(**values)``
-    (the simulator folds compiled forms instead: :func:`compiled_class`). Foreign input (watchers, ingest, an imported export) goes
-    through ``cls(...)``, which validates.
+    (the simulator folds compiled forms instead: :func:`compiled_class`). Foreign input
+    (watchers, ingest, an imported export) goes through ``cls(...)``, which validates.
 
     The instance equals, dumps and encodes exactly as ``cls(**values)`` would when the values
     are valid (the caller's promise: timezone-aware datetimes, the field types of ``cls``);
