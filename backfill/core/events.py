@@ -670,9 +670,7 @@ def _mirror(cls: type[_Event]) -> msgspec.json.Decoder | None:
             fields.append((name, t) if info.is_required() or name == "type" else (name, t, info.default))
     except TypeError:
         return None
-    name = f"{cls.__name__}Row"
-    struct = msgspec.defstruct(name, fields, kw_only=True, forbid_unknown_fields=True, module=__name__)
-    globals()[name] = struct  # found by name, as pickle looks a class up (a simulation's log pickles)
+    struct = msgspec.defstruct(f"{cls.__name__}Row", fields, kw_only=True, forbid_unknown_fields=True, module=__name__)
     return msgspec.json.Decoder(struct)
 
 
@@ -696,6 +694,9 @@ _FAST: dict[str, tuple[type[_Event], int, msgspec.json.Decoder, set[str]]] = {
 #: (``fold._FOLD``, ``conditions._WAKES``) or tests membership in :func:`with_compiled`.
 COMPILED: dict[type, type[_Event]] = {spec[2].type: spec[0] for spec in _FAST.values()}
 _COMPILED_OF: dict[type, type] = {cls: row for row, cls in COMPILED.items()}
+# Each compiled class is a module attribute under its name, as pickle looks a class up (a
+# simulation's log pickles); set here once, not in ``_mirror`` (a test calls it again).
+globals().update({row.__name__: row for row in COMPILED})
 _TYPE_NAME: dict[type, str] = {cls: name for name, cls in EVENT_TYPES.items()}
 #: The compiled form of ``ForegroundRequest`` (a msgspec Struct; see :data:`COMPILED`).
 ForegroundRequestRow: type = _COMPILED_OF[ForegroundRequest]
