@@ -62,25 +62,26 @@ CANCEL_RECHECK_SECONDS = 1.0
 
 def _idle_since(world: World, m: ModelState, now: datetime) -> tuple[datetime, int]:
     """The start of the current idle window and the position of the event that set it."""
-    best: tuple[datetime, int] = (m.ready_since, m.ready_pos)  # type: ignore[assignment]
-    if m.busy_until is not None and m.busy_until >= best[0]:
-        best = (m.busy_until, m.busy_pos)
-    ends = []
-    if m.node:
-        ends.append(world.node_gate_ends.get(m.node))
-    if m.shared:
-        ends.append(world.group_gate_ends.get(m.shared))
-    for end in ends:
-        if end is not None and end.at > best[0]:
-            best = (end.at, end.pos)
+    since, pos = m.ready_since, m.ready_pos
+    if m.busy_until is not None and m.busy_until >= since:  # type: ignore[operator]
+        since, pos = m.busy_until, m.busy_pos
+    node, group = m.node, m.shared
+    end = world.node_gate_ends.get(node) if node else None
+    if end is not None and end.at > since:
+        since, pos = end.at, end.pos
+    end = world.group_gate_ends.get(group) if group else None
+    if end is not None and end.at > since:
+        since, pos = end.at, end.pos
     # Gates that expired by time but whose objects still exist ended at their expiry.
     for gates in (world.gaming, world.leases):
+        if not gates:
+            continue
         for g in gates.values():
-            if g.expires_at is None or g.expires_at > now or g.expires_at <= best[0]:
+            if g.expires_at is None or g.expires_at > now or g.expires_at <= since:
                 continue
-            if (m.node and g.node == m.node) or (m.shared and g.group == m.shared):
-                best = (g.expires_at, g.pos)
-    return best
+            if (node and g.node == node) or (group and g.group == group):
+                since, pos = g.expires_at, g.pos
+    return since, pos  # type: ignore[return-value]
 
 
 def evaluate(world: World, key: Key, now: datetime, reserved: dict | None = None) -> Verdict | None:
