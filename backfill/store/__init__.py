@@ -18,7 +18,7 @@ from backfill.store.engine import (
     validate_schema,
 )
 from backfill.store.eventlog import AppendTransaction, EventStore
-from backfill.store.interface import AppendTx, EventLog, RunRows, Snapshots, Store, open_store
+from backfill.store.interface import AppendTx, EventLog, RecordRefusedError, RunRows, Snapshots, Store, open_store
 from backfill.store.migrate import current, downgrade, drop_schema, reset, upgrade
 from backfill.store.runs import RunStore
 from backfill.store.schema import metadata
@@ -30,6 +30,7 @@ __all__ = [
     "Snapshots",
     "RunRows",
     "AppendTx",
+    "RecordRefusedError",
     "EventStore",
     "AppendTransaction",
     "RunStore",

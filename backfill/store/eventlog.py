@@ -73,6 +73,7 @@ from sqlalchemy.engine import Engine
 
 from backfill.core.records import EventRecord, StoredEvent
 from backfill.store.engine import engine_schema
+from backfill.store.interface import RecordRefusedError
 from backfill.store.retention import DEFAULT_PARTITION_SIZE, ensure_partitions, list_partitions
 
 _COLUMNS = "position, recorded_at, type, version, stream, idempotency_key, at, data::text"
@@ -184,8 +185,13 @@ class AppendTransaction:
         if not records:
             return []
         self.lock()
-        with self._conn.cursor(binary=True) as cur:
-            return self._store._append_locked(cur, records)
+        try:
+            with self._conn.cursor(binary=True) as cur:
+                return self._store._append_locked(cur, records)
+        except (psycopg.Error, UnicodeError) as exc:
+            if refuses_record(exc):
+                raise RecordRefusedError(f"the event log refuses a record of the batch: {type(exc).__name__}: {_first_line(exc)}") from exc
+            raise
 
     def set_checkpoint(self, name: str, position: int) -> None:
         """Set checkpoint ``name`` in this transaction."""
@@ -194,6 +200,24 @@ class AppendTransaction:
     def save_snapshot(self, name: str, position: int, version: str, payload: bytes, *, keep: int | None = None) -> None:
         """Like :meth:`EventStore.save_snapshot`, in this transaction."""
         save_snapshot(self._conn, name, position, version, payload, self._store.snapshot_keep if keep is None else keep)
+
+
+def refuses_record(exc: BaseException) -> bool:
+    """Whether an append's error is PostgreSQL (or psycopg) refusing a record for what it holds
+    (:class:`~backfill.store.interface.RecordRefusedError`): SQLSTATE class 22 (data exception:
+    ``\\u0000`` in jsonb, text that is not JSON, ...) or 54 (program limit exceeded: an index row
+    over its size), psycopg's refusal to send a value (a NUL in text: a ``DataError`` without a
+    SQLSTATE), or a string that does not encode as UTF-8. A connection lost, a statement
+    timeout, a lock or a missing table is not: those are retried."""
+    if isinstance(exc, UnicodeError):
+        return True
+    state = getattr(exc, "sqlstate", None) or ""
+    return isinstance(exc, psycopg.DataError) or state[:2] in ("22", "54")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc)
+    return text.splitlines()[0] if text else ""
 
 
 def _read_ahead(read: Any, *args: Any) -> Future[Any]:
@@ -293,8 +317,10 @@ class EventStore:
 
         Returns, for each input record, its new position, or None when its idempotency key was
         already stored (or repeated earlier in ``records``: the first occurrence wins). New
-        positions increase in input order. Raises on invalid data (e.g. ``data`` that is not
-        JSON, a naive ``at``), in which case nothing is stored.
+        positions increase in input order. Raises
+        :class:`~backfill.store.interface.RecordRefusedError` on a record PostgreSQL cannot hold
+        (``data`` that is not JSON or holds ``\\u0000``, a naive ``at``, :func:`refuses_record`),
+        in which case nothing is stored.
         """
         if not records:
             return []
@@ -325,7 +351,7 @@ class EventStore:
             return result
         for i in fresh:
             if records[i].at.tzinfo is None:
-                raise ValueError(f"event {records[i].idempotency_key!r}: 'at' must be timezone-aware")
+                raise RecordRefusedError(f"event {records[i].idempotency_key!r}: 'at' must be timezone-aware")
         seq = self._sequence_name(cur)
         # Reserve n consecutive positions. Safe because the write lock serializes appends.
         cur.execute("SELECT setval(%s::regclass, nextval(%s::regclass) + %s - 1)", (seq, seq, n))

@@ -29,6 +29,15 @@ from backfill.core.runs import RunRow
 if TYPE_CHECKING:
     from backfill.settings import Settings
 
+class RecordRefusedError(ValueError):
+    """The log refuses a record of the batch for what it holds, not for being away: ``data``
+    that is not JSON or holds a NUL, a string that is not UTF-8, a naive ``at``, an indexed
+    value over the index's limit (PostgreSQL: SQLSTATE classes 22, data exception, and 54,
+    program limit exceeded; and psycopg's own refusal to send such a value). Appending the
+    same record again can never succeed; nothing of the batch is stored. The spool sets such
+    a record aside instead of retrying it for ever (:mod:`backfill.controller.spool`)."""
+
+
 #: A row of :meth:`EventLog.read_payloads`: ``(position, type, version, data)``.
 Payload = tuple[int, str, int, str]
 
@@ -60,7 +69,8 @@ class EventLog(Protocol):
     def append(self, records: Sequence[EventRecord]) -> list[int | None]:
         """Append in one transaction; per record its new position, or None when its
         idempotency key is already stored or repeated earlier in ``records`` (first wins).
-        Raises on invalid data (``data`` not JSON, a naive ``at``); then nothing is stored."""
+        Raises :class:`RecordRefusedError` on a record it cannot hold (``data`` not JSON, a
+        naive ``at``, ...); then nothing is stored."""
 
     def begin(self) -> AbstractContextManager[AppendTx]:
         """An append transaction (commit at the end of the block, roll back if it raises)."""

@@ -34,7 +34,8 @@ from typing import Any
 
 from backfill.core.records import EventRecord, StoredEvent
 from backfill.core.runs import RESULTS, RunRow
-from backfill.store.interface import Payload
+from backfill.core.storable import JSON_NUL, NUL, nul_path
+from backfill.store.interface import Payload, RecordRefusedError
 from backfill.store.schema import RUN_COLUMNS
 
 DEFAULT_SNAPSHOT_KEEP = 3
@@ -134,13 +135,9 @@ class MemoryAppendTransaction:
             seen.add(key)
             fresh.append(i)
         for i in fresh:  # validate everything before taking positions
-            r = records[i]
-            if r.at.tzinfo is None:
-                raise ValueError(f"event {r.idempotency_key!r}: 'at' must be timezone-aware")
-            try:
-                json.loads(r.data)
-            except (TypeError, ValueError) as exc:
-                raise ValueError(f"event {r.idempotency_key!r}: data is not JSON: {exc}") from None
+            refusal = _refusal(records[i])
+            if refusal:
+                raise RecordRefusedError(f"event {records[i].idempotency_key!r}: {refusal}")
         result: list[int | None] = [None] * len(records)
         now = datetime.now(timezone.utc)
         for i in fresh:
@@ -477,6 +474,27 @@ def memory_backend(name: str = "", schema: str = "backfill") -> MemoryBackend:
         if backend is None:
             backend = _named[(name, schema)] = MemoryBackend()
         return backend
+
+
+def _refusal(r: EventRecord) -> str:
+    """Why PostgreSQL would refuse ``r`` (:func:`backfill.store.eventlog.refuses_record`), or ""
+    when it would not: the same records are refused by both stores (the contract suite)."""
+    if r.at.tzinfo is None:
+        return "'at' must be timezone-aware"
+    for name, text in (("type", r.type), ("stream", r.stream), ("idempotency_key", r.idempotency_key), ("data", r.data)):
+        try:
+            text.encode("utf-8")
+        except UnicodeError as exc:
+            return f"{name} is not UTF-8: {exc}"
+        if name != "data" and NUL in text:
+            return f"{name} holds a NUL character (PostgreSQL text holds none)"
+    try:
+        data = json.loads(r.data)
+    except (TypeError, ValueError) as exc:
+        return f"data is not JSON: {exc}"
+    if JSON_NUL in r.data and nul_path(data, "data"):
+        return "data holds \\u0000 (PostgreSQL jsonb holds none)"
+    return ""
 
 
 __all__ = ["MemoryBackend", "MemoryEventStore", "MemoryRunStore", "MemoryAppendTransaction", "memory_backend"]

@@ -40,6 +40,7 @@ from msgspec.structs import replace
 
 from backfill.core.records import EventRecord, StoredEvent
 from backfill.core.runs import RunRow
+from backfill.store.interface import RecordRefusedError
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
@@ -168,11 +169,26 @@ class StoreContract:
         assert ev.at.utcoffset() == timedelta(0) and ev.recorded_at.utcoffset() == timedelta(0)
         assert before <= ev.recorded_at <= datetime.now(timezone.utc) + timedelta(seconds=5)
 
-    def test_invalid_record_in_a_batch_stores_nothing(self, stores: Stores) -> None:
+    @pytest.mark.parametrize(
+        "bad",
+        [
+            EventRecord("X", 1, "s", "bad", T0, "{not json"),
+            EventRecord("X", 1, "s", "bad", T0, '{"node": "a\\u0000b"}'),  # jsonb holds no NUL
+            EventRecord("X", 1, "s", "bad\x00key", T0, "{}"),  # nor text
+            EventRecord("X", 1, "s\x00", "bad", T0, "{}"),
+            EventRecord("X", 1, "s", "bad", T0, '{"node": "\ud800"}'),  # not UTF-8 (a lone surrogate)
+            EventRecord("X", 1, "s", "bad\udfff", T0, "{}"),
+            EventRecord("X", 1, "s", "bad", T0.replace(tzinfo=None), "{}"),
+        ],
+        ids=["not-json", "json-nul", "key-nul", "stream-nul", "data-surrogate", "key-surrogate", "naive-at"],
+    )
+    def test_a_record_the_log_cannot_hold_is_refused_and_nothing_of_its_batch_is_stored(self, stores: Stores, bad: EventRecord) -> None:
+        """RecordRefusedError (a ValueError), the same records in both stores: the spool sets
+        such a record aside instead of retrying it for ever (a store away raises anything else)."""
         stores.events.append([record("ok/0")])
-        bad = EventRecord("X", 1, "s", "bad", T0, "{not json")
-        with pytest.raises(Exception):
+        with pytest.raises(RecordRefusedError):
             stores.events.append([record("ok/1"), bad, record("ok/2")])
+        assert issubclass(RecordRefusedError, ValueError)
         assert [e.idempotency_key for e in stores.events.read()] == ["ok/0"]
         [p] = stores.events.append([record("ok/1")])  # and the store is still usable
         assert p > 0
