@@ -714,14 +714,15 @@ def replay(
     divergences = [d for d in auditor.divergences if d.position in window.inside]
     unverifiable = [p for p in auditor.unverifiable if p in window.inside]
     superseded = [p for p in auditor.superseded if p in window.inside]
-    checked = len(window.inside) - len(unverifiable) - len(superseded)  # every decision of --backfill is one of the three
+    uncaused = [p for p in auditor.uncaused if p in window.inside]
+    checked = len(window.inside) - len(unverifiable) - len(superseded) - len(uncaused)  # every decision of --backfill is one of the four
     if limit:
         table = Table(title=f"decision trail ({len(trail)} admits/cancels; the most recent {min(limit, len(trail))})")
         for c in ("position", "at", "backfill", "attempt", "decision", "reason", "cause", "cause event", "s after cause"):
             table.add_column(c)
         late = set(superseded)
         diverged = {d.position for d in divergences}
-        marks = [(late, "superseded"), (unchecked_at, "unchecked"), (diverged, "DIVERGENT")]
+        marks = [(late, "superseded"), (set(uncaused), "cause refused"), (unchecked_at, "unchecked"), (diverged, "DIVERGENT")]
         for t in trail[-limit:]:
             mark = next((f"{t.decision} ({m})" for where, m in marks if t.position in where), t.decision)
             table.add_row(
@@ -737,6 +738,11 @@ def replay(
             f"; {len(superseded)} superseded (cancels of an attempt the log had ended and followed with another before "
             f"they were recorded: a deposed replica's late record), at {', '.join(map(str, superseded[:5]))}"
             if superseded else ""
+        )
+        + (
+            f"; {len(uncaused)} with a cause the log refused to store (cause 0: not checked; the controller's log holds "
+            f"the refused record), at {', '.join(map(str, uncaused[:5]))}"
+            if uncaused else ""
         ),
         highlight=False,
         soft_wrap=True,

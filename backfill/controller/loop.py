@@ -43,7 +43,7 @@ from backfill.core.perf import long_fold
 from backfill.core.projector import affected, decide, fold, fold_all, only_position_moved
 from backfill.core.runs import previous_row, run_rows
 from backfill.core.state import World
-from backfill.core.verdict import hold_for_signals
+from backfill.core.verdict import hold_for_refused, hold_for_signals
 from backfill.settings import Settings
 from backfill.store import EventStore, RunStore
 from backfill.store import projection as snapshots
@@ -775,6 +775,15 @@ class Controller:
                 # holds for milliseconds: no status for that.
                 hold = hold_for_signals(self._unreadable)
                 todo += [c for c in decide(self.world, now, sorted(due), status=True, hold=hold) if type(c) is WriteStatus]
+        elif due and (doubts := self.spool.doubts()):
+            # An observation the log refused (set aside by the spool) is missing from the durable
+            # projection for good: the admissions it may affect wait, with their status saying so.
+            doubted = due & self._doubted(doubts)
+            if doubted:
+                self._carry |= doubted
+                todo = [c for c in commands if c.key not in doubted]
+                hold = hold_for_refused([f"{e.record.type} of {e.record.stream}" for e in doubts])
+                todo += [c for c in decide(self.world, now, sorted(doubted), status=True, hold=hold) if type(c) is WriteStatus]
         if any(type(c) is WriteStatus for c in todo) and self._log_lags():
             # The log lacks what this process observed (a Job gone, a demand): appends fail, or
             # the store is paused and they hang. A status of this projection is then older than
@@ -786,6 +795,18 @@ class Controller:
             todo = [c for c in todo if type(c) is not WriteStatus]
         self._carry.update(self.actor.execute(todo, self.world, now, interrupted=self.signal.is_set))
         return commands
+
+    def _doubted(self, doubts: list) -> set:
+        """Keys of the backfills whose decision the observations in ``doubts`` (spool entries the
+        log refused) may change: :func:`~backfill.core.conditions.affected` of each, folded into
+        the projection in memory; every backfill when one cannot be folded (fail-closed)."""
+        keys: set = set()
+        for e in doubts:
+            try:
+                keys.update(affected(fold(self.world, e.event, self.world.position), e.event))
+            except Exception:  # noqa: BLE001 - an event the fold cannot take: everything waits
+                return set(self.world.backfills)
+        return keys
 
     def _log_lags(self) -> bool:
         """True while appends fail, or the projection lacks an observation spooled over

@@ -24,6 +24,21 @@ judging each Model's ``lastActiveTime`` against the log, so a dropped demand is 
 cancels, then (``tests/faults/test_store_faults.py``). Admissions never rely on the spool: the reconcile loop admits
 only when it is :meth:`Spool.settled` (everything observed is durable and folded).
 
+A record the log refuses for what it holds (:class:`~backfill.store.interface.RecordRefusedError`:
+appending it again can never succeed) is set aside, not retried for ever: a refused batch is
+split in halves until the refused record is alone, the rest are appended in order, and that one
+is logged at error with its content, counted in :attr:`Spool.refused` and given position 0.
+Before this, one such record (a NUL PostgreSQL refused, a 9 kB key) stayed at the spool's head
+and no ModelBackfill anywhere was admitted again until a restart; those two are now encoded so
+that they store (:mod:`backfill.core.storable`), this is for the next one nobody has found. An
+observation set aside is a *doubt* (fail-closed): :meth:`Spool.doubts` gives it until a later
+observation of the same object and type (same stream and event type, arrived later and
+happened no earlier) is appended, and the
+reconcile loop holds the admissions it may affect meanwhile (``UnstorableEvent``). Past
+:data:`MAX_REFUSED_IN_A_ROW` refusals with no append between, the store is taken to refuse
+everything (a schema or server problem, not a record) and the batch is retried with back-off,
+as while the store is away.
+
 Thread-safety: every method may be called from any thread.
 """
 
@@ -37,8 +52,16 @@ from itertools import islice
 from typing import Any, Callable, Iterable, Sequence
 
 from backfill.core.events import encode
+from backfill.store.interface import RecordRefusedError
 
 log = logging.getLogger("backfill.controller.spool")
+
+#: Refused records set aside one after another, with no append accepted between, before the
+#: store is taken to refuse everything (its schema or server, not a record): the batch is then
+#: retried with back-off instead (nothing more set aside) until an append succeeds.
+MAX_REFUSED_IN_A_ROW = 8
+#: Characters of a refused record's ``data`` in its error line.
+REFUSED_DATA_LOGGED = 4096
 
 
 class Entry:
@@ -54,9 +77,10 @@ class Entry:
         spooled_at: monotonic seconds when it was spooled.
         size: the record's payload (``data``) in characters, counted against the spool's
             ``max_bytes`` (0 for a decision: decisions are never dropped).
+        refused: why the log refused the record (it was set aside: position 0), else None.
     """
 
-    __slots__ = ("seq", "event", "record", "position", "duplicate", "decision", "spooled_at", "size", "_make", "_deps")
+    __slots__ = ("seq", "event", "record", "position", "duplicate", "decision", "spooled_at", "size", "refused", "_make", "_deps")
 
     def __init__(self, seq: int, event: Any = None, record: Any = None, make: Any = None, deps: Sequence["Entry"] = ()) -> None:
         self.seq = seq
@@ -67,6 +91,7 @@ class Entry:
         self.decision = make is not None  # a decision of this process (logged when recorded)
         self.spooled_at = time.monotonic()
         self.size = len(record.data) if record is not None else 0
+        self.refused: str | None = None
         self._make = make
         self._deps = tuple(deps)
 
@@ -123,6 +148,9 @@ class Spool:
         self.last_error: str | None = None
         self.failing_since: float | None = None  # monotonic time of the first failure in a row
         self.committed = 0
+        self.refused = 0  # records the log refused, set aside
+        self._refused_in_a_row = 0
+        self._doubts: dict[tuple[str, str], Entry] = {}  # (stream, type) -> observation set aside, not superseded yet
         self.writing_since: float | None = None  # monotonic start of the append in flight
         self._thread = threading.Thread(target=self._run, name="log-writer", daemon=True)
         self._thread.start()
@@ -248,6 +276,15 @@ class Spool:
                 e.position is not None for e in entries
             )
 
+    def doubts(self) -> list[Entry]:
+        """Observations the log refused (set aside) and no later observation of the same object
+        and type (stream and event type; arrived later, its ``at`` no earlier) has replaced in the
+        log, in arrival order: what the
+        durable projection lacks for good. Their events are still here (``Entry.event``), for
+        the reconcile loop to hold the admissions they may affect (fail-closed)."""
+        with self._cond:
+            return sorted(self._doubts.values(), key=_seq_of)
+
     @property
     def backlog(self) -> int:
         """Entries waiting for the store."""
@@ -332,7 +369,21 @@ class Spool:
             self._commit(chunk)
 
     def _commit(self, chunk: list[Entry]) -> None:
-        positions = self._append([e.record for e in chunk])
+        """Append ``chunk`` (the next entries not committed, in order) in one transaction; on a
+        refusal, in halves until the refused record is alone, which is set aside."""
+        try:
+            positions = self._append([e.record for e in chunk])
+        except RecordRefusedError as exc:
+            if self._refused_in_a_row >= MAX_REFUSED_IN_A_ROW:
+                raise  # the store refuses everything: retried with back-off (``_run``)
+            if len(chunk) == 1:
+                self._set_aside(chunk[0], exc)
+                return
+            half = len(chunk) // 2
+            self._commit(chunk[:half])
+            self._commit(chunk[half:])
+            return
+        self._refused_in_a_row = 0
         dups = [e.record.idempotency_key for e, p in zip(chunk, positions) if p is None]
         known = self._positions_of(dups) if dups else {}
         with self._cond:
@@ -341,15 +392,51 @@ class Spool:
                 e.duplicate = p is None
             self._next += len(chunk)
             self._bytes -= sum(e.size for e in chunk)
-            for e in chunk:
+            for e, p in zip(chunk, positions):
                 if self._waiting.get(e.record.idempotency_key) is e:
                     del self._waiting[e.record.idempotency_key]
+                if self._doubts and p is not None and not e.decision:
+                    doubt = self._doubts.get((e.record.stream, e.record.type))
+                    if doubt is not None and e.record.at >= doubt.record.at:  # a later observation replaces it
+                        del self._doubts[(e.record.stream, e.record.type)]
             self.committed += len(chunk)
             self._cond.notify_all()
         for e in chunk:
             if e.decision:
                 _log_recorded(e)
         self._on_commit()
+
+    def _set_aside(self, entry: Entry, exc: RecordRefusedError) -> None:
+        """``entry`` (the next not committed) was refused by the log on its own: commit it as
+        position 0, keep an observation as a doubt, and log its content (the log cannot)."""
+        r = entry.record
+        text = f"{exc}"
+        with self._cond:
+            entry.position, entry.refused = 0, text
+            self._next += 1
+            self._bytes -= entry.size
+            if self._waiting.get(r.idempotency_key) is entry:
+                del self._waiting[r.idempotency_key]
+            self.refused += 1
+            self._refused_in_a_row += 1
+            if not entry.decision:
+                self._doubts[(r.stream, r.type)] = entry
+            self._cond.notify_all()
+        d = entry.event
+        data = r.data if len(r.data) <= REFUSED_DATA_LOGGED else f"{r.data[:REFUSED_DATA_LOGGED]}... ({len(r.data)} characters)"
+        what = "decision" if entry.decision else "observation"
+        log.error(
+            f"the event log refused the {what} {r.type} {r.idempotency_key!r} ({text}); set aside, not retried"
+            + ("" if entry.decision else "; admissions it may affect wait until a later observation of the same object and type is stored (fail-closed)")
+            + f"; its record: type={r.type} version={r.version} stream={r.stream!r} at={r.at.isoformat()} data={data}",
+            extra={"backfill": f"{getattr(d, 'namespace', '')}/{getattr(d, 'backfill', getattr(d, 'name', ''))}", "decision": r.type if entry.decision else None},
+        )
+        self._on_commit()  # the loop decides again (a doubt holds what it may affect)
+        if self._refused_in_a_row == MAX_REFUSED_IN_A_ROW:
+            log.error(
+                f"the event log refused {MAX_REFUSED_IN_A_ROW} records in a row and accepted none: it is taken to refuse "
+                "everything (its schema or server), so nothing more is set aside; appends are retried with back-off"
+            )
 
 
 def _seq_of(e: Entry) -> int:

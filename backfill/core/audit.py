@@ -93,6 +93,10 @@ class Auditor:
             paused replica's record, spooled while the store was away, appended after its
             successor's decisions): the state they were decided on is not in the log, so they are
             not checked (nor divergent).
+        uncaused: positions of cancels whose cause the log does not hold (cause 0: the
+            observation that caused it was refused by the log and set aside by the spool, its
+            record in the controller's log, :mod:`backfill.controller.spool`): what it was decided
+            on is not in the log, so it is not checked (nor divergent).
         checked: number of decisions checked.
     """
 
@@ -102,6 +106,7 @@ class Auditor:
     divergences: list[Divergence] = field(default_factory=list)
     unverifiable: list[int] = field(default_factory=list)
     superseded: list[int] = field(default_factory=list)
+    uncaused: list[int] = field(default_factory=list)
     checked: int = 0
     _states: deque = field(default_factory=lambda: deque(maxlen=WINDOW))
     _type_ids: dict = field(default_factory=dict)
@@ -181,6 +186,9 @@ class Auditor:
         state = self._basis_state(position, d.basis)
         if state is None:
             self.unverifiable.append(position)
+            return
+        if t is ev.AttemptCancelled and d.cause == 0:  # its cause was refused by the log (positions start at 1)
+            self.uncaused.append(position)
             return
         if t is ev.AttemptCancelled:
             b = state.backfills.get(key)

@@ -52,6 +52,8 @@ UNEXPLAINED_JOB = "UnexplainedJob"
 #: Waiting: an admission is due but a watched kind cannot be read (its CRD removed, its list or
 #: watch failing or stale): a signal that cannot be read holds starts (fail-closed).
 SIGNAL_UNREADABLE = "SignalUnreadable"
+#: A due admission held because an observation it may depend on could not be stored (fail-closed).
+UNSTORABLE_EVENT = "UnstorableEvent"
 
 IDLE_WINDOW_MESSAGE = "waiting for a continuous idle window"
 #: The cooldown (``repeatAfter``) has passed; the idle window has not (reason ``RepeatDue``).
@@ -102,6 +104,18 @@ def hold_for_signals(kinds: list[str]) -> Hold:
     ``gpulease``) cannot be read (:data:`SIGNAL_UNREADABLE`; a new user's trial: the status kept
     "admission at T if the model stays idle" long after T, the reason only in the log)."""
     return Hold(SIGNAL_UNREADABLE, f"the next admission is due and held: cannot read {', '.join(kinds)} (a signal that cannot be read holds starts)")
+
+
+def hold_for_refused(what: list[str]) -> Hold:
+    """The hold of a due admission that an observation the event log refused may affect
+    (:data:`UNSTORABLE_EVENT`; ``what``: e.g. ``GamingIntentStarted of gamingsession/ns/s``): the
+    durable log lacks it for good, so admitting would ignore it (fail-closed,
+    :meth:`backfill.controller.spool.Spool.doubts`)."""
+    return Hold(
+        UNSTORABLE_EVENT,
+        f"the next admission is due and held: the event log refused {', '.join(what)} (set aside: see the controller's log); "
+        "it waits until a later observation of the same object is stored (change the object, or restart once it is fixed)",
+    )
 
 
 class Verdict(msgspec.Struct, frozen=True, gc=False):
