@@ -23,6 +23,12 @@ from backfill.store.memory import MemoryBackend, MemoryEventStore, MemoryRunStor
 from backfill.store.projection import code_version
 
 
+def _offline_api() -> client.ApiClient:
+    """An API client of no cluster: its calls are refused at once (port 9, discard). The
+    default one has no host at all, and urllib3 warned of a URL without a scheme."""
+    return client.ApiClient(client.Configuration(host="http://127.0.0.1:9"))
+
+
 def _trace() -> Trace:
     # 6 models over two days: bursts of requests (long runs of ForegroundRequest in the log)
     # between quiet spells (admissions, Job facts and cancels between the runs).
@@ -68,7 +74,7 @@ def test_catch_up_equals_folding_one_event_at_a_time():
 
     backend = MemoryBackend()
     events, runs = MemoryEventStore(backend), MemoryRunStore(backend)
-    c = Controller(Settings(), client.ApiClient(), events, runs, Metrics())
+    c = Controller(Settings(), _offline_api(), events, runs, Metrics())
     only_requests = 0
     try:
         for (lo, hi), keys in zip(chunks, expected_keys):
@@ -91,7 +97,7 @@ def test_a_snapshot_moves_the_runs_checkpoint_in_a_quiet_cluster():
     backend = MemoryBackend()
     events, runs = MemoryEventStore(backend), MemoryRunStore(backend)
     events.append([encode(e, k) for _, e, k in log])
-    c = Controller(Settings(snapshot_every_events=1), client.ApiClient(), events, runs, Metrics())
+    c = Controller(Settings(snapshot_every_events=1), _offline_api(), events, runs, Metrics())
     try:
         c.catch_up()
         last_row = runs.get_checkpoint("runs")
@@ -138,7 +144,7 @@ def test_an_acting_replica_counts_every_run_row_once_and_its_checkpoint_follows_
     for acting in (True, False):
         backend = MemoryBackend()
         events, runs = MemoryEventStore(backend), MemoryRunStore(backend)
-        c = Controller(Settings(snapshot_every_events=1), client.ApiClient(), events, runs, Metrics(), leader=SimpleNamespace(is_leader=lambda a=acting: a))
+        c = Controller(Settings(snapshot_every_events=1), _offline_api(), events, runs, Metrics(), leader=SimpleNamespace(is_leader=lambda a=acting: a))
         replicas.append((c, events, runs))
         half = len(log) // 2
         events.append([encode(e, k) for _, e, k in log[:half]])
@@ -188,7 +194,7 @@ def test_rows_stored_and_not_counted_before_a_restart_are_counted_by_the_next_le
     half = len(log) // 2
 
     def replica(acting: bool) -> Controller:
-        c = Controller(Settings(), client.ApiClient(), events, runs, Metrics(), leader=SimpleNamespace(is_leader=lambda: acting))
+        c = Controller(Settings(), _offline_api(), events, runs, Metrics(), leader=SimpleNamespace(is_leader=lambda: acting))
         # what start() does around its refold: the checkpoints read, the log folded, then live
         c._runs_checkpoint, c._counted_checkpoint = runs.get_checkpoint("runs"), runs.get_checkpoint("runs-counted")
         c.catch_up()
