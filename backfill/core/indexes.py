@@ -70,18 +70,27 @@ def union(a: Ranges, b: Ranges) -> Ranges:
 
 
 def minus(a: Ranges, b: Ranges) -> Ranges:
-    """The indexes of ``a`` that are not in ``b``."""
+    """The indexes of ``a`` that are not in ``b`` (both normalised: sorted, disjoint), in one
+    pass over both: O(len(a) + len(b)). It compared every range of ``a`` with every range of
+    ``b`` before; an adversarial trial's 50,000 ranges (every even index of 100,000, which the
+    API server takes as a Job's ``status.completedIndexes``) made one fold of a JobProgress take
+    20 s, delaying every decision behind it (a cancel 19 s, an unrelated admission 45 s)."""
     out: list[tuple[int, int]] = []
+    j, nb = 0, len(b)
     for lo, hi in a:
+        while j < nb and b[j][1] < lo:  # ranges of b wholly before this one (a is sorted: never needed again)
+            j += 1
         cur = lo
-        for blo, bhi in b:
-            if bhi < cur or blo > hi:
-                continue
+        k = j
+        while k < nb and b[k][0] <= hi:
+            blo, bhi = b[k]
             if blo > cur:
                 out.append((cur, blo - 1))
-            cur = max(cur, bhi + 1)
+            if bhi + 1 > cur:
+                cur = bhi + 1
             if cur > hi:
                 break
+            k += 1
         if cur <= hi:
             out.append((cur, hi))
     return tuple(out)
