@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import threading
 import time
 from datetime import datetime
@@ -45,6 +46,32 @@ log = logging.getLogger("backfill.controller.watchers")
 #: (`kubectl apply -f deploy/crds/` also feeds kubectl the directory's kustomization.yaml, an
 #: error; and client-side apply warns on CRDs applied server-side before).
 TRYOUT_CRDS = "kubectl apply --server-side -f tests/envtest/crds/ && kubectl apply --server-side -k deploy/crds"
+
+
+#: The deepest JSON the API server serves: its decoder (``sigs.k8s.io/json``, Go's
+#: ``encoding/json``: ``maxNestingDepth``) refuses a document nested deeper than this.
+API_MAX_NESTING = 10_000
+
+
+def allow_api_nesting() -> None:
+    """Let Python's JSON decoders (``json``, and the kubernetes client's) read every document the
+    API server serves: they stop at the interpreter's recursion limit (1,000 by default), the
+    API server at :data:`API_MAX_NESTING` levels. Raises the limit (process-wide, never lowers it)
+    to that plus room for the callers' own frames. An adversarial trial: a Model whose free-form
+    status held a value nested 1,000 levels deep (or any object's ``metadata.managedFields``, a
+    GamingSession in another namespace) made its kind's every list and watch fail with
+    ``RecursionError``, for ever: nothing on another Model was admitted, and a running Job was
+    not cancelled on its Model's ``lastActiveTime`` nor on gaming intent. Decoding 10,000 levels
+    needs a deep C stack: :data:`WATCH_STACK_BYTES`."""
+    need = API_MAX_NESTING + 2_000
+    if sys.getrecursionlimit() < need:
+        sys.setrecursionlimit(need)
+
+
+#: C stack of a watcher thread, bytes: decoding :data:`API_MAX_NESTING` levels takes between 1
+#: and 2 MiB (measured: a 1 MiB thread stack overflowed, 2 MiB did not), so it is set here, not
+#: left to the platform (8 MiB with glibc, 128 KiB with musl).
+WATCH_STACK_BYTES = 16 << 20
 
 
 class WatchExpired(Exception):
@@ -95,6 +122,7 @@ class Watcher(threading.Thread):
         on_answered: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(name=f"watch-{kind.name}", daemon=True)
+        allow_api_nesting()
         self.kind = kind
         self.namespace = namespace
         self.translate = translate
@@ -141,6 +169,15 @@ class Watcher(threading.Thread):
         return time.monotonic() - self.last_seen > limit
 
     # -- the loop -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the thread with a C stack of :data:`WATCH_STACK_BYTES` (the deepest JSON the
+        API server serves is decoded on it)."""
+        old = threading.stack_size(WATCH_STACK_BYTES)
+        try:
+            super().start()
+        finally:
+            threading.stack_size(old)
 
     def run(self) -> None:
         deadline = time.monotonic() + self.settings.api_timeout_seconds
