@@ -766,24 +766,25 @@ class Controller:
                 heapq.heappush(self._wakes, (c.at, c.key))
         todo = commands
         due = {c.key for c in commands if isinstance(c, (Admit, Resume))}  # a resume is an admission (issue 11)
+        held: set = set()  # due admissions that wait, and why (their status says so when ``hold`` is set)
+        hold = None
         if due and not (self._signals_readable() and self.spool.settled(self.position)):
-            self._carry |= due
-            todo = [c for c in commands if c.key not in due]
+            held = due
             if self._unreadable:
                 # Say so in the status (a new user's trial: it kept "admission at T if the model
                 # stays idle" long past T, the reason only in the log). A spool not yet settled
                 # holds for milliseconds: no status for that.
                 hold = hold_for_signals(self._unreadable)
-                todo += [c for c in decide(self.world, now, sorted(due), status=True, hold=hold) if type(c) is WriteStatus]
         elif due and (doubts := self.spool.doubts()):
             # An observation the log refused (set aside by the spool) is missing from the durable
             # projection for good: the admissions it may affect wait, with their status saying so.
-            doubted = due & self._doubted(doubts)
-            if doubted:
-                self._carry |= doubted
-                todo = [c for c in commands if c.key not in doubted]
-                hold = hold_for_refused([f"{e.record.type} of {e.record.stream}" for e in doubts])
-                todo += [c for c in decide(self.world, now, sorted(doubted), status=True, hold=hold) if type(c) is WriteStatus]
+            held = due & self._doubted(doubts)
+            hold = hold_for_refused([f"{e.record.type} of {e.record.stream}" for e in doubts])
+        if held:
+            self._carry |= held
+            todo = [c for c in commands if c.key not in held]
+            if hold is not None:
+                todo += [c for c in decide(self.world, now, sorted(held), status=True, hold=hold) if type(c) is WriteStatus]
         if any(type(c) is WriteStatus for c in todo) and self._log_lags():
             # The log lacks what this process observed (a Job gone, a demand): appends fail, or
             # the store is paused and they hang. A status of this projection is then older than

@@ -190,7 +190,8 @@ class AppendTransaction:
                 return self._store._append_locked(cur, records)
         except (psycopg.Error, UnicodeError) as exc:
             if refuses_record(exc):
-                raise RecordRefusedError(f"the event log refuses a record of the batch: {type(exc).__name__}: {_first_line(exc)}") from exc
+                why = str(exc).splitlines()[0] if str(exc) else ""
+                raise RecordRefusedError(f"the event log refuses a record of the batch: {type(exc).__name__}: {why}") from exc
             raise
 
     def set_checkpoint(self, name: str, position: int) -> None:
@@ -213,11 +214,6 @@ def refuses_record(exc: BaseException) -> bool:
         return True
     state = getattr(exc, "sqlstate", None) or ""
     return isinstance(exc, psycopg.DataError) or state[:2] in ("22", "54")
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc)
-    return text.splitlines()[0] if text else ""
 
 
 def _read_ahead(read: Any, *args: Any) -> Future[Any]:
