@@ -172,7 +172,7 @@ def _live_triple(world: World, key: Key, a: Attempt | None) -> tuple[Any, Any, A
     if old is not None and new is not None and old.model == new.model and old.node == new.node:
         return live.set(key, new), world[10], world[11]  # the commonest change: same Model and node
     live_models, live_nodes = world[10], world[11]
-    live = live.set(key, new) if new is not None else _drop(live, key)
+    live = live.set(key, new) if new is not None else live.delete(key)  # old is not new: old is in ``live``
     if old is not None and (new is None or (old.model, old.node) != (new.model, new.node)):
         live_models = _index_remove(live_models, (key[0], old.model), key)
         if old.node:
@@ -562,7 +562,10 @@ def _fold_job_succeeded(w: World, e: ev.JobSucceeded, pos: int) -> World:
     if found is None:  # also an ended attempt's (its Job's end is folded once)
         return _unexplained(w, e, pos)
     b, a = found
-    a = _progress(_ended_while_suspended(a, e.at), e.completed_indexes, e.at)
+    if a.lifecycle == SUSPENDED:
+        a = _ended_while_suspended(a, e.at)
+    if e.completed_indexes:  # an Indexed Job's (every Job's end in a simulation has none)
+        a = _progress(a, e.completed_indexes, e.at)
     return _put_backfill(w, _end(b, a, e.at, "succeeded", "Completed", pos), pos)
 
 
