@@ -381,8 +381,18 @@ class Actor:
         completed (Normal ``Completed``), failed (Warning ``JobFailed``), ran past
         maxRunDuration (Warning ``DeadlineExceeded``), or was deleted before it ended (Warning
         ``JobDeleted``). A new user's trial found no Event on the ModelBackfill for a failed Job or
-        one deleted by hand. Called once per ended row, by the replica that counts it."""
+        one deleted by hand. Called once per ended row, by the replica that counts it.
+
+        Every end also has a log line (``attempt N ended: <result> (<reason>)``, info, a warning
+        for a failure, a deadline or a deletion by someone else), naming the event that ended it
+        (:attr:`RunRow.deciding_position`): a new user's trial saw "admitted attempt 1" and then
+        nothing when the Job completed."""
         ns, name, uid, job = row.namespace, row.backfill, row.backfill_uid, row.job_name
+        unasked = row.result in ("failed", "deadline_exceeded") or (row.result == "cancelled" and row.reason == JOB_DELETED)
+        (log.warning if unasked else log.info)(
+            f"attempt {row.attempt} ended: {row.result} ({row.reason}), Job {job}, {row.running_seconds:.1f}s of work",
+            extra={"backfill": f"{ns}/{name}", "position": row.deciding_position},
+        )
         if row.result == "succeeded":
             self._event(ns, name, uid, "Completed", f"Job {job} completed (attempt {row.attempt})")
         elif row.result == "failed":

@@ -11,6 +11,7 @@ deleted with propagationPolicy Background disappears at once.
 
 from __future__ import annotations
 
+import logging
 import time
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -512,13 +513,15 @@ def _event_messages(kube, name: str, reason: str) -> list[tuple[str, str]]:
     )
 
 
-def test_an_attempt_that_ends_by_itself_has_an_event(kube, start_controller):
+def test_an_attempt_that_ends_by_itself_has_an_event(kube, start_controller, caplog):
     """A new user's trial: a Job failed or deleted by hand left only ``Admitted`` in ``kubectl
-    describe mbf``. Each end the controller did not decide is an Event on the ModelBackfill."""
+    describe mbf``. Each end the controller did not decide is an Event on the ModelBackfill, and
+    a log line (another trial: a completed Job logged nothing)."""
+    caplog.set_level(logging.INFO, logger="backfill.controller.actor")
     kube.cronjob("model-eval-gauntlet")
     for i, m in enumerate(("m-ok", "m-fail", "m-late", "m-gone")):
         kube.model(m, node=f"node-{i}")
-    start_controller()
+    c = start_controller()
     for name, m in (("ok", "m-ok"), ("fail", "m-fail"), ("late", "m-late"), ("gone", "m-gone")):
         kube.backfill(name, model=m)
     jobs = {n: wait_for(lambda: _jobs_of(kube, n), timeout=10, what=f"{n}: Job created")[0].metadata.name for n in ("ok", "fail", "late", "gone")}
@@ -541,6 +544,24 @@ def test_an_attempt_that_ends_by_itself_has_an_event(kube, start_controller):
     assert _event_messages(kube, "gone", "JobDeleted") == [
         ("Warning", f"Job {jobs['gone']} was deleted before it ended, by no cancel of this controller's log (attempt 1)")
     ]
+    ended = {
+        r.backfill: (r.levelname, r.getMessage().split(", Job ")[0], r.getMessage().split(", ")[1], r.position)
+        for r in caplog.records
+        if r.getMessage().startswith("attempt 1 ended:")
+    }
+    assert {k: v[:3] for k, v in ended.items()} == {
+        f"{kube.ns}/ok": ("INFO", "attempt 1 ended: succeeded (Completed)", f"Job {jobs['ok']}"),
+        f"{kube.ns}/fail": ("WARNING", "attempt 1 ended: failed (BackoffLimitExceeded)", f"Job {jobs['fail']}"),
+        f"{kube.ns}/late": ("WARNING", "attempt 1 ended: deadline_exceeded (DeadlineExceeded)", f"Job {jobs['late']}"),
+        f"{kube.ns}/gone": ("WARNING", "attempt 1 ended: cancelled (JobDeleted)", f"Job {jobs['gone']}"),
+    }
+    # each line names the position of the Job's end in the log
+    ends = {(ev.JobSucceeded, "ok"), (ev.JobFailed, "fail"), (ev.JobFailed, "late"), (ev.JobDeleted, "gone")}
+    rows = list(c.events.read(0))
+    logged = {
+        (type(e), e.backfill): r.position for r, e in zip(rows, decode_many([(r.type, r.version, r.data) for r in rows])) if (type(e), getattr(e, "backfill", None)) in ends
+    }
+    assert {n: ended[f"{kube.ns}/{n}"][3] for _, n in ends} == {n: logged[(t, n)] for t, n in ends}
 
 
 def test_a_model_that_goes_twice_is_blocked_twice(kube, start_controller):
