@@ -956,7 +956,8 @@ def db_prune(
     url, probe_engine = _store(database_url, schema, probe=True)
     probe_engine.dispose()
     settings = _settings(database_url=database_url or None)
-    engine = make_engine(url, schema, timeouts=False, poolclass=NullPool)  # an export may take long
+    # an export may take long; a prune stopped inside a transaction (holding the partition's lock) is ended
+    engine = make_engine(url, schema, settings=settings, timeouts=False, keep_idle=True, poolclass=NullPool)
     try:
         fairy = engine.raw_connection()
         try:
@@ -983,6 +984,13 @@ def db_prune(
         raise CLIError(f"db prune: {_schema_error(exc, schema)}") from None
     finally:
         engine.dispose()
+    if result.trimmed:
+        out.print(
+            f"cut an incomplete last row ({result.trimmed:,} bytes) off {export}: an earlier export was interrupted "
+            "before its partition was dropped, so that partition's rows are exported whole again",
+            highlight=False,
+            soft_wrap=True,
+        )
     if not result.dropped:  # not an error: a scheduled prune with nothing old enough succeeds
         out.print(f"nothing to prune in schema {schema}: {result.stopped}", highlight=False, soft_wrap=True)
         return
@@ -1037,7 +1045,9 @@ def db_restore(
             raise CLIError(f"{f}: not a file")
     url, probe_engine = _store(database_url, schema, probe=True)
     probe_engine.dispose()
-    engine = make_engine(url, schema, timeouts=False, poolclass=NullPool)  # a large export may take long to load
+    # a large export may take long to load; a restore stopped holding the log's write lock is ended (appends go on)
+    settings = _settings(database_url=database_url or None)
+    engine = make_engine(url, schema, settings=settings, timeouts=False, keep_idle=True, poolclass=NullPool)
     es = EventStore(engine)
     try:
         with es.begin() as tx:  # restore takes the log's write lock (tx.lock) once the files are checked

@@ -193,7 +193,12 @@ class Settings(BaseSettings):
     db_connect_timeout_seconds: int = Field(default=10, ge=1, le=1_000_000_000, description="libpq connect_timeout: longest wait to open a connection, whole seconds; at least 1 (libpq waits for ever at 0, and at least 2 s).")
 
     # Storage
-    event_partition_size: int = Field(default=1_000_000, ge=1000, description="Positions per partition of the events table (the unit backfill db prune drops).")
+    event_partition_size: int = Field(
+        default=1_000_000, ge=1000, le=1_000_000_000,
+        description="Positions per partition of the events table (the unit backfill db prune drops); at most 1,000,000,000 "
+        "(an adversarial trial: 9e18 made a partition that never fills, so nothing after it could ever be pruned, and 1e20 "
+        "overflowed its bound).",
+    )
     snapshot_every_events: int = Field(
         default=100_000, ge=1,
         description="The leader snapshots the projection after this many new events (start-up loads the newest "

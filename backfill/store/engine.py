@@ -81,26 +81,29 @@ def _ms(seconds: float) -> int:
     return max(1, round(seconds * 1000))
 
 
-def session_options(settings: Settings | None = None, *, timeouts: bool = True) -> tuple[str, int]:
+def session_options(settings: Settings | None = None, *, timeouts: bool = True, keep_idle: bool = False) -> tuple[str, int]:
     """``(libpq options, connect_timeout)`` for the timeouts of ``settings`` (the Settings
     defaults when None: lock 2 s, statement 10 s, idle in transaction 10 s, connect 10 s).
 
     With ``timeouts=False`` the three server-side timeouts are off (migrations wait for each
     other on a lock and may copy a large table; ``db prune`` may export for long); the connect
-    timeout stays.
+    timeout stays, and with ``keep_idle`` the idle-in-transaction one too (``db prune`` and
+    ``db restore``, whose statements may take long but whose client never waits inside a
+    transaction: an adversarial trial stopped a restore holding the log's write lock, and
+    every append failed until it was continued).
     """
     from backfill.settings import Settings
 
     s = settings if settings is not None else Settings.model_construct()
     lock = _ms(s.db_lock_timeout_seconds) if timeouts else 0
     statement = _ms(s.db_statement_timeout_seconds) if timeouts else 0
-    idle = _ms(s.db_idle_in_transaction_timeout_seconds) if timeouts else 0
+    idle = _ms(s.db_idle_in_transaction_timeout_seconds) if timeouts or keep_idle else 0
     options = f"-clock_timeout={lock} -cstatement_timeout={statement} -cidle_in_transaction_session_timeout={idle}"
     return options, int(s.db_connect_timeout_seconds)  # >= 1 (settings): libpq waits for ever at 0
 
 
 def make_engine(
-    url: str, schema: str = DEFAULT_SCHEMA, *, settings: Settings | None = None, timeouts: bool = True, **kwargs: Any
+    url: str, schema: str = DEFAULT_SCHEMA, *, settings: Settings | None = None, timeouts: bool = True, keep_idle: bool = False, **kwargs: Any
 ) -> Engine:
     """A SQLAlchemy engine (psycopg 3) whose connections use ``schema`` as their only
     ``search_path`` entry, UTC as their time zone, and the session timeouts of ``settings``.
@@ -115,14 +118,15 @@ def make_engine(
             statement is cancelled after the statement timeout, and a session left idle inside
             a transaction (a paused replica holding the log's write lock) is ended by the
             server.
-        timeouts: False turns the server-side timeouts off (see :func:`session_options`).
+        timeouts, keep_idle: False turns the server-side timeouts off, but for the
+            idle-in-transaction one with ``keep_idle`` (see :func:`session_options`).
         kwargs: passed to :func:`sqlalchemy.create_engine` (e.g. ``poolclass``).
 
     The schema need not exist yet (the migrations create it), but until it does unqualified
     table names do not resolve.
     """
     validate_schema(schema)
-    timeout_options, connect_timeout = session_options(settings, timeouts=timeouts)
+    timeout_options, connect_timeout = session_options(settings, timeouts=timeouts, keep_idle=keep_idle)
     connect_args = dict(kwargs.pop("connect_args", {}))
     options = connect_args.pop("options", "")
     connect_args["options"] = f"{options} -csearch_path={schema} -ctimezone=UTC {timeout_options}".strip()

@@ -203,6 +203,13 @@ class AppendTransaction:
         save_snapshot(self._conn, name, position, version, payload, self._store.snapshot_keep if keep is None else keep)
 
 
+class LogLayoutError(RuntimeError):
+    """The log cannot hand out positions (its sequence, or a new partition's bound, out of
+    range): a fault of the store, retried like one, never a refusal of the records (an
+    adversarial trial: a partition size past bigint made every append's partition ``22003``,
+    and the spool set every fresh event aside while ``/readyz`` said ok)."""
+
+
 def refuses_record(exc: BaseException) -> bool:
     """Whether an append's error is PostgreSQL (or psycopg) refusing a record for what it holds
     (:class:`~backfill.store.interface.RecordRefusedError`): SQLSTATE class 22 (data exception:
@@ -350,10 +357,15 @@ class EventStore:
                 raise RecordRefusedError(f"event {records[i].idempotency_key!r}: 'at' must be timezone-aware")
         seq = self._sequence_name(cur)
         # Reserve n consecutive positions. Safe because the write lock serializes appends.
-        cur.execute("SELECT setval(%s::regclass, nextval(%s::regclass) + %s - 1)", (seq, seq, n))
-        last = int(cur.fetchone()[0])  # type: ignore[index]
-        if last + self.partition_size // 2 >= self._covered:
-            self._covered = ensure_partitions(cur.connection, last, self.partition_size)
+        try:
+            cur.execute("SELECT setval(%s::regclass, nextval(%s::regclass) + %s - 1)", (seq, seq, n))
+            last = int(cur.fetchone()[0])  # type: ignore[index]
+            if last + self.partition_size // 2 >= self._covered:
+                self._covered = ensure_partitions(cur.connection, last, self.partition_size)
+        except psycopg.Error as exc:
+            if refuses_record(exc):  # a data exception of the log's own (a sequence or a bound out of range)
+                raise LogLayoutError(f"the event log cannot make room for {n} position(s): {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
+            raise
         position = last - n + 1
         # One COPY per chunk: each statement stays well inside the statement timeout.
         for s in range(0, n, _COPY_CHUNK):

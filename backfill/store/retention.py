@@ -40,11 +40,16 @@ given name and code version (its last position <= the snapshot's position) and (
 every checkpoint (no projection still has to fold it). It stops at the first partition that
 fails one of these, so the retained log is always a suffix. With ``export`` each dropped
 partition is first written with ``COPY ... TO STDOUT`` (CSV with a header) into the
-file. The ``runs`` table is never touched.
+file, and the file synced to disk before the drop commits; an export cut off mid-row (a full
+disk, a killed prune) is cut back to its last whole row, so the file stays loadable and the
+partition, not dropped, is exported again by the next prune. The ``runs`` table is never
+touched.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -138,12 +143,15 @@ class PruneResult:
         exported: how many events were written to the export file (0 without one).
         stopped: why it stopped before the next partition (one line), or None when nothing
             older than the cut-off was left.
+        trimmed: bytes of an incomplete last row cut off the export file before appending to
+            it (:func:`open_export`), 0 when it ended with a whole row.
     """
 
     dropped: tuple[Partition, ...]
     events: int
     exported: int
     stopped: str | None
+    trimmed: int = 0
 
 
 def prune(
@@ -236,7 +244,7 @@ def _prune(
         checkpoints = conn.execute("SELECT name, position FROM checkpoints ORDER BY position, name").fetchall()
         parts = list_partitions(conn)
     dropped: list[Partition] = []
-    events = exported = 0
+    events = exported = trimmed = 0
     stopped: str | None = None
     fh = None  # the export file, opened at the first partition with rows: nothing exported, no file
     try:
@@ -264,16 +272,15 @@ def _prune(
                     break
                 if export is not None and count:
                     if fh is None:
-                        fh = open(export, "ab")  # noqa: SIM115 - closed below
-                    header = ", HEADER" if fh.tell() == 0 else ""
-                    with conn.cursor() as cur, cur.copy(
-                        f'COPY (SELECT position, recorded_at, type, version, stream, idempotency_key, at, data '
-                        f'FROM "{part.name}" ORDER BY position) TO STDOUT (FORMAT csv{header})'
-                    ) as copy:
-                        for chunk in copy:
-                            fh.write(chunk)
-                    fh.flush()
-                    exported += count
+                        fh, trimmed = open_export(export)
+                    _export_partition(conn, part.name, fh)
+            if export is not None and count:
+                # On disk before the drop commits; outside a transaction (a sync may take long, and
+                # the session's idle-in-transaction timeout is on). The partition cannot change
+                # meanwhile: it lies below the head, and restores wait for the retention lock.
+                os.fsync(fh.fileno())  # type: ignore[union-attr]
+                exported += count
+            with conn.transaction():
                 # The keys of this partition's events only: a key appended again after an earlier
                 # prune and then restored (a review) belongs to the retained event it names.
                 conn.execute(
@@ -284,7 +291,8 @@ def _prune(
                 conn.execute(f'DROP TABLE "{part.name}"')
                 conn.execute(
                     "INSERT INTO pruned_partitions (lo, hi, events, export) VALUES (%s, %s, %s, %s)",
-                    (part.lo, part.hi, int(count), str(export) if export is not None and count else None),
+                    # the absolute path: the table is read from wherever a restore runs (a trial: `rel.csv`)
+                    (part.lo, part.hi, int(count), os.path.abspath(export) if export is not None and count else None),
                 )
             dropped.append(part)
             events += int(count)
@@ -293,7 +301,94 @@ def _prune(
             fh.close()
     if stopped is None and not dropped:
         stopped = "the log has no partitions"
-    return PruneResult(tuple(dropped), events, exported, stopped)
+    return PruneResult(tuple(dropped), events, exported, stopped, trimmed)
+
+
+def open_export(export: Path) -> tuple[Any, int]:
+    """Open (create) ``export`` for :func:`prune` to append to, unbuffered (``FileIO``: no
+    buffer of ours holds a part row), and cut an incomplete last row off it: a row without its
+    line end is what an interrupted export leaves (a full disk, a prune killed mid-write; an
+    adversarial trial: the next prune appended its rows to the cut-off one, exited 0, and
+    ``db restore`` refused the file). That row's partition was not dropped (the drop commits
+    after its export is on disk), so the row is exported again. A new file's directory entry is
+    synced to disk.
+
+    Returns:
+        ``(file, bytes cut off)``.
+
+    Raises:
+        OSError: the file cannot be opened, read or cut.
+    """
+    new = not export.exists()
+    fh = open(export, "a+b", buffering=0)  # noqa: SIM115 - the caller closes it
+    try:
+        size = fh.seek(0, os.SEEK_END)
+        keep = pos = size
+        while pos > 0:  # back to the last line end
+            step = min(1 << 16, pos)
+            pos -= step
+            fh.seek(pos)
+            end = fh.read(step).rfind(b"\n")
+            if end >= 0:
+                keep = pos + end + 1
+                break
+        else:
+            keep = 0
+        if keep < size:
+            fh.truncate(keep)
+            os.fsync(fh.fileno())
+        fh.seek(0, os.SEEK_END)
+        if new:
+            _sync_directory(export)
+    except BaseException:
+        fh.close()
+        raise
+    return fh, size - keep
+
+
+def _export_partition(conn: psycopg.Connection[Any], name: str, fh: Any) -> None:
+    """Append partition ``name``'s rows to ``fh`` (from :func:`open_export`) as CSV, with the
+    header line when the file is empty (the caller syncs them to disk). On any error (a full
+    disk) the file is cut back to where it was, so it never ends in a part row.
+
+    Raises:
+        OSError: the file cannot be written; psycopg.Error: the rows cannot be read.
+    """
+    start = fh.seek(0, os.SEEK_END)
+    header = "" if start else ", HEADER"
+    pending = bytearray()
+    try:
+        with conn.cursor() as cur, cur.copy(
+            f'COPY (SELECT position, recorded_at, type, version, stream, idempotency_key, at, data '
+            f'FROM "{name}" ORDER BY position) TO STDOUT (FORMAT csv{header})'
+        ) as copy:
+            for chunk in copy:  # a row each
+                pending += chunk
+                if len(pending) >= 1 << 20:
+                    _write_all(fh, pending)
+                    pending.clear()
+        _write_all(fh, pending)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fh.fileno(), start)
+        raise
+
+
+def _write_all(fh: Any, data: bytearray) -> None:
+    """Write all of ``data`` to the unbuffered ``fh`` (a raw write may take part of it)."""
+    view = memoryview(data)
+    while view:
+        view = view[fh.write(view) :]
+
+
+def _sync_directory(path: Path) -> None:
+    """Sync ``path``'s directory entry to disk (best effort: not every file system can)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 class RestoreError(ValueError):
@@ -378,6 +473,9 @@ def restore(
                     copy.write(chunk)
         except psycopg.Error as exc:  # a file in another format: say so, not only what the server says
             why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            where = _copy_line(exc)
+            if where:  # which line to look at (a trial: "extra data after last expected column", no line)
+                why = f"{why} ({where})"
             raise RestoreError(f"{source}: not an export of backfill db prune (CSV with a header line: {_COLUMNS}): {why}") from None
     # The same row given more than once is loaded once: an export file appended to by a prune
     # after a restore holds the restored rows twice, and so do two files of overlapping prunes.
@@ -451,6 +549,13 @@ def restore(
 
 
 _HEADER = _COLUMNS.replace(" ", "")
+
+
+def _copy_line(exc: psycopg.Error) -> str:
+    """``line N`` of a COPY error's context (``COPY restored_events, line 47546: ...``), or ""."""
+    context = getattr(getattr(exc, "diag", None), "context", None) or ""
+    m = re.search(r"\bline (\d+)", context)
+    return f"line {m.group(1)}" if m else ""
 
 
 def export_problem(export: Path) -> str | None:
@@ -539,6 +644,7 @@ __all__ = [
     "list_partitions",
     "ensure_partitions",
     "export_problem",
+    "open_export",
     "prune",
     "restore",
     "relation_sizes",

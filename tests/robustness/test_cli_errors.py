@@ -207,6 +207,9 @@ PG_MAX = "Input should be less than or equal to 2147483.647"
         ("BACKFILL_DB_CONNECT_TIMEOUT_SECONDS", "0", "Input should be greater than or equal to 1"),
         # smaller than one relist: every relist overflowed the spool and relisted again (a storm)
         ("BACKFILL_SPOOL_MAX_RECORDS", "30", "Input should be greater than or equal to 10000"),
+        # a partition that never fills (nothing after it could be pruned), or whose bound is past a
+        # bigint (every append failed; an adversarial trial)
+        ("BACKFILL_EVENT_PARTITION_SIZE", "9000000000000000000", "Input should be less than or equal to 1000000000"),
     ],
 )
 def test_a_setting_the_controller_cannot_use_is_refused_at_start(tmp_path, name, value, problem):

@@ -204,7 +204,14 @@ def test_restore_refuses_what_would_leave_a_wrong_log_and_writes_nothing(pg_sche
     assert "junk.csv: not an export of backfill db prune: its first line is 'a,b', not 'position,recorded_at," in _one_error(capsys)
     junk.write_text(header + "one,2\n")
     assert _cli(pg_schema, "db", "restore", str(junk)) == 2
-    assert "junk.csv: not an export of backfill db prune (CSV with a header line: position, recorded_at," in _one_error(capsys)
+    error = _one_error(capsys)
+    assert "junk.csv: not an export of backfill db prune (CSV with a header line: position, recorded_at," in error
+    assert error.endswith("(line 2)")  # which line to look at
+    # two rows run together (an export cut mid-row, appended to: an adversarial trial)
+    merged = tmp_path / "merged.csv"
+    merged.write_text(header + "".join(body[:40]) + body[40][:30] + "".join(body[41:]))
+    assert _cli(pg_schema, "db", "restore", str(merged)) == 2
+    assert "extra data after last expected column (line 42)" in _one_error(capsys)
     assert _cli(pg_schema, "db", "restore", str(tmp_path / "missing.csv")) == 2
     assert "not a file" in capsys.readouterr().err
     assert es.count() == count and es.pruned_up_to() == 1150  # nothing written by any of them
@@ -327,3 +334,93 @@ def test_recommend_on_a_pruned_log_says_it_reads_only_what_was_kept(pg_schema, p
     kept = sum(1 for p, e, _ in log if p > 1150 and type(e).__name__ == "ForegroundRequest" and e.model == "m0")
     assert len(m0.requests) == kept > 0
     assert m0.note == f"sim/m0: {kept} foreground requests (the log was pruned up to position 1150: only what it kept after that is read)"
+
+
+def test_an_interrupted_export_is_cut_back_to_whole_rows_and_restores(pg_schema, pg_engine, tmp_path, capsys, monkeypatch):
+    """An adversarial trial: a prune whose export filled the disk left a row cut off; the next
+    prune appended to it, exited 0 and dropped the partitions, and ``db restore`` refused the
+    file (their only copy). Now a failed export is cut back to where it was (nothing dropped),
+    a part row a killed prune left is cut off by the next prune, and the file restores whole."""
+    from backfill.store import retention
+
+    log = _log()
+    es = EventStore(pg_engine, partition_size=50)
+    es.append([encode(e, k) for _, e, k in log])
+    projection.save(es, fold_all(World(), [(p, e) for p, e, _ in log][: len(log) // 2]))
+    monkeypatch.chdir(tmp_path)
+    export = tmp_path / "pruned.csv"
+    real, calls, sizes = retention._write_all, [], []
+
+    def disk_fills(fh, data):
+        calls.append(len(data))
+        if len(calls) == 3:  # the third partition's rows: half of them fit
+            real(fh, data[: len(data) // 2])
+            raise OSError(28, "No space left on device")
+        real(fh, data)
+        sizes.append(export.stat().st_size)
+
+    monkeypatch.setattr(retention, "_write_all", disk_fills)
+    assert _cli(pg_schema, "db", "prune", "--before", LATER, "--export", "pruned.csv") == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "backfill: error: db prune: [Errno 28] No space left on device", err
+    assert es.pruned_up_to() == 100  # the two partitions whose export was whole
+    assert export.stat().st_size == sizes[-1] and export.read_bytes().endswith(b"\n")
+    assert [int(r["position"]) for r in csv.DictReader(export.open())] == list(range(1, 101))
+    # a prune killed mid-row leaves a part row (no line end)
+    with export.open("ab") as fh:
+        fh.write(b"101,2026-12-06 18:12:06.0365")
+    monkeypatch.setattr(retention, "_write_all", real)
+    assert _cli(pg_schema, "db", "prune", "--before", LATER, "--export", "pruned.csv") == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "cut an incomplete last row (28 bytes) off pruned.csv" in out and "dropped 21 partition(s)" in out
+    assert es.pruned_up_to() == 1150
+    assert [int(r["position"]) for r in csv.DictReader(export.open())] == list(range(1, 1151))
+    with es.begin() as tx:  # a relative --export is recorded as the file it names (a trial: `rel.csv`)
+        recorded = {r[0] for r in tx.connection.execute("SELECT export FROM pruned_partitions")}
+    assert recorded == {str(export)}
+    monkeypatch.setattr(projection, "code_version", lambda: "7-a-later-release")
+    assert _cli(pg_schema, "db", "restore", str(export)) == 0
+    assert "restored 1,150 events (positions 1-1150)" in " ".join(capsys.readouterr().out.split())
+    assert es.pruned_up_to() == 0 and es.count() == len(log)
+
+
+def test_a_restore_stopped_inside_its_transaction_does_not_hold_the_log(pg_schema, pg_engine, tmp_path, capsys, monkeypatch):
+    """An adversarial trial stopped ``db restore`` (SIGSTOP) while it held the log's write lock:
+    every append failed, and ``/readyz`` said so, until it was continued. Its session now keeps
+    the idle-in-transaction timeout (the other timeouts stay off: a large export loads for long):
+    here the restore waits 3 s inside its transaction after its last statement, an append made
+    meanwhile is stored once the server ends the restore's session (1 s), and the restore fails
+    having written nothing."""
+    import threading
+    import time
+
+    from backfill.store import retention
+
+    es, log, export = _pruned(pg_schema, pg_engine, tmp_path, capsys)
+    count = es.count()
+    monkeypatch.setenv("BACKFILL_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS", "1")
+    locked = threading.Event()
+    real = retention.restore
+
+    def restore_then_stop(conn, sources, lock_log, **kw):
+        result = real(conn, sources, lock_log, **kw)  # the write lock is held from here to the commit
+        locked.set()
+        time.sleep(3)
+        return result
+
+    monkeypatch.setattr(retention, "restore", restore_then_stop)
+    appended: list[float] = []
+
+    def append_meanwhile():
+        locked.wait(30)
+        t0 = time.monotonic()
+        es.append([record("after/restore")])
+        appended.append(time.monotonic() - t0)
+
+    t = threading.Thread(target=append_meanwhile)
+    t.start()
+    assert _cli(pg_schema, "db", "restore", str(export)) == 2
+    t.join(30)
+    assert "db restore: " in capsys.readouterr().err
+    assert appended and appended[0] < 2.5, appended  # not held for the 3 s the restore stood still
+    assert es.count() == count + 1 and es.pruned_up_to() == 1150  # the append stored, nothing restored

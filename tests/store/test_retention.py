@@ -168,3 +168,24 @@ def test_prune_exports_the_rows_it_drops(small: EventStore, tmp_path: Path) -> N
 def test_prune_rejects_a_naive_cut_off(small: EventStore) -> None:
     with pytest.raises(ValueError):
         _prune(small, datetime(2026, 1, 1))
+
+
+def test_a_partition_bound_past_a_bigint_is_a_fault_of_the_log_not_a_refused_record(pg_engine):
+    """An adversarial trial: with a partition size past a bigint every append's new partition
+    was refused with SQLSTATE 22003, which the spool took for a record the log refuses: every
+    fresh event was set aside (lost) while ``/readyz`` said ok. It is a fault of the log's own
+    layout (:class:`LogLayoutError`), retried like the store being away; the settings now also
+    refuse such a size."""
+    from backfill.store.eventlog import LogLayoutError
+    from backfill.store.interface import RecordRefusedError
+
+    store = EventStore(pg_engine, partition_size=10**19)
+    try:
+        with pytest.raises(LogLayoutError, match="cannot make room for 1 position") as info:
+            store.append([record("k1")])
+        assert not isinstance(info.value, RecordRefusedError)
+        assert getattr(info.value.__cause__, "sqlstate", None) == "22003"  # numeric value out of range
+        # nothing of it stayed but the position it took (a gap, as every append rolled back leaves)
+        assert EventStore(pg_engine, partition_size=SIZE).append([record("k1")]) == [2]
+    finally:
+        store.close()
