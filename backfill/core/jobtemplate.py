@@ -57,7 +57,6 @@ _MAX_JOB_NAME = _MAX_NAME - _INDEX_ROOM
 
 
 @functools.lru_cache(maxsize=4096)
-@functools.lru_cache(maxsize=4096)  # every admission names its Job (0.46 us a sha256; simulate admits 90,801 times)
 def _uid_hash(uid: str) -> str:
     return hashlib.sha256(uid.encode()).hexdigest()[:6]
 
