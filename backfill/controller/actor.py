@@ -383,16 +383,12 @@ class Actor:
         ``JobDeleted``). A new user's trial found no Event on the ModelBackfill for a failed Job or
         one deleted by hand. Called once per ended row, by the replica that counts it.
 
-        Every end also has a log line (``attempt N ended: <result> (<reason>)``, info, a warning
-        for a failure, a deadline or a deletion by someone else), naming the event that ended it
+        Each of these ends also has a log line (``attempt N ended: <result> (<reason>)``; info
+        for a completion, else a warning), naming the event that ended it
         (:attr:`RunRow.deciding_position`): a new user's trial saw "admitted attempt 1" and then
-        nothing when the Job completed."""
+        nothing when the Job completed. An end by a decision of ours has the decision's line
+        (``cancelled attempt N``, ``suspended attempt N segment S``)."""
         ns, name, uid, job = row.namespace, row.backfill, row.backfill_uid, row.job_name
-        unasked = row.result in ("failed", "deadline_exceeded") or (row.result == "cancelled" and row.reason == JOB_DELETED)
-        (log.warning if unasked else log.info)(
-            f"attempt {row.attempt} ended: {row.result} ({row.reason}), Job {job}, {row.running_seconds:.1f}s of work",
-            extra={"backfill": f"{ns}/{name}", "position": row.deciding_position},
-        )
         if row.result == "succeeded":
             self._event(ns, name, uid, "Completed", f"Job {job} completed (attempt {row.attempt})")
         elif row.result == "failed":
@@ -402,6 +398,12 @@ class Actor:
         elif row.result == "cancelled" and row.reason == JOB_DELETED:
             message = f"Job {job} was deleted before it ended, by no cancel of this controller's log (attempt {row.attempt})"
             self._event(ns, name, uid, JOB_DELETED, message, "Warning")
+        else:
+            return
+        (log.info if row.result == "succeeded" else log.warning)(
+            f"attempt {row.attempt} ended: {row.result} ({row.reason}), Job {job}, {row.running_seconds:.1f}s of work",
+            extra={"backfill": f"{ns}/{name}", "position": row.deciding_position},
+        )
 
     # -- dispatch -----------------------------------------------------------------------------
 
