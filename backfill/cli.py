@@ -637,7 +637,7 @@ def _print_sweeps(title: str, sweeps: list, limits: Any, many_shards: bool) -> N
 def replay(
     database_url: Optional[str] = DatabaseOpt,
     schema: str = typer.Option("backfill", "--schema", envvar="BACKFILL_SCHEMA", help="PostgreSQL schema of the log."),
-    backfill: Optional[str] = typer.Option(None, "--backfill", help="Only decisions of NAMESPACE/NAME."),
+    backfill: Optional[str] = typer.Option(None, "--backfill", help="Only decisions of NAMESPACE/NAME, or of NAME in any namespace."),
     since: Optional[str] = typer.Option(None, "--since", help="Only print and check decisions made at or after this time (RFC 3339; no zone = UTC)."),
     until: Optional[str] = typer.Option(None, "--until", help="Only print and check decisions made before this time (RFC 3339; no zone = UTC)."),
     limit: int = typer.Option(50, "--limit", min=0, max=2**63 - 1, help="Print the most recent N trail rows (0 = none)."),
@@ -652,13 +652,13 @@ def replay(
     folded from a snapshot at or after the last pruned position, never from its first event:
     the decisions before that snapshot are not checked (it says so and how many).
     """
-    from .core.audit import WINDOW, Auditor
+    from .core.audit import WINDOW, Auditor, is_of
     from .core.events import EventDecodeError
     from .core.perf import long_fold
     from .store import EventStore
     from .store import projection
 
-    key = _ns_name(backfill, "--backfill") if backfill is not None else None
+    key = _ns_name(backfill, "--backfill", bare=True) if backfill is not None else None
     lo, hi = _time(since, "--since"), _time(until, "--until")
     if lo is not None and hi is not None and lo > hi:
         raise CLIError(f"--since {rfc3339(lo)} is later than --until {rfc3339(hi)}")
@@ -707,8 +707,9 @@ def replay(
     finally:
         es.close()
     elapsed = time.perf_counter() - t0
-    if key is not None and key not in auditor.world.backfills and not window.inside:
-        raise CLIError(f"--backfill: ModelBackfill {key[0]}/{key[1]} is not in the log of schema {schema} (no decision of it, and it is not in the projection)")
+    if key is not None and not window.inside and not any(is_of(key, *k) for k in auditor.world.backfills):
+        named = f"{key[0]}/{key[1]}" if key[0] is not None else f"{key[1]} (in any namespace)"
+        raise CLIError(f"--backfill: ModelBackfill {named} is not in the log of schema {schema} (no decision of it, and it is not in the projection)")
     trail = window.unchecked + [t for t in auditor.trail if t.position in window.inside]
     unchecked_at = {t.position for t in window.unchecked}
     divergences = [d for d in auditor.divergences if d.position in window.inside]
@@ -782,11 +783,13 @@ class _Window:
         self._decisions = frozenset(DECISIONS)
 
     def _inside(self, pairs: list) -> list[int]:
+        from .core.audit import is_of
+
         lo, hi, key, decisions = self.lo, self.hi, self.auditor.backfill, self._decisions
         return [
             position
             for position, e in pairs
-            if type(e) in decisions and (lo is None or e.at >= lo) and (hi is None or e.at < hi) and (key is None or (e.namespace, e.backfill) == key)
+            if type(e) in decisions and (lo is None or e.at >= lo) and (hi is None or e.at < hi) and is_of(key, e.namespace, e.backfill)
         ]
 
     def feed_many(self, pairs: list) -> None:

@@ -78,6 +78,13 @@ class Divergence:
     derived: str
 
 
+
+def is_of(key: tuple[str | None, str] | None, namespace: str, name: str) -> bool:
+    """Whether ModelBackfill ``namespace/name`` is the one ``key`` names: ``(namespace, name)``,
+    ``(None, name)`` for that name in any namespace (as ``backfill runs --backfill NAME``; a new
+    user's trial: ``replay`` refused the bare name ``runs`` took), or every one when None."""
+    return key is None or (name == key[1] and (key[0] is None or namespace == key[0]))
+
 @dataclass
 class Auditor:
     """Streaming replay. Call :meth:`feed` for every event in log order, then read the results.
@@ -85,7 +92,8 @@ class Auditor:
     Attributes:
         world: the state folded so far; pass a snapshot's world to start after it (decisions made
             on a state before the snapshot are then unverifiable).
-        trail: admits and cancels (filtered by ``backfill`` if given).
+        trail: admits and cancels (filtered by ``backfill`` if given: ``(namespace, name)``, or
+            ``(None, name)`` for that name in any namespace, :func:`is_of`).
         divergences: decisions that differ from what the projector derives.
         unverifiable: positions of decisions whose basis state is no longer kept.
         superseded: positions of cancels recorded after the log had ended their attempt and
@@ -100,7 +108,7 @@ class Auditor:
         checked: number of decisions checked.
     """
 
-    backfill: tuple[str, str] | None = None
+    backfill: tuple[str | None, str] | None = None
     world: World = field(default_factory=World)
     trail: list[TrailEntry] = field(default_factory=list)
     divergences: list[Divergence] = field(default_factory=list)
@@ -176,9 +184,9 @@ class Auditor:
         return None
 
     def _check(self, position: int, d: Any) -> None:
-        key = (d.namespace, d.backfill)
-        if self.backfill is not None and key != self.backfill:
+        if not is_of(self.backfill, d.namespace, d.backfill):
             return
+        key = (d.namespace, d.backfill)
         t = type(d)
         entry = trail_entry(position, d, self._cause)
         if entry is not None:

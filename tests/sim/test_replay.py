@@ -118,6 +118,16 @@ def test_replay_of_a_backfill_not_in_the_log_is_one_line(pg_url, capsys):
         "backfill: error: --backfill: ModelBackfill sim/nope is not in the log of schema replay_names "
         "(no decision of it, and it is not in the projection)"
     )
+    # a bare name, as `backfill runs --backfill NAME` takes it (a new user's trial: refused here):
+    # the same decisions as with its namespace
+    decisions = sum(1 for _, e, _ in result.events if isinstance(e, (ev.AttemptAdmitted, ev.AttemptCancelled)) and e.backfill == name)
+    assert decisions > 0
+    for ref in (f"sim/{name}", name):
+        assert main(base + ["--backfill", ref]) == 0
+        assert f"checked {decisions} decisions" in " ".join(capsys.readouterr().err.split()), ref
+    assert main(base + ["--backfill", "nope"]) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert lines[-1].startswith("backfill: error: --backfill: ModelBackfill nope (in any namespace) is not in the log")
 
 
 def test_replay_cli_counts_a_deposed_leaders_late_cancel_as_superseded_and_marks_it(pg_url, capsys):

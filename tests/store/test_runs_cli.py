@@ -52,7 +52,7 @@ def test_a_malformed_backfill_reference_is_refused_as_replay_refuses_it(pg_schem
     assert _one_error_line(capsys) == f"backfill: error: --backfill must be NAMESPACE/NAME or NAME, got {ref!r}"
     if ref.count("/") != 1 or not all(ref.split("/")):  # replay, through the same parser
         assert main(["replay", "--database-url", url, "--schema", schema, "--backfill", ref]) == 2
-        assert _one_error_line(capsys) == f"backfill: error: --backfill must be NAMESPACE/NAME, got {ref!r}"
+        assert _one_error_line(capsys) == f"backfill: error: --backfill must be NAMESPACE/NAME or NAME, got {ref!r}"
 
 
 def test_a_backfill_reference_selects_by_name_or_namespace_and_name(pg_schema, pg_engine, capsys) -> None:
