@@ -128,11 +128,22 @@ def _schema_error(exc: BaseException, schema: str) -> CLIError:
         raise exc
     cause = getattr(exc, "orig", None) or exc
     if isinstance(cause, psycopg.errors.UndefinedTable):
+        where = ""
+        if _EMBEDDED:  # a new user's trial: a mistyped BACKFILL_DATA_DIR started a new, empty server
+            where = (
+                f" (the embedded server with its data in {_EMBEDDED[-1]}: if your database is elsewhere, set "
+                "BACKFILL_DATA_DIR to the directory holding its pg/, by default .backfill in the current directory)"
+            )
         return CLIError(
             f"schema {schema} is not migrated ({_db_error(exc)}): run `backfill db upgrade --schema {schema}` "
-            "on the same database first"
+            f"on the same database first{where}"
         )
     return CLIError(f"schema {schema}: {_db_error(exc)}")
+
+
+#: The embedded server's data directory of this command's store, when it uses one (set by
+#: :func:`_store`): the "not migrated" error names it.
+_EMBEDDED: list[Path] = []
 
 
 def _store(database_url: str | None, schema: str, *, quiet: bool = False, probe: bool = False, say: Any = None):
@@ -163,6 +174,7 @@ def _store(database_url: str | None, schema: str, *, quiet: bool = False, probe:
         ) from None
     except (ValueError, SQLAlchemyError, OSError, RuntimeError) as exc:
         raise CLIError(f"database: {_db_error(exc)}") from None
+    _EMBEDDED[:] = [(Path(settings.data_dir) / "pg").expanduser().resolve()] if note else []
     if note and say is not None:
         say(note)
     elif note and not quiet:

@@ -138,6 +138,19 @@ def test_db_url_of_the_embedded_server_says_it_stops(tmp_path):
     assert "the embedded server stops when the last backfill command using it exits" in proc.stderr
 
 
+def test_an_unmigrated_embedded_database_is_named_with_its_directory(tmp_path):
+    """A new user's trial: ``BACKFILL_DATA_DIR`` mistyped (or the command run from another
+    directory) started a new, empty embedded server, and the error only said to migrate it."""
+    proc = _run("runs", env={"BACKFILL_DATA_DIR": str(tmp_path / "typo")})
+    assert proc.returncode == 2
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("backfill: error:")]
+    assert line.startswith("backfill: error: schema backfill is not migrated"), line
+    assert line.endswith(
+        f"on the same database first (the embedded server with its data in {tmp_path / 'typo' / 'pg'}: if your database is "
+        "elsewhere, set BACKFILL_DATA_DIR to the directory holding its pg/, by default .backfill in the current directory)"
+    ), line
+
+
 def test_database_url_from_a_mounted_file(tmp_path, monkeypatch):
     f = tmp_path / "database-url"
     f.write_text("postgresql+psycopg://bob:pw@h/db\n")
