@@ -63,8 +63,9 @@ class RunRow(msgspec.Struct, frozen=True, gc=False):
         admitted_at: when the controller admitted the attempt.
         started_at: when the segment's work started: segment 1, the Job's ``startTime``, else
             its creation (a Job created but never observed running counts from its creation);
-            a later segment, the observed resume, else the resume decision. None while no Job
-            was created (and for a refused create).
+            a later segment, the observed resume, else the resume decision; never before
+            ``admitted_at`` (the Job's times are whole seconds). None while no Job was created
+            (and for a refused create).
         ended_at: when the attempt ended (Job gone or terminal).
         result: one of :data:`RESULTS`, or None while live.
         reason: the cancel reason (``ForegroundDemand``...) or Job failure reason.
@@ -146,6 +147,11 @@ def row_of(b: Any, a: Any) -> RunRow:
         else:
             deciding = a.admitted_pos
     start = (a.started_at or a.created_at) if a.segment == 1 else (a.segment_started_at or a.admitted_at)
+    if start is not None and start < a.admitted_at:
+        # the Job's times are whole seconds (cut, not rounded): within the admission's second
+        # they come before it (a new user's trial: started_at before admitted_at, running
+        # seconds up to 1 s more than the Job lived); no work starts before its admission
+        start = a.admitted_at
     if start is not None and ended is not None and start > ended:
         start = ended
     running = _seconds(start, ended) if ended is not None else 0.0

@@ -187,8 +187,10 @@ def test_suspend_on_demand_resume_after_the_window_then_succeed(kube, start_cont
     r1, r2 = sorted(rows, key=lambda r: r.segment)
     assert (r1.attempt, r1.segment, r1.result, r1.reason, r1.completed_indexes) == (1, 1, "preempted", "ForegroundDemand", "0-1")
     assert (r2.attempt, r2.segment, r2.result, r2.completed_indexes, r2.job_name) == (1, 2, "succeeded", "2-3", player.name)
-    assert r1.running_seconds == pytest.approx((t_suspended - t0).total_seconds())
-    assert (before_progress - t0).total_seconds() - 1e-6 <= r1.useful_seconds <= (after_progress - t0).total_seconds() + 1e-6
+    start = max(t0, r1.admitted_at)  # the Job's whole-second startTime, never before its admission
+    assert r1.started_at == start
+    assert r1.running_seconds == pytest.approx((t_suspended - start).total_seconds())
+    assert (before_progress - start).total_seconds() - 1e-6 <= r1.useful_seconds <= (after_progress - start).total_seconds() + 1e-6
     assert r1.wasted_seconds == pytest.approx(r1.running_seconds - r1.useful_seconds)
     assert r2.started_at == t_resumed and r2.ended_at == t_done
     assert r2.running_seconds == pytest.approx(2.0) and r2.useful_seconds == pytest.approx(2.0)

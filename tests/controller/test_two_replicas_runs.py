@@ -240,9 +240,10 @@ def test_a_run_that_ends_while_no_replica_leads_is_counted_by_the_next_leader(ku
     kube.backfill("busy")
     job = wait_for(kube.jobs, what="Job created by the leader")[0].metadata.name
     a_lease.leading = False  # the leader is gone (its lease lapses); nobody acts
-    done = now_s()
+    began = now_s() + timedelta(seconds=1)  # after its admission (a run counts from neither before)
+    done = began + timedelta(seconds=7)
     kube.job_status(job, {
-        "startTime": ts(done - timedelta(seconds=7)), "completionTime": ts(done), "succeeded": 1,
+        "startTime": ts(began), "completionTime": ts(done), "succeeded": 1,
         "conditions": [
             {"type": "SuccessCriteriaMet", "status": "True", "lastTransitionTime": ts(done)},
             {"type": "Complete", "status": "True", "lastTransitionTime": ts(done)},
@@ -271,4 +272,4 @@ def test_a_run_that_ends_while_no_replica_leads_is_counted_by_the_next_leader(ku
     assert get_b("flexinfer_model_backfill_completions_total", {**labels, "result": "succeeded"}) == 1
     assert total("flexinfer_model_backfill_starts_total") == 1  # the start: counted once, by the old leader
     assert abs(total("flexinfer_model_backfill_useful_running_seconds_total") - r.running_seconds) < 1e-6
-    assert r.running_seconds > 0
+    assert r.running_seconds == 7.0

@@ -25,3 +25,16 @@ def test_a_deleted_backfill_with_no_live_attempt_adds_no_row():
     uid = log.world.backfills[(NS, "b")].uid
     log.add(ev.BackfillDeleted(at=t(900), namespace=NS, name="b", uid=uid))
     assert _rows(log) == []
+
+
+def test_a_run_counts_from_its_admission_when_the_jobs_whole_second_times_come_before_it():
+    """A new user's trial: the Job's creationTimestamp and startTime are whole seconds, cut
+    (18:55:37Z for a Job admitted at 18:55:37.947929), so the row started before its admission
+    and counted up to 1 s the Job never ran. A run starts at its admission at the earliest."""
+    log = Log().ready(0).cronjob(0).apply(0.4)  # idleFor 10m: admitted at 600.4
+    (admit,) = [c for c in log.decide(600.4) if isinstance(c, Admit)]
+    log.admit(admit, 600.4).job("JobCreated", admit.job_name, 600).job("JobRunning", admit.job_name, 600)
+    log.job("JobSucceeded", admit.job_name, 607)
+    (row,) = _rows(log)
+    assert (row.result, row.admitted_at, row.started_at, row.ended_at) == ("succeeded", t(600.4), t(600.4), t(607))
+    assert row.running_seconds == 6.6
