@@ -78,12 +78,12 @@ class Divergence:
     derived: str
 
 
-
 def is_of(key: tuple[str | None, str] | None, namespace: str, name: str) -> bool:
     """Whether ModelBackfill ``namespace/name`` is the one ``key`` names: ``(namespace, name)``,
     ``(None, name)`` for that name in any namespace (as ``backfill runs --backfill NAME``; a new
     user's trial: ``replay`` refused the bare name ``runs`` took), or every one when None."""
     return key is None or (name == key[1] and (key[0] is None or namespace == key[0]))
+
 
 @dataclass
 class Auditor:
