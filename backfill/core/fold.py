@@ -562,10 +562,7 @@ def _fold_job_succeeded(w: World, e: ev.JobSucceeded, pos: int) -> World:
     if found is None:  # also an ended attempt's (its Job's end is folded once)
         return _unexplained(w, e, pos)
     b, a = found
-    if a.lifecycle == SUSPENDED:
-        a = _ended_while_suspended(a, e.at)
-    if e.completed_indexes:  # an Indexed Job's (every Job's end in a simulation has none)
-        a = _progress(a, e.completed_indexes, e.at)
+    a = _progress(_ended_while_suspended(a, e.at), e.completed_indexes, e.at)
     return _put_backfill(w, _end(b, a, e.at, "succeeded", "Completed", pos), pos)
 
 
