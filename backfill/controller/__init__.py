@@ -143,8 +143,11 @@ def run(
             raise ControllerConfigError(f"ingest token file {settings.ingest_token_file}: {exc}") from None
 
         def known_model(namespace: str, model: str) -> bool:
-            m = controller.world.models.get((namespace, model))  # type: ignore[union-attr]
-            return m is not None and m.exists
+            if controller is None:  # the HTTP server answers before the store is open
+                from .ingest import ModelsNotLoadedError
+
+                raise ModelsNotLoadedError("this replica is starting (opening the event store); retry")
+            return controller.model_known(namespace, model)
 
         ingest = IngestEndpoint(
             token,

@@ -12,8 +12,11 @@ the method, headers, body and client address and returns ``(status, json_body)``
 routes ``POST /v1/foreground`` to it and adds the headers :func:`response_headers` names
 (``WWW-Authenticate`` on 401, ``Retry-After`` on 429 and on a standby's 503). :meth:`IngestEndpoint.handle` never
 raises: every failure is a JSON ``{"error": ..., "detail": ...}`` with a 4xx (client's fault,
-nothing appended) or 503 (store or model lookup unavailable, nothing appended; or ``not_leader``,
-below).
+nothing appended) or 503 (store or model lookup unavailable, or the replica still starting:
+nothing appended; or ``not_leader``, below). A report that fails its own checks (schema, time
+skew, an unknown Model) is refused alone: the call's other reports are acted on and appended,
+and the 202 lists the refused ones under ``"rejected"`` (``[{"index": i, "error": ...,
+"detail": ...}]``); only when every report is refused is the call a 422.
 
 Request::
 
@@ -41,8 +44,8 @@ re-sending the same batch is harmless (:func:`idempotency_key`).
 
 Order of checks: method (405), token (401), rate limit per client (429), content type (415),
 declared body size (413), all from the headers before the body is read
-(:meth:`IngestEndpoint.precheck`); then body size (413), JSON and schema (400 / 422), time skew
-(422), unknown model (422) (:meth:`IngestEndpoint.accept`). Before them
+(:meth:`IngestEndpoint.precheck`); then body size (413), JSON and the envelope (400 / 422), then
+per report its schema, time skew and Model (refused alone; 422 when all are) (:meth:`IngestEndpoint.accept`). Before them
 the HTTP server answers 411 ``length_required`` to a POST without ``Content-Length`` or with a
 ``Transfer-Encoding`` (http.server does not decode chunked bodies) and closes the connection.
 """
@@ -79,6 +82,7 @@ __all__ = [
     "TokenBuckets",
     "IngestClientError",
     "NotLeaderError",
+    "ModelsNotLoadedError",
     "CancelUnansweredError",
     "SpoolFullError",
     "NOT_LEADER_RETRY_AFTER_SECONDS",
@@ -145,11 +149,13 @@ class ForegroundReport(BaseModel):
 
 
 class ForegroundBatch(BaseModel):
-    """The request body."""
+    """The request body's envelope: 1 to :data:`MAX_REPORTS` reports, each validated on its own
+    as a :class:`ForegroundReport` (:meth:`IngestEndpoint.accept`), so that one bad report is
+    refused alone and the others are acted on."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-    reports: list[ForegroundReport] = Field(min_length=1, max_length=MAX_REPORTS)
+    reports: list[Any] = Field(min_length=1, max_length=MAX_REPORTS)
 
 
 def idempotency_key(report: ForegroundReport) -> str:
@@ -228,6 +234,14 @@ class TokenBuckets:
 
 
 # --------------------------------------------------------------------------- endpoint
+
+
+class ModelsNotLoadedError(RuntimeError):
+    """Raised by ``known_model`` while the replica cannot tell which Models exist yet (starting:
+    the log not yet folded, or the Models not yet listed). Answered 503 ``starting`` with
+    ``Retry-After``: a starting replica answered 422 ``unknown_model`` for a Model that exists,
+    and the router, told not to retry, dropped the demand (an adversarial trial; the ingest
+    Service sends to replicas that are not ready)."""
 
 
 class NotLeaderError(RuntimeError):
@@ -320,9 +334,12 @@ def response_headers(status: int, body: Mapping[str, Any]) -> dict[str, str]:
     return headers
 
 
-def _validation_detail(exc: ValidationError) -> list[dict[str, Any]]:
+def _validation_detail(exc: ValidationError, prefix: str = "") -> list[dict[str, Any]]:
+    """pydantic's errors as ``{"field", "message", "type"}``, each field a dotted path below
+    ``prefix`` (e.g. ``reports.1.time``)."""
+    head = [prefix] if prefix else []
     return [
-        {"field": ".".join(str(p) for p in e["loc"]), "message": e["msg"], "type": e["type"]}
+        {"field": ".".join(head + [str(p) for p in e["loc"]]), "message": e["msg"], "type": e["type"]}
         for e in exc.errors(include_url=False, include_input=False, include_context=False)
     ]
 
@@ -338,7 +355,7 @@ class IngestEndpoint:
             could not hand the records to the leader (answered 503 ``not_leader``), any other
             exception when the store failed (503 ``store_unavailable``).
         known_model: ``(namespace, model) -> bool``: does the Model exist (e.g. from the
-            controller's cache)?
+            controller's cache)? Raises :class:`ModelsNotLoadedError` while it cannot tell yet.
         on_appended: called after an append that stored at least one new event (wakes the
             controller loop).
         settings: size, skew and rate limits (``ingest_*``).
@@ -391,8 +408,10 @@ class IngestEndpoint:
 
     def accept(self, body: bytes) -> tuple[int, dict[str, Any]]:
         """The body of a request whose headers passed :meth:`precheck`: its size (413), JSON and
-        schema (400 / 422), time skew (422), models (422, 503), then the append (202, 503).
-        Never raises."""
+        envelope (400 / 422), per report its schema, time skew and Model (a report that fails
+        one is refused alone and listed under ``rejected``; 422 when every report is; 503
+        ``starting`` or ``model_lookup_unavailable`` when the Models cannot be told), then the
+        append of the others (202, 503). Never raises."""
         try:
             return self._accept(body)
         except Exception as exc:  # noqa: BLE001 - the controller must keep running
@@ -448,23 +467,41 @@ class IngestEndpoint:
                 return _error(400, "malformed_json", detail)
             return _error(422, "invalid_report", detail)
 
+        # Each report is checked on its own: one that fails is refused alone and the others are
+        # acted on (an adversarial trial: one report on a deleted Model, or with a time an hour
+        # off, had the whole call answered 422, so the batch's valid demand was dropped, never
+        # retried, and the running Job it should have cancelled ran on). The checks, in order:
+        # schema, time skew, Model.
         now = self._clock()
-        skewed = [
-            {"field": f"reports.{i}.time", "time": r.time.isoformat(), "message": "further than "
-             f"{self.max_skew.total_seconds():g} s from the controller's clock ({now.isoformat()})"}
-            for i, r in enumerate(batch.reports)
-            if abs(r.time - now) > self.max_skew
-        ]
-        if skewed:
-            return _error(422, "time_out_of_range", skewed)
-
-        pairs = list(dict.fromkeys((r.namespace, r.model) for r in batch.reports))
+        refused: dict[int, tuple[str, Any]] = {}  # report index -> (error, detail)
+        valid: list[tuple[int, ForegroundReport]] = []
+        for i, raw in enumerate(batch.reports):
+            try:
+                r = ForegroundReport.model_validate(raw)
+            except ValidationError as exc:
+                refused[i] = ("invalid_report", _validation_detail(exc, f"reports.{i}"))
+                continue
+            if abs(r.time - now) > self.max_skew:
+                refused[i] = ("time_out_of_range", {
+                    "field": f"reports.{i}.time", "time": r.time.isoformat(),
+                    "message": f"further than {self.max_skew.total_seconds():g} s from the controller's clock ({now.isoformat()})",
+                })
+                continue
+            valid.append((i, r))
+        pairs = list(dict.fromkeys((r.namespace, r.model) for _, r in valid))
         try:
-            unknown = [f"{ns}/{m}" for ns, m in pairs if not self._known_model(ns, m)]
+            unknown = {pair for pair in pairs if not self._known_model(*pair)}
+        except ModelsNotLoadedError as exc:
+            return _error(503, "starting", str(exc), retry_after_seconds=NOT_LEADER_RETRY_AFTER_SECONDS)
         except Exception as exc:  # noqa: BLE001
             return _error(503, "model_lookup_unavailable", f"{type(exc).__name__}: {exc}")
-        if unknown:
-            return _error(422, "unknown_model", {"models": unknown, "message": "no such Model: " + ", ".join(unknown)})
+        for i, r in valid:
+            if (r.namespace, r.model) in unknown:
+                refused[i] = ("unknown_model", {"model": f"{r.namespace}/{r.model}", "message": f"no such Model: {r.namespace}/{r.model}"})
+        rejected = [{"index": i, "error": e, "detail": d} for i, (e, d) in sorted(refused.items())]
+        reports = [r for i, r in valid if i not in refused]
+        if not reports:
+            return _all_refused(rejected)
 
         records = [
             encode(
@@ -477,7 +514,7 @@ class IngestEndpoint:
                 ),
                 idempotency_key(r),
             )
-            for r in batch.reports
+            for r in reports
         ]
         try:
             positions = self._append(records)
@@ -495,7 +532,28 @@ class IngestEndpoint:
         body: dict[str, Any] = {"accepted": accepted, "duplicates": len(records) - accepted}
         if spooled:
             body["spooled"] = spooled
+        if rejected:
+            body["rejected"] = rejected
         return 202, body
+
+
+def _all_refused(rejected: list[dict[str, Any]]) -> tuple[int, dict[str, Any]]:
+    """The 422 of a call whose every report was refused: ``error`` the first check that failed
+    in the order schema, time skew, Model; ``detail`` what that check found over the whole call
+    (the field errors; the times; ``{"models", "message"}``); ``rejected`` every report's."""
+    for kind in ("invalid_report", "time_out_of_range", "unknown_model"):
+        found = [r["detail"] for r in rejected if r["error"] == kind]
+        if not found:
+            continue
+        if kind == "invalid_report":
+            detail: Any = [d for ds in found for d in ds]
+        elif kind == "time_out_of_range":
+            detail = found
+        else:
+            models = list(dict.fromkeys(d["model"] for d in found))
+            detail = {"models": models, "message": "no such Model: " + ", ".join(models)}
+        return _error(422, kind, detail, rejected=rejected)
+    raise AssertionError(f"no refusal among {rejected!r}")  # pragma: no cover - called with refusals only
 
 
 # --------------------------------------------------------------------------- example client
@@ -536,7 +594,9 @@ def report_foreground(
     Returns:
         The response body, ``{"accepted": n, "duplicates": m}``, plus ``"spooled": k`` when ``k``
         reports were acted on but are not durable yet (the leader's store is away): they live
-        only in that replica's memory; send them again (same ``id``) until an answer has none.
+        only in that replica's memory; send them again (same ``id``) until an answer has none;
+        plus ``"rejected": [{"index", "error", "detail"}]`` for reports refused on their own
+        (the others were taken; sending a refused one again is refused again).
 
     Raises:
         IngestClientError: the endpoint answered 4xx/5xx (``status``, ``body``, ``retry_after``);

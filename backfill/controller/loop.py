@@ -228,6 +228,29 @@ class Controller:
         """True when this instance may act (it holds the Lease, or leader election is off)."""
         return self.leader is None or self.leader.is_leader()
 
+    def model_known(self, namespace: str, model: str) -> bool:
+        """Whether Model ``namespace/model`` exists as far as this replica knows: in the durable
+        projection or in the preemptor's (observations the store has not taken yet count). The
+        ingest endpoint's check of a report's Model.
+
+        Raises:
+            ModelsNotLoadedError: it cannot tell yet: the log is not folded, or the Models have
+                not been listed (start-up), or their watch fails before its first list.
+        """
+        from .ingest import ModelsNotLoadedError  # ingest imports nothing of the controller's
+
+        if not self._live:
+            raise ModelsNotLoadedError("this replica is starting (folding the event log) and cannot tell which Models exist yet; retry")
+        watcher = next((w for w in self.watchers if w.kind.name == "model"), None)
+        if watcher is None or not watcher.synced.is_set():
+            failing = f" (the Model watch fails: {watcher.failing})" if watcher is not None and watcher.failing else ""
+            raise ModelsNotLoadedError(f"this replica has not listed the Models yet{failing} and cannot tell which exist; retry")
+        for world in (self.world, self.preemptor.world):
+            m = world.models.get((namespace, model))
+            if m is not None and m.exists:
+                return True
+        return False
+
     @property
     def synced(self) -> bool:
         """Every watcher finished its initial list."""

@@ -195,6 +195,12 @@ class Preemptor:
                 self._retry[key] = 0.0
         self.signal.set()
 
+    @property
+    def world(self) -> World:
+        """The optimistic projection as of the last pass: the durable one plus the observations
+        not yet stored (an immutable value, read without a lock)."""
+        return self._opt
+
     def settle(self, durable: World) -> None:
         """Forget in-flight cancels the durable projection now shows (or that are too old)."""
         now = time.monotonic()

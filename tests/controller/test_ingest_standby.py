@@ -16,8 +16,10 @@ import threading
 import time
 from datetime import datetime, timedelta, timezone
 
+import pytest
+
 from backfill.controller.http import make_server
-from backfill.controller.ingest import IngestEndpoint
+from backfill.controller.ingest import IngestEndpoint, ModelsNotLoadedError
 from backfill.core import events as ev
 from backfill.settings import Settings
 
@@ -29,16 +31,12 @@ TOKEN = "secret"
 def _serve(controller):
     """The controller's ingest endpoint on an HTTP server, wired as backfill.controller.run does."""
 
-    def known_model(namespace: str, model: str) -> bool:
-        m = controller.world.models.get((namespace, model))
-        return m is not None and m.exists
-
     endpoint = IngestEndpoint(
-        TOKEN, controller.ingest_append, known_model, controller.signal.set, Settings(), lambda: datetime.now(timezone.utc)
+        TOKEN, controller.ingest_append, controller.model_known, controller.signal.set, Settings(), lambda: datetime.now(timezone.utc)
     )
     server = make_server("127.0.0.1:0", controller.metrics.registry, ready=lambda: True, ingest=endpoint)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, known_model
+    return server, controller.model_known
 
 
 def _post(server, body: bytes) -> tuple[int, dict, dict]:
@@ -137,3 +135,56 @@ def test_a_re_sent_report_cancels_nothing_and_the_retry_waits_a_window_from_the_
 def _logged(controller, cls) -> list:
     """The events of type ``cls`` in the controller's log, in order."""
     return [e for _, e in log_of(controller) if isinstance(e, cls)]
+
+
+def test_a_replica_tells_a_models_existence_only_once_it_knows_it(kube, kube_cluster, pg_schema, start_controller):
+    """An adversarial trial: a starting replica (the ingest Service sends to replicas that are
+    not ready) answered 422 ``unknown_model`` for a Model that existed, so the router dropped the
+    demand. Before the log is folded and the Models listed, :meth:`Controller.model_known`
+    raises (the endpoint answers 503 ``starting``, Retry-After); after, it answers from the
+    durable projection or the preemptor's, so a Model first seen while the store refuses
+    appends is known too; a batch with an unknown Model beside a known one is taken in part."""
+    from backfill.controller.loop import Controller
+    from backfill.controller.metrics import Metrics
+    from backfill.store import EventStore, RunStore, make_engine
+
+    kube.model("gemma")
+    url, schema = pg_schema
+    engine = make_engine(url, schema)
+    api = kube_cluster.api_client()
+    try:
+        unstarted = Controller(Settings(namespace=kube.ns), api, EventStore(engine), RunStore(engine), Metrics(), identity="unstarted")
+        with pytest.raises(ModelsNotLoadedError, match="starting"):
+            unstarted.model_known(kube.ns, "gemma")
+        server, _ = _serve(unstarted)
+        try:
+            report = {"namespace": kube.ns, "model": "gemma", "time": datetime.now(timezone.utc).isoformat(), "id": "r/1"}
+            status, headers, payload = _post(server, json.dumps({"reports": [report]}).encode())
+            assert (status, payload["error"], headers["retry-after"]) == (503, "starting", "1"), payload
+        finally:
+            server.shutdown()
+            server.server_close()
+    finally:
+        api.close()
+        engine.dispose()
+
+    down = threading.Event()
+    ctl = start_controller(leader=LeaderSwitch(True), wrap_events=lambda s: RefusingStore(s, down))
+    assert ctl.model_known(kube.ns, "gemma") is True
+    assert ctl.model_known(kube.ns, "nope") is False
+    down.set()  # appends refused: a Model created now reaches the preemptor's projection only
+    kube.model("llama")
+    wait_for(lambda: ctl.model_known(kube.ns, "llama"), timeout=5, what="the new Model known from memory")
+    assert ctl.world.models.get((kube.ns, "llama")) is None  # not in the durable projection: the store took nothing
+    server, _ = _serve(ctl)
+    try:
+        now = datetime.now(timezone.utc).isoformat()
+        reports = [{"namespace": kube.ns, "model": m, "time": now, "id": f"r/{m}"} for m in ("llama", "nope")]
+        status, _, payload = _post(server, json.dumps({"reports": reports}).encode())
+        assert status == 202, payload
+        assert payload["accepted"] == 1 and payload["spooled"] == 1
+        assert [(r["index"], r["error"]) for r in payload["rejected"]] == [(1, "unknown_model")]
+    finally:
+        down.clear()
+        server.shutdown()
+        server.server_close()

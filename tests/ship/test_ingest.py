@@ -163,7 +163,6 @@ def test_malformed_json_is_400(event_store, wakes, endpoint, raw):
         ({"reports": [_report(count=0)]}, "reports.0.count"),
         ({"reports": [_report(count="3")]}, "reports.0.count"),
         ({"reports": [_report(count=True)]}, "reports.0.count"),
-        ({"reports": [_report(), _report(id="")]}, "reports.1.id"),
         ({"reports": [_report(unknown="x")]}, "reports.0.unknown"),
         ({"reports": [_report(id=f"r{i}") for i in range(MAX_REPORTS + 1)]}, "reports"),
     ],
@@ -177,9 +176,10 @@ def test_schema_violation_is_422_naming_the_field(event_store, wakes, endpoint, 
 @pytest.mark.parametrize("delta", [timedelta(hours=1, seconds=1), -timedelta(hours=1, seconds=1), timedelta(days=365)])
 def test_time_too_far_from_now_is_422(event_store, wakes, endpoint, delta):
     bad = (NOW + delta).isoformat()
-    raw = _body(_report(id="ok"), _report(id="bad", time=bad))
+    raw = _body(_report(id="bad", time=bad), _report(id="bad2", time=bad))
     body = _assert_rejected(event_store, wakes, endpoint.handle("POST", GOOD_HEADERS, raw, "c"), 422, "time_out_of_range")
-    assert [d["field"] for d in body["detail"]] == ["reports.1.time"]
+    assert [d["field"] for d in body["detail"]] == ["reports.0.time", "reports.1.time"]
+    assert [(r["index"], r["error"]) for r in body["rejected"]] == [(0, "time_out_of_range"), (1, "time_out_of_range")]
 
 
 def test_time_within_skew_in_another_zone_is_accepted(event_store, wakes, endpoint):
@@ -191,10 +191,58 @@ def test_time_within_skew_in_another_zone_is_accepted(event_store, wakes, endpoi
 
 
 def test_unknown_model_is_422_naming_it(event_store, wakes, endpoint):
-    raw = _body(_report(), _report(model="no-such-model"), _report(namespace="other", model=MODEL))
+    raw = _body(_report(model="no-such-model"), _report(namespace="other", model=MODEL), _report(model="no-such-model", id="2"))
     body = _assert_rejected(event_store, wakes, endpoint.handle("POST", GOOD_HEADERS, raw, "c"), 422, "unknown_model")
     assert body["detail"]["models"] == [f"{NS}/no-such-model", f"other/{MODEL}"]
     assert "no-such-model" in body["detail"]["message"]
+    assert [r["index"] for r in body["rejected"]] == [0, 1, 2]
+
+
+def test_a_bad_report_is_refused_alone_and_the_others_are_taken(event_store, wakes, endpoint):
+    """An adversarial trial: one report on a deleted Model (or an hour off, or malformed) had
+    the whole call answered 422, and the valid demand beside it was neither acted on nor
+    stored. Each report is now checked on its own; the 202 lists the refused ones."""
+    far = (NOW + timedelta(hours=2)).isoformat()
+    raw = _body(
+        _report(id="ok-1"),
+        _report(model="deleted-model", id="gone"),
+        _report(id="late", time=far),
+        _report(id=""),  # schema: an empty id
+        "not an object",
+        _report(model="qwen3-8b", id="ok-2", count=1),
+    )
+    status, body = endpoint.handle("POST", GOOD_HEADERS, raw, "c")
+    assert status == 202, body
+    assert (body["accepted"], body["duplicates"]) == (2, 0)
+    assert [(r["index"], r["error"]) for r in body["rejected"]] == [
+        (1, "unknown_model"), (2, "time_out_of_range"), (3, "invalid_report"), (4, "invalid_report"),
+    ]
+    assert body["rejected"][0]["detail"]["model"] == f"{NS}/deleted-model"
+    assert body["rejected"][1]["detail"]["field"] == "reports.2.time"
+    assert [d["field"] for d in body["rejected"][2]["detail"]] == ["reports.3.id"]
+    assert [d["field"] for d in body["rejected"][3]["detail"]] == ["reports.4"]
+    json.dumps(body)
+    events = [decode(s.type, s.version, s.data) for s in event_store.read()]
+    assert [(e.model, e.count) for e in events] == [(MODEL, 2), ("qwen3-8b", 1)]
+    assert wakes == [1]
+    # The same call again: the taken reports are duplicates, the refused ones refused again.
+    status, body = endpoint.handle("POST", GOOD_HEADERS, raw, "c")
+    assert (status, body["accepted"], body["duplicates"], len(body["rejected"])) == (202, 0, 2, 4)
+    assert event_store.head() == 2
+
+
+def test_while_the_models_cannot_be_told_the_call_is_503_starting(event_store, wakes):
+    """A starting replica (log not folded, Models not listed) answered 422 unknown_model for a
+    Model that exists (an adversarial trial): now 503 ``starting`` with Retry-After."""
+    from backfill.controller.ingest import ModelsNotLoadedError
+
+    def starting(ns, m):
+        raise ModelsNotLoadedError("this replica is starting")
+
+    endpoint = IngestEndpoint(TOKEN, event_store.append, starting, lambda: wakes.append(1), Settings(), lambda: NOW, monotonic=FakeMonotonic())
+    result = endpoint.handle("POST", GOOD_HEADERS, _body(_report()), "c")
+    body = _assert_rejected(event_store, wakes, result, 503, "starting")
+    assert response_headers(503, body) == {"Retry-After": "1"}
 
 
 def test_rate_limit_per_client_is_429_with_retry_after(event_store, wakes):
