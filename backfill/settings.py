@@ -116,8 +116,19 @@ class Settings(BaseSettings):
     ingest_burst: int = Field(default=100, ge=1, description="Per-client token-bucket size, requests.")
 
     # Leader election (coordination.k8s.io Lease)
-    lease_name: str = Field(default="modelbackfill-controller", description="Name of the leader-election Lease.")
-    lease_namespace: str = Field(default="flexinfer-system", description="Namespace of the leader-election Lease.")
+    # An adversarial trial: an empty or upper-case name started, never led and never exited
+    # (``/readyz`` 503 for ever); the API server takes only these (RFC 1123 subdomain / label).
+    lease_name: str = Field(
+        default="modelbackfill-controller",
+        description="Name of the leader-election Lease (an RFC 1123 subdomain: lower case, digits, '-', '.'; at most 253).",
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+        max_length=253,
+    )
+    lease_namespace: str = Field(
+        default="flexinfer-system",
+        description="Namespace of the leader-election Lease (an RFC 1123 label).",
+        pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
+    )
     lease_duration_seconds: float = Field(default=15.0, gt=0, description="Lease duration, seconds (at least 3 times the renew period).")
     lease_renew_seconds: float = Field(
         default=5.0, ge=0.1, description="How often the leader renews, seconds (at least 0.1: ten Lease writes a second)."
