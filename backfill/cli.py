@@ -1347,8 +1347,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         if not as_json:
             raise
-        first = str(exc).splitlines()[0] if str(exc) else ""
-        _say_error(f"controller stopped: {type(exc).__name__}: {first}", as_json)
+        from backfill.errorlines import error_line
+
+        _say_error(f"controller stopped: {error_line(exc)}", as_json)
         return 1
     if rv is _OUT_OF_MEMORY:
         _say_error("out of memory: the input or its simulation is too large for this machine (simulate and recommend "

@@ -60,6 +60,7 @@ from backfill.core.jobtemplate import API_GROUP, API_VERSION, build_job
 from backfill.core.state import World
 from backfill.core.verdict import JOB_DELETED, JOB_SUSPENDED
 from backfill.core.timefmt import rfc3339
+from backfill.errorlines import api_status, error_line, message_line
 
 from .cancelwindow import CancelWindow
 from .crash import crash_armed, crash_point
@@ -175,7 +176,7 @@ class StatusWriter:
             except NotLeader:
                 pass
             except Exception as exc:  # noqa: BLE001 - retried by a later WriteStatus
-                log.warning(f"status write failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+                log.warning(f"status write failed: {error_line(exc)}",
                             extra={"backfill": f"{key[0]}/{key[1]}"})
             finally:
                 with self._cond:
@@ -320,11 +321,12 @@ class Actor:
         marks it issued. The first is always due; then 1 s, 2 s, 4 s ... up to
         ``RETRY_MAX_SECONDS`` apart."""
         now = time.monotonic()
+        cap = RETRY_MAX_SECONDS
         with self._lock:
             allowed, pause = self._pace.get((verb, ns, job), (0.0, 0.5))
             if now < allowed:
                 return False
-            pause = min(pause * 2, RETRY_MAX_SECONDS)
+            pause = min(pause * 2, cap)
             self._pace[(verb, ns, job)] = (now + pause, pause)
             if len(self._pace) > 10_000:  # forget the oldest (Jobs long gone)
                 for k in sorted(self._pace, key=lambda k: self._pace[k][0])[:5_000]:
@@ -371,7 +373,7 @@ class Actor:
                 self._guard()
                 self.core.create_namespaced_event(ns, body, _request_timeout=self.timeout)
             except Exception as exc:  # noqa: BLE001 - an Event is informative only
-                log.warning(f"event {reason} on {ns}/{name} not recorded: {exc}".splitlines()[0])
+                log.warning(f"event {reason} on {ns}/{name} not recorded: {error_line(exc)}")
 
         self._side.submit(create)  # off the reconcile thread: an Event never delays a decision
 
@@ -439,7 +441,7 @@ class Actor:
                 log.info("not the leader any more: commands skipped")
                 return []
             except Exception as exc:  # noqa: BLE001 - nothing recorded: decided again next pass
-                log.error(f"recording {len(blocks)} block/unblock decisions failed: {_first_line(exc)}", extra={"position": world.position})
+                log.error(f"recording {len(blocks)} block/unblock decisions failed: {error_line(exc)}", extra={"position": world.position})
                 return sorted({c.key for c in blocks} | {c.key for c in admits})
         for i, cmd in enumerate(todo):
             try:
@@ -450,7 +452,7 @@ class Actor:
                 return []
             except Exception as exc:  # noqa: BLE001 - re-issued by the next decide
                 log.error(
-                    f"{type(cmd).__name__} failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+                    f"{type(cmd).__name__} failed: {error_line(exc)}",
                     extra={"backfill": f"{cmd.key[0]}/{cmd.key[1]}", "position": world.position, "decision": type(cmd).__name__},
                 )
             if not isinstance(cmd, (WriteStatus, DeleteJob, SuspendJob)) and interrupted():
@@ -466,7 +468,7 @@ class Actor:
             except NotLeader:
                 log.info(f"not the leader any more: {noun} skipped")
             except Exception as exc:  # noqa: BLE001 - nothing recorded: decided again next pass
-                log.error(f"{verb} {len(batch)} attempts failed: {type(exc).__name__}: {_first_line(exc)}", extra={"position": world.position})
+                log.error(f"{verb} {len(batch)} attempts failed: {error_line(exc)}", extra={"position": world.position})
         return []
 
     def _dispatch(self, cmd: Any, world: World) -> None:
@@ -542,7 +544,7 @@ class Actor:
             except NotLeader:
                 pass
             except Exception as exc:  # noqa: BLE001 - re-issued by the next decide (CreateJob)
-                log.error(f"creating Job {c.job_name} failed: {_first_line(exc)}", extra={"backfill": f"{c.key[0]}/{c.key[1]}"})
+                log.error(f"creating Job {c.job_name} failed: {error_line(exc)}", extra={"backfill": f"{c.key[0]}/{c.key[1]}"})
 
         if len(admitted) == 1:
             create(admitted[0])
@@ -611,7 +613,7 @@ class Actor:
                 try:
                     existing = self.batch.read_namespaced_job(job_name, ns, _request_timeout=self.timeout)
                 except Exception as read_exc:  # noqa: BLE001 - a transient refusal, retried
-                    reject(409, "AlreadyExists", f"Job {job_name} exists and could not be read: {_first_line(read_exc)}", False)
+                    reject(409, "AlreadyExists", f"Job {job_name} exists and could not be read: {error_line(read_exc)}", False)
                     return
                 if not controlled_by(existing.metadata, uid):
                     reject(409, "AlreadyExists", f"Job {job_name} exists and is not owned by this ModelBackfill", False)
@@ -619,13 +621,13 @@ class Actor:
                 job_uid, created_at = existing.metadata.uid, existing.metadata.creation_timestamp
             else:
                 code = int(exc.status or 0)
-                reason, message = _status_of(exc)
+                reason, message = api_status(exc)
                 reject(code, reason, message, ev.create_rejection_is_permanent(code), _retry_after(exc))
                 return
         except NotLeader:
             raise  # the fence refused it: nothing was sent, nothing to record
         except Exception as exc:  # noqa: BLE001 - no response (timeout, connection): transient
-            reject(0, type(exc).__name__, _first_line(exc), permanent=False)
+            reject(0, type(exc).__name__, message_line(exc) or type(exc).__name__, permanent=False)
             return
         # The Job's creationTimestamp (whole seconds), as the watcher records it: whichever of
         # the two reaches the log first, status.startedAt has one precision (a new user's trial
@@ -804,7 +806,7 @@ class Actor:
                 return NO_JOB
             return None
         except Exception as exc:  # noqa: BLE001
-            return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            return error_line(exc)
 
     def delete_job(self, key: tuple[str, str], job_name: str, uid: str = "", owner: str = "") -> bool:
         """Delete our Job ``job_name`` with ``propagationPolicy=Background``, never another's of
@@ -970,7 +972,7 @@ class Actor:
             except NotLeader:
                 raise
             except Exception as exc:  # noqa: BLE001 - re-issued by the next decide (ResumeJob)
-                log.error(f"resuming Job {c.job_name} failed (re-issued): {_first_line(exc)}", extra={"backfill": f"{ns}/{name}"})
+                log.error(f"resuming Job {c.job_name} failed (re-issued): {error_line(exc)}", extra={"backfill": f"{ns}/{name}"})
 
     def _patch_call(self, ns: str, job_name: str, body: Any, timeout: float) -> None:
         """One PATCH of a Job's spec (a dict: strategic merge; a list: JSON patch), its answer
@@ -1116,24 +1118,6 @@ class Actor:
                 self._written.clear()
             else:
                 self._written.pop(key, None)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc)
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
-def _status_of(exc: ApiException) -> tuple[str, str]:
-    """(reason, message) of an API error: the ``metav1.Status`` body if there is one."""
-    try:
-        body = json.loads(exc.body) if exc.body else {}
-    except (TypeError, ValueError):
-        body = {}
-    if not isinstance(body, dict):
-        body = {}
-    reason = str(body.get("reason") or exc.reason or "")
-    message = str(body.get("message") or (exc.body if isinstance(exc.body, str) else "") or exc.reason or "")
-    return reason, message.strip()
 
 
 def _retry_after(exc: ApiException) -> float | None:

@@ -37,6 +37,8 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from backfill.errorlines import error_line
+
 log = logging.getLogger("backfill.controller.leader")
 
 
@@ -110,7 +112,7 @@ def describe_failure(exc: BaseException, namespace: str) -> str:
     if isinstance(exc, urllib3.exceptions.MaxRetryError) and exc.reason is not None:
         exc = exc.reason  # the failure itself, as the watchers say it (a new user's trial: "MaxRetryError: ... (Caused by ...)")
     if not isinstance(exc, ApiException):
-        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        return error_line(exc)
     message = ""
     try:
         message = str(json.loads(exc.body or "")["message"])
@@ -387,4 +389,4 @@ class LeaderElector:
                     self.coord.replace_namespaced_lease(self.name, self.namespace, body, _request_timeout=self.request_timeout)
                     log.info(f"released leader lease {self.namespace}/{self.name}")
             except Exception as exc:  # noqa: BLE001
-                log.warning(f"leader election: release failed: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+                log.warning(f"leader election: release failed: {error_line(exc)}")

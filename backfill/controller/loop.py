@@ -44,6 +44,7 @@ from backfill.core.projector import affected, decide, fold, fold_all, only_posit
 from backfill.core.runs import previous_row, run_rows
 from backfill.core.state import World
 from backfill.core.verdict import hold_for_refused, hold_for_signals
+from backfill.errorlines import error_line
 from backfill.settings import Settings
 from backfill.store import EventStore, RunStore
 from backfill.store import projection as snapshots
@@ -655,7 +656,7 @@ class Controller:
                 except Exception as exc:  # noqa: BLE001 - the store is away: cancels go on regardless
                     self._reading_since = None
                     if self.store_error is None:
-                        log.error(f"reading the event log failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+                        log.error(f"reading the event log failed: {error_line(exc)}")
                     self.store_error = f"{type(exc).__name__}"
                     self.last_pass = time.monotonic()
                     self.stop_event.wait(backoff)

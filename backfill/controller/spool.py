@@ -52,6 +52,7 @@ from itertools import islice
 from typing import Any, Callable, Iterable, Sequence
 
 from backfill.core.events import encode
+from backfill.errorlines import error_line
 from backfill.store.interface import RecordRefusedError
 
 log = logging.getLogger("backfill.controller.spool")
@@ -333,7 +334,7 @@ class Spool:
                 self._write(todo)
             except Exception as exc:  # noqa: BLE001 - keep the entries and retry
                 self.writing_since = None
-                text = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                text = error_line(exc)
                 if self.failing_since is None:
                     self.failing_since = time.monotonic()
                     log.error(f"the event log does not accept appends ({text}); spooling in memory")

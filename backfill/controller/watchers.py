@@ -36,6 +36,7 @@ from kubernetes.watch.watch import iter_resp_lines
 from kubernetes.client.exceptions import ApiException
 
 from backfill.settings import Settings
+from backfill.errorlines import error_line
 
 from .kinds import Kind, Known
 from .translate import Pair
@@ -233,9 +234,9 @@ class Watcher(threading.Thread):
                 if self.stop_event.is_set():
                     break
                 missing = False
-                self.failing = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                self.failing = error_line(exc)
                 log.warning(
-                    f"{self.kind.name} watch failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}; "
+                    f"{self.kind.name} watch failed: {error_line(exc)}; "
                     f"relisting in {backoff:.1f}s",
                     extra={"resource": self.kind.name},
                 )
@@ -369,7 +370,7 @@ class Watcher(threading.Thread):
             m = obj.get("metadata") if isinstance(obj, dict) else None
             name = f"{m.get('namespace', '')}/{m.get('name', '')}" if isinstance(m, dict) else "?"
             log.warning(
-                f"{self.kind.name} {name}: skipped a malformed object: {type(exc).__name__}: {exc}".splitlines()[0],
+                f"{self.kind.name} {name}: skipped a malformed object: {error_line(exc)}",
                 extra={"resource": self.kind.name},
             )
             return []

@@ -72,6 +72,7 @@ import psycopg
 from sqlalchemy.engine import Engine
 
 from backfill.core.records import EventRecord, StoredEvent
+from backfill.errorlines import error_line
 from backfill.store.engine import engine_schema
 from backfill.store.interface import RecordRefusedError
 from backfill.store.retention import DEFAULT_PARTITION_SIZE, ensure_partitions, list_partitions
@@ -190,8 +191,7 @@ class AppendTransaction:
                 return self._store._append_locked(cur, records)
         except (psycopg.Error, UnicodeError) as exc:
             if refuses_record(exc):
-                why = str(exc).splitlines()[0] if str(exc) else ""
-                raise RecordRefusedError(f"the event log refuses a record of the batch: {type(exc).__name__}: {why}") from exc
+                raise RecordRefusedError(f"the event log refuses a record of the batch: {error_line(exc)}") from exc
             raise
 
     def set_checkpoint(self, name: str, position: int) -> None:
@@ -364,7 +364,7 @@ class EventStore:
                 self._covered = ensure_partitions(cur.connection, last, self.partition_size)
         except psycopg.Error as exc:
             if refuses_record(exc):  # a data exception of the log's own (a sequence or a bound out of range)
-                raise LogLayoutError(f"the event log cannot make room for {n} position(s): {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
+                raise LogLayoutError(f"the event log cannot make room for {n} position(s): {error_line(exc)}") from exc
             raise
         position = last - n + 1
         # One COPY per chunk: each statement stays well inside the statement timeout.
