@@ -1,0 +1,39 @@
+"""The pacing of re-issued Job calls (``Actor.due``): creates back off to 30 s, cancel calls to
+5 s (an adversarial trial: a Job whose DELETE an admission policy refused ran on 11.2 s after
+the policy was lifted, the re-sends having backed off toward 30 s; stopping is fail-safe)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from kubernetes import client
+
+from backfill.controller import actor as actor_module
+from backfill.controller.actor import Actor
+
+
+def _pauses(monkeypatch, verb: str, calls: int) -> list[float]:
+    """The gaps between the moments ``verb`` of one Job is due, polling every 0.1 s."""
+    now = [1000.0]
+    monkeypatch.setattr(actor_module.time, "monotonic", lambda: now[0])
+    api = client.ApiClient()  # no call is made: only the pacing is asked
+    try:
+        a = Actor(api, append=lambda records: [], clock=lambda: datetime(2026, 12, 6, tzinfo=timezone.utc))
+        due_at: list[float] = []
+        while len(due_at) < calls:
+            if a.due(verb, "ns", "job-1"):
+                due_at.append(now[0])
+            now[0] = round(now[0] + 0.1, 1)
+        a.close()
+    finally:
+        api.close()
+    return [round(b - a, 1) for a, b in zip(due_at, due_at[1:])]
+
+
+def test_a_refused_cancel_call_is_re_sent_at_least_every_5_seconds(monkeypatch):
+    for verb in ("delete", "suspend"):
+        assert _pauses(monkeypatch, verb, 8) == [1.0, 2.0, 4.0, 5.0, 5.0, 5.0, 5.0]
+
+
+def test_a_refused_create_backs_off_to_30_seconds(monkeypatch):
+    assert _pauses(monkeypatch, "create", 8) == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
