@@ -169,6 +169,31 @@ def test_migration_job_reads_the_url_from_the_secret_file():
     assert {i["key"] for i in volume["secret"]["items"]} == {"database-url"}
 
 
+@pytest.mark.parametrize("kustomization", ["base", "base/migration"])
+def test_every_pod_can_read_the_secret_files_it_mounts(kustomization):
+    """A non-root pod reads a mounted Secret's file only if the file's mode lets it: files are
+    owned by root, and group-owned by the pod's ``fsGroup`` when it has one, which every process
+    of the pod is in (the kubelet's rule). A new
+    user's trial: the migration Job ran as 65532 without ``fsGroup`` over 0440 files and could
+    not read the database URL, so ``db upgrade`` failed and the install's wait timed out."""
+    pods = [o["spec"]["template"]["spec"] for o in render(DEPLOY / kustomization) if o["kind"] in ("Deployment", "Job")]
+    assert pods
+    for pod in pods:
+        ctx = pod.get("securityContext") or {}
+        for volume in pod.get("volumes", []):
+            secret = volume.get("secret")
+            if secret is None:
+                continue
+            modes = [item.get("mode", secret.get("defaultMode", 0o644)) for item in secret.get("items", [])] or [secret.get("defaultMode", 0o644)]
+            for mode in modes:
+                readable = (
+                    ctx.get("runAsUser", 0) == 0
+                    or mode & 0o004
+                    or ("fsGroup" in ctx and mode & 0o040)  # the pod's processes are in fsGroup
+                )
+                assert readable, f"{kustomization}: volume {volume['name']} mode {mode:o} is not readable by user {ctx.get('runAsUser')}"
+
+
 def test_cert_manager_overlay_issues_the_tls_secret_the_deployment_mounts():
     objects = _by_kind(render(DEPLOY / "overlays/cert-manager"))
     cert = objects[("Certificate", "modelbackfill-tls")]
