@@ -508,7 +508,7 @@ class Actor:
                 )  # fmt: skip
                 self.suspend_job(cmd.key, cmd.job_name, True, job_uid(world, cmd.key, cmd.job_name), owner_uid(world, cmd.key))
         elif t is ResumeJob:
-            if self.due("resume", cmd.key[0], cmd.job_name):
+            if not self._cancel_in_flight(cmd.key, cmd.job_name, world, "ResumeJob") and self.due("resume", cmd.key[0], cmd.job_name):
                 self.suspend_job(cmd.key, cmd.job_name, False, job_uid(world, cmd.key, cmd.job_name), owner_uid(world, cmd.key))
         elif t is ReleaseFinalizer:
             self.release_finalizer(cmd, world)
@@ -558,6 +558,23 @@ class Actor:
             create(admitted[0])
         else:
             list(self._creates.map(create, admitted))
+
+    def _cancel_in_flight(self, key: tuple[str, str], job_name: str, world: World, decision: str) -> bool:
+        """True (and a log line) when a cancel of ``key``'s current attempt is in flight: decided
+        in memory by the preemptor, not yet in ``world`` (the durable projection). A resume sent
+        now could land after the cancel's suspend and run the Job through the demand (a new
+        user's trial: the loop's re-sent ``ResumeJob`` cleared ``spec.suspend`` the same second
+        the cancel set it, and the Job ran on resumed 31 s while the status said
+        ``WaitingForIdle``)."""
+        b = world.backfills.get(key)
+        a = b.attempt if b is not None else None
+        if a is None or self.cancelled_in_memory is None or not self.cancelled_in_memory(key, a.number):
+            return False
+        log.info(
+            f"not resuming Job {job_name}: its attempt {a.number} is being cancelled",
+            extra={"backfill": f"{key[0]}/{key[1]}", "position": world.position, "decision": decision},
+        )
+        return True
 
     def create_job(self, key: tuple[str, str], uid: str, attempt: int, job_name: str, world: World) -> None:
         """Create the attempt's Job from the CronJob template in ``world``; observe ``JobCreated``.
@@ -746,7 +763,9 @@ class Actor:
             return
         if c.suspend:
             log.info(f"suspended attempt {c.attempt} segment {c.segment} ({c.reason}): {c.message}", extra=extra)
-            self._event(ns, name, c.uid, c.reason, f"suspended Job {c.job_name} (completed indexes kept): {c.message}", "Warning")
+            # its message says "...; suspending Job J (completed indexes are kept)" already (a
+            # new user's trial read it twice in the Event)
+            self._event(ns, name, c.uid, c.reason, c.message, "Warning")
         else:
             log.info(f"cancelled attempt {c.attempt} ({c.reason}): {c.message}", extra=extra)
             self._event(ns, name, c.uid, c.reason, f"cancelled Job {c.job_name}: {c.message}", "Warning")
@@ -975,6 +994,8 @@ class Actor:
             )
             self._event(ns, name, c.uid, "Resumed", f"idle window complete; resuming Job {c.job_name} (attempt {c.attempt}, segment {c.segment})")
             self.due("resume", ns, c.job_name)  # the first resume is this one
+            if self._cancel_in_flight(c.key, c.job_name, world, "AttemptResumed"):
+                continue  # recorded; the cancel folded after it suspends the new segment
             try:
                 self.suspend_job(c.key, c.job_name, False, job_uid(world, c.key, c.job_name), owner_uid(world, c.key))
             except NotLeader:
