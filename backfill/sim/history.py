@@ -144,7 +144,7 @@ class Input:
         model: the model name.
         requests: sorted ``(arrival_s, service_s)``.
         spec: the declaration's spec when read for a ModelBackfill.
-        job: measured job length (median succeeded run), seconds, or None.
+        job: measured job length (median succeeded run), seconds, or None (none, or a median of 0).
         latency: measured cancel latency (p95), seconds, or None.
         note: a line for the user about what was read, or "".
     """
@@ -186,9 +186,12 @@ def from_log(store: Any, schema: str, targets: list[tuple[str, str, str]]) -> li
         h = read_history(store, ns, **{kind: name})
         ((m, reqs),) = h.trace.requests.items()
         job, latency = h.measured_job(), h.measured_latency()
+        # A median of 0 s (Jobs that ended within their start's second) is no job length to
+        # simulate: not used, and said so (a new user's trial read "job 15m0s" above "median 0s").
+        unusable = job is not None and job <= 0
         note = (
             f"{ns}/{name}: model {m}, {counted(len(reqs), 'foreground request')}; {counted(len(h.job_seconds), 'succeeded run')}"
-            + (f" (median {format_duration(job)})" if job is not None else "")
+            + (f" (median {format_duration(job)}{': too short to simulate, not used; give --job' if unusable else ''})" if job is not None else "")
             + f"; {counted(len(h.cancel_latencies), 'foreground cancel')} measured"
             + (f" (p95 demand -> Job gone {format_duration(latency)})" if latency is not None else "")
             + (f", {h.stale_cancels} left out (their request predates the Job: a late report)" if h.stale_cancels else "")
@@ -196,5 +199,5 @@ def from_log(store: Any, schema: str, targets: list[tuple[str, str, str]]) -> li
         )
         if pruned:  # a day-2 trial: the retained history was read as if it were all of it
             note += f" (the log was pruned up to position {pruned}: only what it kept after that is read)"
-        out.append(Input(f"schema {schema}, {kind} {ns}/{name}", m, reqs, h.spec, job, latency, note))
+        out.append(Input(f"schema {schema}, {kind} {ns}/{name}", m, reqs, h.spec, None if unusable else job, latency, note))
     return out

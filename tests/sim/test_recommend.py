@@ -189,3 +189,30 @@ def test_a_format_without_a_trace_is_a_one_line_error(capsys):
     assert main(["recommend", "--format", "azure-llm", "--backfill", "ns/x"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["backfill: error: --format azure-llm applies to a --trace file; give --trace FILE, or leave --format out"]
+
+
+def test_a_median_job_of_zero_seconds_is_not_used_and_said_so(pg_schema, event_store, capsys):
+    """A new user's trial: Jobs marked succeeded within their creation's second measure 0 s; the
+    header said "job 15m0s" (the default, taken silently) above "median 0s"."""
+    from datetime import datetime, timedelta, timezone
+
+    from backfill.core import events as ev
+    from backfill.core.events import encode
+
+    url, schema = pg_schema
+    t = datetime(2026, 12, 1, tzinfo=timezone.utc)
+    spec = {"modelRef": "m", "templateRef": "t", "idleFor": "1m", "maxRunDuration": "30m", "repeatAfter": "1m"}
+    events = [
+        ev.BackfillApplied(at=t, namespace="ns", name="bf", uid="u1", generation=1, spec=spec),
+        ev.ForegroundRequest(at=t, namespace="ns", model="m", source="trace"),
+        ev.ForegroundRequest(at=t + timedelta(hours=2), namespace="ns", model="m", source="trace"),
+        ev.AttemptAdmitted(at=t + timedelta(minutes=1), namespace="ns", backfill="bf", uid="u1", attempt=1, generation=1, job_name="bf-j-1", model="m"),
+        ev.JobCreated(at=t + timedelta(minutes=1), namespace="ns", backfill="bf", name="bf-j-1", uid="j1"),
+        ev.JobSucceeded(at=t + timedelta(minutes=1), namespace="ns", backfill="bf", name="bf-j-1", uid="j1"),
+    ]
+    event_store.append([encode(e, f"k{i}") for i, e in enumerate(events)])
+    got = _recommend(capsys, "--database-url", url, "--schema", schema, "--backfill", "ns/bf", "--idle-for-values", "1m")
+    assert got["parameters"]["job"] == 900.0  # the default, as the header says
+    assert main(["recommend", "--database-url", url, "--schema", schema, "--backfill", "ns/bf", "--idle-for-values", "1m"]) == 0
+    err = capsys.readouterr().err
+    assert "1 succeeded run (median 0s: too short to simulate, not used; give --job)" in err, err
