@@ -213,12 +213,13 @@ def _evaluate(world: World, key: Key, now: datetime, reserved: dict | None = Non
             return Verdict(WAITING, hit.reason, hit.message, unblock, hit.until, next_run=next_run)
     m = s.state
     since, cause = _idle_since(world, m, now)
-    stop = unexplained_stop(last)
+    stop = _unexplained_stop_on_model(world, b, spec.model_ref)
     if stop is not None and stop[0] > since:
-        # Its Job was deleted (or suspended) and nothing in the log says why: most likely a
-        # preemption whose report and decision were lost with their leader (an ingest report
-        # spooled while PostgreSQL was away), else someone's hand. A doubt, so fail-closed: a
-        # fresh full idle window from that observation.
+        # A Job on this Model was deleted (or suspended) and nothing in the log says why: most
+        # likely a preemption whose report and decision were lost with their leader (an ingest
+        # report spooled while PostgreSQL was away), else someone's hand. A doubt about the
+        # Model's demand, so fail-closed for every declaration on it: a fresh full idle window
+        # from that observation.
         since, cause = stop
     due = plus_seconds(since, spec.idle_for)
     if next_run is not None and next_run > due:
@@ -246,6 +247,24 @@ def _evaluate(world: World, key: Key, now: datetime, reserved: dict | None = Non
     name = job_name(b.name, b.uid, attempt)
     admit = Admit(key, b.uid, attempt, b.generation, name, spec.model_ref, m.node, cause)
     return Verdict(STARTING, "Admitted", f"admitting attempt {attempt}", unblock + (admit,), None, since)
+
+
+def _unexplained_stop_on_model(world: World, b: BackfillState, model: str) -> tuple[datetime, int] | None:
+    """The latest :func:`~backfill.core.fold.unexplained_stop` ``(when, position)`` of the
+    current attempts of the declarations on ``b``'s Model ``model`` (``b``'s own first), or
+    None. The doubt is about the Model's demand, not one declaration's: a new user's trial
+    deleted one declaration's Job by hand and the other declaration on the Model was admitted
+    the same second."""
+    stop = unexplained_stop(b.attempt)
+    key = (b.namespace, b.name)
+    for other_key in world.backfills_of_model(b.namespace, model):
+        if other_key == key:
+            continue
+        other = world.backfills.get(other_key)
+        found = unexplained_stop(other.attempt) if other is not None else None
+        if found is not None and (stop is None or found > stop):
+            stop = found
+    return stop
 
 
 # ---------------------------------------------------------------- resumable attempts (issue 11)

@@ -384,3 +384,23 @@ def test_a_cancelled_attempt_clears_job_name_and_started_at():
     log.job("JobDeleted", admit.job_name, 701)
     st = status_of(log.world, KEY, t(702))
     assert (st["phase"], st["jobName"], st["startedAt"]) == ("WaitingForIdle", None, None)
+
+
+def test_a_deletion_nothing_explains_restarts_the_window_of_every_declaration_on_the_model():
+    # Two declarations on Model m (a new user's trial): "a" runs, "b" waits behind it
+    # (ConcurrentBackfill) with its idle window long complete. a's Job is deleted at 900 with
+    # nothing in the log saying why: the doubt is about m's demand, so b too waits a full
+    # idleFor (10m) from the deletion, due at 1500, not at once; a's own retry likewise.
+    log = Log().ready(0).cronjob(0).apply(0, name="a", uid="ua").apply(0, name="b", uid="ub")
+    admits = [c for c in log.decide(600) if isinstance(c, Admit)]
+    assert [c.key[1] for c in admits] == ["a"]
+    log.admit(admits[0], 600).job("JobCreated", admits[0].job_name, 601, backfill="a")
+    assert not [c for c in log.decide(800) if isinstance(c, Admit)]  # b waits behind a
+    log.job("JobDeleted", admits[0].job_name, 900, backfill="a")
+    deleted_at = log.world.position
+    for name in ("a", "b"):
+        assert log.decide(900, [(NS, name)]) == [WakeAt((NS, name), t(1500))]
+        st = status_of(log.world, (NS, name), t(900))
+        assert st["idleSince"] == rfc3339(t(900)), (name, st)
+    assert log.world.backfills[(NS, "a")].attempt.end_pos == deleted_at
+    assert [c.key[1] for c in log.decide(1500) if isinstance(c, Admit)] in (["a"], ["b"])
