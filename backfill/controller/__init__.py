@@ -156,6 +156,7 @@ def run(
             lambda: controller.signal.set(),  # type: ignore[union-attr]
             settings,
             lambda: datetime.now(timezone.utc),
+            scope=settings.namespace,
         )
     metrics = Metrics()
     try:

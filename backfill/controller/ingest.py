@@ -361,6 +361,9 @@ class IngestEndpoint:
         settings: size, skew and rate limits (``ingest_*``).
         clock: now, timezone-aware.
         monotonic: the clock of the rate limiter (tests inject one).
+        scope: the one namespace the controller watches (``settings.namespace``), or None for
+            all: a report on another namespace is refused alone as ``namespace_not_watched``
+            (a new user's trial read "no such Model" of a Model that existed outside it).
     """
 
     def __init__(
@@ -374,6 +377,7 @@ class IngestEndpoint:
         *,
         monotonic: Callable[[], float] = time.monotonic,
         max_clients: int = 10_000,
+        scope: str | None = None,
     ) -> None:
         if not token:
             raise ValueError("the ingest token must not be empty")
@@ -382,6 +386,7 @@ class IngestEndpoint:
         self._known_model = known_model
         self._on_appended = on_appended
         self._clock = clock
+        self._scope = scope
         self.max_body_bytes = settings.ingest_max_body_bytes
         self.max_skew = timedelta(seconds=settings.ingest_max_skew_seconds)
         self.buckets = TokenBuckets(
@@ -471,7 +476,7 @@ class IngestEndpoint:
         # acted on (an adversarial trial: one report on a deleted Model, or with a time an hour
         # off, had the whole call answered 422, so the batch's valid demand was dropped, never
         # retried, and the running Job it should have cancelled ran on). The checks, in order:
-        # schema, time skew, Model.
+        # schema, time skew, namespace (a namespaced controller's), Model.
         now = self._clock()
         refused: dict[int, tuple[str, Any]] = {}  # report index -> (error, detail)
         valid: list[tuple[int, ForegroundReport]] = []
@@ -485,6 +490,12 @@ class IngestEndpoint:
                 refused[i] = ("time_out_of_range", {
                     "field": f"reports.{i}.time", "time": r.time.isoformat(),
                     "message": f"further than {self.max_skew.total_seconds():g} s from the controller's clock ({now.isoformat()})",
+                })
+                continue
+            if self._scope is not None and r.namespace != self._scope:
+                refused[i] = ("namespace_not_watched", {
+                    "field": f"reports.{i}.namespace",
+                    "message": f"this controller watches only the namespace {self._scope}, not {r.namespace}",
                 })
                 continue
             valid.append((i, r))
@@ -539,15 +550,16 @@ class IngestEndpoint:
 
 def _all_refused(rejected: list[dict[str, Any]]) -> tuple[int, dict[str, Any]]:
     """The 422 of a call whose every report was refused: ``error`` the first check that failed
-    in the order schema, time skew, Model; ``detail`` what that check found over the whole call
-    (the field errors; the times; ``{"models", "message"}``); ``rejected`` every report's."""
-    for kind in ("invalid_report", "time_out_of_range", "unknown_model"):
+    in the order schema, time skew, namespace, Model; ``detail`` what that check found over the
+    whole call (the field errors; the times; the namespaces; ``{"models", "message"}``);
+    ``rejected`` every report's."""
+    for kind in ("invalid_report", "time_out_of_range", "namespace_not_watched", "unknown_model"):
         found = [r["detail"] for r in rejected if r["error"] == kind]
         if not found:
             continue
         if kind == "invalid_report":
             detail: Any = [d for ds in found for d in ds]
-        elif kind == "time_out_of_range":
+        elif kind in ("time_out_of_range", "namespace_not_watched"):
             detail = found
         else:
             models = list(dict.fromkeys(d["model"] for d in found))

@@ -472,3 +472,26 @@ def test_report_foreground_over_http(event_store, wakes):
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+def test_a_namespaced_controller_refuses_reports_on_other_namespaces_by_name(event_store, wakes):
+    """A new user's trial: a controller limited to one namespace answered "no such Model" for a
+    Model that existed in another; such a report is now refused alone, saying why."""
+    endpoint = IngestEndpoint(
+        TOKEN, event_store.append, lambda ns, m: True, lambda: wakes.append(1), Settings(), lambda: NOW,
+        monotonic=FakeMonotonic(), scope=NS,
+    )
+    status, body = endpoint.handle("POST", GOOD_HEADERS, _body(_report(id="in"), _report(id="out", namespace="other")), "c")
+    assert (status, body["accepted"]) == (202, 1), body
+    (refused,) = body["rejected"]
+    assert (refused["index"], refused["error"]) == (1, "namespace_not_watched")
+    assert refused["detail"]["message"] == f"this controller watches only the namespace {NS}, not other"
+    body = _assert_rejected_after(event_store, 1, endpoint.handle("POST", GOOD_HEADERS, _body(_report(id="out2", namespace="other")), "c"))
+    assert body["error"] == "namespace_not_watched" and [d["field"] for d in body["detail"]] == ["reports.0.namespace"]
+
+
+def _assert_rejected_after(event_store, head: int, result) -> dict:
+    status, body = result
+    assert status == 422, body
+    assert event_store.head() == head
+    return body
