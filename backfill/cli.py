@@ -488,7 +488,7 @@ def recommend(
     trace: Optional[Path] = typer.Option(None, "--trace", help="Foreground request trace (else the event log)."),
     fmt: Optional[TraceFormat] = typer.Option(None, "--format", help="Format of the --trace file (default csv)."),
     model: list[str] = typer.Option([], "--model", metavar="NAME", help="Model (repeatable): NAME in a trace, NAMESPACE/NAME in the log."),
-    backfill: Optional[str] = typer.Option(None, "--backfill", help="NAMESPACE/NAME: a ModelBackfill in the log (its model, spec, runs)."),
+    backfill: Optional[str] = typer.Option(None, "--backfill", help="NAMESPACE/NAME, or NAME when one namespace has it: a ModelBackfill in the log (its model, spec, runs)."),
     database_url: Optional[str] = DatabaseOpt,
     schema: str = typer.Option("backfill", "--schema", envvar="BACKFILL_SCHEMA", help="PostgreSQL schema of the log."),
     job: Optional[str] = typer.Option(None, "--job", help="Job length (Go duration); default: the median succeeded run of --backfill, else 15m."),
@@ -580,14 +580,25 @@ def _recommend_inputs(trace, fmt, models, backfill, database_url, schema) -> lis
         raise CLIError("give --trace FILE, --backfill NAMESPACE/NAME or --model NAMESPACE/NAME")
     if backfill is not None and models:
         raise CLIError("give either --backfill or --model, not both")
-    targets = [("backfill", *_ns_name(backfill, "--backfill"))] if backfill else [("model", *_ns_name(m, "--model")) for m in models]
+    targets = [("backfill", *_ns_name(backfill, "--backfill", bare=True))] if backfill else [("model", *_ns_name(m, "--model")) for m in models]
     from .core.events import EventDecodeError
+    from .sim.history import backfill_namespaces
     from .store import EventStore
 
     _, engine = _store(database_url, schema, probe=True)
     es = EventStore(engine)
     try:
+        if targets[0][1] is None:  # a bare --backfill NAME, as runs and replay take it (a new user's trial)
+            name = targets[0][2]
+            namespaces = backfill_namespaces(es, name)
+            if not namespaces:
+                raise CLIError(f"ModelBackfill {name} is not in the log")
+            if len(namespaces) > 1:
+                raise CLIError(f"ModelBackfill {name} is in {len(namespaces)} namespaces ({', '.join(namespaces)}): give --backfill NAMESPACE/NAME")
+            targets = [("backfill", namespaces[0], name)]
         return from_log(es, schema, targets)
+    except CLIError:
+        raise
     except HistoryError as exc:
         raise CLIError(str(exc)) from None
     except EventDecodeError as exc:

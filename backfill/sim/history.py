@@ -62,6 +62,22 @@ def _events(store: Any, stream: str) -> list[tuple[int, Any]]:
     return [(r.position, ev.decode(r.type, r.version, r.data)) for r in store.read(stream_prefix=stream) if r.stream == stream]
 
 
+def backfill_namespaces(store: Any, name: str) -> list[str]:
+    """The namespaces in which a ModelBackfill named ``name`` was applied (its stream
+    ``backfill/<namespace>/<name>`` holds a ``BackfillApplied``), sorted: how a bare
+    ``--backfill NAME`` is resolved, as ``runs`` and ``replay`` take one. Reads the backfill
+    streams' rows, not their payloads.
+
+    Raises: sqlalchemy / psycopg errors: the database cannot be read.
+    """
+    found = set()
+    for r in store.read(stream_prefix="backfill/"):
+        parts = r.stream.split("/")
+        if len(parts) == 3 and parts[2] == name and r.type == "BackfillApplied":
+            found.add(parts[1])
+    return sorted(found)
+
+
 def read_history(store: Any, namespace: str, *, backfill: str | None = None, model: str | None = None) -> History:
     """The history of ``backfill`` (its spec's model) or of ``model`` in ``namespace``.
 

@@ -127,6 +127,11 @@ def test_from_the_event_log_equals_the_trace(pg_url, capsys, m0002_rows):
     assert main(["recommend", "--database-url", pg_url, "--schema", schema, "--backfill", "sim/nope"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["backfill: error: ModelBackfill sim/nope is not in the log"]
+    # a bare name, as runs and replay take it (a new user's trial): the one namespace that has it
+    bare = _recommend(capsys, "--database-url", pg_url, "--schema", schema, "--backfill", "bf-m0002", "--shards", "1,2")
+    assert bare["models"] == log["models"]
+    assert main(["recommend", "--database-url", pg_url, "--schema", schema, "--backfill", "nope"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == ["backfill: error: ModelBackfill nope is not in the log"]
 
 
 @pytest.mark.parametrize(
@@ -216,3 +221,22 @@ def test_a_median_job_of_zero_seconds_is_not_used_and_said_so(pg_schema, event_s
     assert main(["recommend", "--database-url", url, "--schema", schema, "--backfill", "ns/bf", "--idle-for-values", "1m"]) == 0
     err = capsys.readouterr().err
     assert "1 succeeded run (median 0s: too short to simulate, not used; give --job)" in err, err
+
+
+def test_a_bare_backfill_name_in_two_namespaces_asks_for_the_namespace(pg_schema, event_store, capsys):
+    from datetime import datetime, timezone
+
+    from backfill.core import events as ev
+    from backfill.core.events import encode
+
+    url, schema = pg_schema
+    t = datetime(2026, 12, 1, tzinfo=timezone.utc)
+    spec = {"modelRef": "m", "templateRef": "t", "idleFor": "1m", "maxRunDuration": "30m"}
+    event_store.append([
+        encode(ev.BackfillApplied(at=t, namespace=ns, name="bf", uid=f"u-{ns}", generation=1, spec=spec), f"k-{ns}")
+        for ns in ("team-b", "team-a")
+    ])
+    assert main(["recommend", "--database-url", url, "--schema", schema, "--backfill", "bf"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "backfill: error: ModelBackfill bf is in 2 namespaces (team-a, team-b): give --backfill NAMESPACE/NAME"
+    ]
