@@ -71,6 +71,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationErro
 from backfill.core.events import ForegroundRequest, encode
 from backfill.core.records import EventRecord
 from backfill.core.timefmt import parse_rfc3339
+from backfill.errorlines import error_line
 from backfill.settings import Settings
 
 __all__ = [
@@ -409,7 +410,7 @@ class IngestEndpoint:
         try:
             return self._precheck(method, headers, client)
         except Exception as exc:  # noqa: BLE001 - the controller must keep running
-            return _error(500, "internal_error", f"{type(exc).__name__}: {exc}")
+            return _error(500, "internal_error", error_line(exc))
 
     def accept(self, body: bytes) -> tuple[int, dict[str, Any]]:
         """The body of a request whose headers passed :meth:`precheck`: its size (413), JSON and
@@ -420,7 +421,7 @@ class IngestEndpoint:
         try:
             return self._accept(body)
         except Exception as exc:  # noqa: BLE001 - the controller must keep running
-            return _error(500, "internal_error", f"{type(exc).__name__}: {exc}")
+            return _error(500, "internal_error", error_line(exc))
 
     def _precheck(self, method: str, headers: Mapping[str, str], client: str) -> tuple[int, dict[str, Any]] | None:
         if method.upper() != "POST":
@@ -505,7 +506,7 @@ class IngestEndpoint:
         except ModelsNotLoadedError as exc:
             return _error(503, "starting", str(exc), retry_after_seconds=NOT_LEADER_RETRY_AFTER_SECONDS)
         except Exception as exc:  # noqa: BLE001
-            return _error(503, "model_lookup_unavailable", f"{type(exc).__name__}: {exc}")
+            return _error(503, "model_lookup_unavailable", error_line(exc))
         for i, r in valid:
             if (r.namespace, r.model) in unknown:
                 refused[i] = ("unknown_model", {"model": f"{r.namespace}/{r.model}", "message": f"no such Model: {r.namespace}/{r.model}"})
@@ -532,7 +533,7 @@ class IngestEndpoint:
         except NotLeaderError as exc:  # and CancelUnansweredError
             return _error(503, exc.error, exc.detail, spooled=exc.spooled, retry_after_seconds=NOT_LEADER_RETRY_AFTER_SECONDS)
         except Exception as exc:  # noqa: BLE001
-            return _error(503, "store_unavailable", f"{type(exc).__name__}: {exc}")
+            return _error(503, "store_unavailable", error_line(exc))
         accepted = sum(1 for p in positions if p is not None)
         spooled = sum(1 for p in positions if p == 0)
         if accepted:
