@@ -1175,7 +1175,7 @@ def controller(
         None, "--leader-elect/--no-leader-elect",
         help=_env_help("Leader election on the Lease (default off; on in the Deployment).", "BACKFILL_LEADER_ELECT"),
     ),
-    lease_name: Optional[str] = typer.Option(None, "--lease-name", help=_env_help("Leader-election Lease name.", "BACKFILL_LEASE_NAME", _setting_default("lease_name"))),
+    lease_name: Optional[str] = typer.Option(None, "--lease-name", help=_env_help("Leader-election Lease name (lower-case letters, digits, '-', '.').", "BACKFILL_LEASE_NAME", _setting_default("lease_name"))),
     lease_namespace: Optional[str] = typer.Option(None, "--lease-namespace", help=_env_help("Leader-election Lease namespace (must exist).", "BACKFILL_LEASE_NAMESPACE", _setting_default("lease_namespace"))),
     schema: str = typer.Option("backfill", "--schema", envvar="BACKFILL_SCHEMA", help="PostgreSQL schema."),
 ) -> None:

@@ -8,6 +8,7 @@ Kubernetes/Go syntax (``90s``, ``30m``) where it says so.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -65,6 +66,10 @@ def describe_error(exc: ValidationError, flags: Mapping[str, str] | None = None)
     return "; ".join(parts)
 
 
+#: An RFC 1123 label (a namespace's name) and subdomain (a Lease's name), as the API server checks them.
+_RFC1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_RFC1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
 #: The most bytes read from ``database_url_file`` (a URL is far shorter).
 _URL_FILE_MAX = 64 * 1024
 
@@ -102,7 +107,6 @@ class Settings(BaseSettings):
         default=None,
         description="Watch, decide and act only in this namespace (an RFC 1123 label; GamingSessions and GPULeases are "
         "node-level signals and still watched in every namespace); unset: all namespaces.",
-        pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
     )
 
     # HTTP
@@ -121,13 +125,10 @@ class Settings(BaseSettings):
     lease_name: str = Field(
         default="modelbackfill-controller",
         description="Name of the leader-election Lease (an RFC 1123 subdomain: lower case, digits, '-', '.'; at most 253).",
-        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
-        max_length=253,
     )
     lease_namespace: str = Field(
         default="flexinfer-system",
         description="Namespace of the leader-election Lease (an RFC 1123 label).",
-        pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
     )
     lease_duration_seconds: float = Field(default=15.0, gt=0, description="Lease duration, seconds (at least 3 times the renew period).")
     lease_renew_seconds: float = Field(
@@ -251,6 +252,29 @@ class Settings(BaseSettings):
         """A ``*_seconds`` setting is at most :data:`MAX_SECONDS`; ValueError otherwise."""
         if info.field_name and info.field_name.endswith("_seconds") and isinstance(v, (int, float)) and v > MAX_SECONDS:
             raise ValueError(f"at most {MAX_SECONDS} seconds (about 31 years)")
+        return v
+
+    @field_validator("namespace", "lease_namespace")
+    @classmethod
+    def _rfc1123_label(cls, v: str | None) -> str | None:
+        """A namespace name (an RFC 1123 label, as the API server requires); ValueError in words
+        otherwise (a trial read a raw regular expression)."""
+        if v is not None and not _RFC1123_LABEL.fullmatch(v):
+            raise ValueError(
+                f"{v!r} is not a namespace name: at most 63 lower-case letters, digits and '-', beginning and ending with a letter or digit"
+            )
+        return v
+
+    @field_validator("lease_name")
+    @classmethod
+    def _rfc1123_subdomain(cls, v: str) -> str:
+        """A Lease name (an RFC 1123 subdomain, as the API server requires); ValueError in words
+        otherwise: an empty or upper-case name started, never led and never exited (a trial)."""
+        if len(v) > 253 or not _RFC1123_SUBDOMAIN.fullmatch(v):
+            raise ValueError(
+                f"{v!r} is not a Lease name: at most 253 lower-case letters, digits, '-' and '.', each '.'-separated part "
+                "beginning and ending with a letter or digit"
+            )
         return v
 
     @field_validator("metrics_address")

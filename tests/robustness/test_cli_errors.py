@@ -279,11 +279,12 @@ def test_a_bad_flag_is_named_as_the_flag_and_every_problem_is_said(tmp_path):
     [
         (["controller", "--kubeconfig", "/nonexistent/kubeconfig"], "kubeconfig /nonexistent/kubeconfig does not exist"),
         (["controller", "--no-such-flag"], "No such option: --no-such-flag"),
-        (["controller", "--namespace", "Not_A_Label"], "settings: --namespace: String should match pattern"),
+        (["controller", "--namespace", "Not_A_Label"], "settings: --namespace: 'Not_A_Label' is not a namespace name: at most 63 lower-case"),
         # an adversarial trial: these started, never led and never exited (/readyz 503 for ever)
-        (["controller", "--leader-elect", "--lease-name", ""], "settings: --lease-name: String should match pattern"),
-        (["controller", "--leader-elect", "--lease-name", "UPPER_bad"], "settings: --lease-name: String should match pattern"),
-        (["controller", "--leader-elect", "--lease-namespace", ""], "settings: --lease-namespace: String should match pattern"),
+        (["controller", "--leader-elect", "--lease-name", ""], "settings: --lease-name: '' is not a Lease name: at most 253 lower-case"),
+        (["controller", "--leader-elect", "--lease-name", "UPPER_bad"], "settings: --lease-name: 'UPPER_bad' is not a Lease name"),
+        (["controller", "--leader-elect", "--lease-name", "a" * 254], "is not a Lease name"),
+        (["controller", "--leader-elect", "--lease-namespace", ""], "settings: --lease-namespace: '' is not a namespace name"),
     ],
     ids=lambda a: " ".join(a) if isinstance(a, list) else "",
 )
