@@ -165,7 +165,7 @@ def test_bad_arguments_are_one_line_errors(args, fragment, capsys):
     "args, fragment",
     [
         ([], "give --trace FILE, --backfill NAMESPACE/NAME or --model NAMESPACE/NAME"),
-        (["--backfill", "nons"], "--backfill must be NAMESPACE/NAME"),
+        (["--backfill", "a/b/c"], "--backfill must be NAMESPACE/NAME or NAME, got 'a/b/c'"),  # a bare NAME is taken
         (["--backfill", "a/b", "--model", "a/m"], "either --backfill or --model"),
         (["--trace", str(ALIBABA), "--format", "alibaba-genai"], "--model is required: "),
     ],
