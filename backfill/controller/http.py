@@ -16,6 +16,8 @@ from typing import Any, Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from backfill.errorlines import error_line
+
 from .ingest import PATH as INGEST_PATH, declared_length, response_headers
 
 log = logging.getLogger("backfill.controller.http")
@@ -85,7 +87,7 @@ def _probe(check: Probe | None) -> tuple[bool, list[str]]:
     try:
         out = check()
     except Exception as exc:  # noqa: BLE001 - a failing check is a failing probe, never a 500 page
-        return False, [f"check failed: {type(exc).__name__}: {exc}"]
+        return False, [f"check failed: {error_line(exc)}"]
     if isinstance(out, tuple):
         return bool(out[0]), list(out[1])
     return bool(out), []
@@ -461,9 +463,9 @@ class _Server(ThreadingHTTPServer):
         exc = sys.exc_info()[1]
         client = client_address[0] if isinstance(client_address, tuple) and client_address else "?"
         if isinstance(exc, (ConnectionError, TimeoutError)):
-            log.debug(f"connection from {client} ended: {type(exc).__name__}: {exc}")
+            log.debug(f"connection from {client} ended: {error_line(exc)}")
         else:
-            log.warning(f"request from {client} failed: {type(exc).__name__}: {exc}")
+            log.warning(f"request from {client} failed: {error_line(exc)}")
 
 
 def _server_context(cert: Path, key: Path) -> ssl.SSLContext:
@@ -534,7 +536,7 @@ class _CertificateFiles:
                 self.context = _server_context(self.cert, self.key)
             except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
                 self._failed = seen
-                log.warning(f"TLS certificate {self.cert} changed but does not load ({type(exc).__name__}: {exc}); "
+                log.warning(f"TLS certificate {self.cert} changed but does not load ({error_line(exc)}); "
                             "still serving the previous one")
                 return self.context
             self._seen, self._failed = seen, None
@@ -567,7 +569,7 @@ class _TLSServer(_Server):
             # handshakes now; detaches ``request``
             tls = self.certificates.current().wrap_socket(request, server_side=True)
         except (OSError, ValueError) as exc:  # ssl.SSLError, a timeout, a reset: drop this client only
-            log.debug(f"TLS handshake with {client_address[0]} failed: {type(exc).__name__}: {exc}")
+            log.debug(f"TLS handshake with {client_address[0]} failed: {error_line(exc)}")
             return  # process_request_thread closes ``request``
         try:
             super().finish_request(tls, client_address)  # the handler sets its own request timeout

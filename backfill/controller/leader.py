@@ -25,7 +25,6 @@ first round after the server answers again. ``stop()`` releases a held Lease (ho
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import re
 import threading
@@ -37,7 +36,7 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from backfill.errorlines import error_line
+from backfill.errorlines import api_status, error_line
 
 log = logging.getLogger("backfill.controller.leader")
 
@@ -113,12 +112,9 @@ def describe_failure(exc: BaseException, namespace: str) -> str:
         exc = exc.reason  # the failure itself, as the watchers say it (a new user's trial: "MaxRetryError: ... (Caused by ...)")
     if not isinstance(exc, ApiException):
         return error_line(exc)
-    message = ""
-    try:
-        message = str(json.loads(exc.body or "")["message"])
-    except (ValueError, TypeError, KeyError):
-        pass
-    text = f"{exc.status} {exc.reason or ''}".strip() + (f": {message}" if message else "")
+    head = f"{exc.status} {exc.reason or ''}".strip()
+    _, message = api_status(exc)  # the API server's own message, the one rule (backfill.errorlines)
+    text = head + (f": {message}" if message and message != (exc.reason or "").strip() else "")
     if exc.status == 403:
         text += (f"; grant get, create and update on coordination.k8s.io leases in the namespace {namespace} "
                  "(the Role in deploy/base/rbac.yaml), or set --lease-namespace/BACKFILL_LEASE_NAMESPACE to the "

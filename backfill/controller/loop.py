@@ -520,7 +520,7 @@ class Controller:
             try:
                 counted = self.runs.get_checkpoint(COUNTED_CHECKPOINT)
             except Exception as exc:  # noqa: BLE001 - kept for the next batch
-                log.warning(f"reading the {COUNTED_CHECKPOINT} checkpoint failed: {type(exc).__name__}: {exc}", extra={"position": self.position})
+                log.warning(f"reading the {COUNTED_CHECKPOINT} checkpoint failed: {error_line(exc)}", extra={"position": self.position})
                 return
         todo = [t for t in self._uncounted if t[0] > counted]
         self._uncounted.clear()
@@ -539,7 +539,7 @@ class Controller:
         try:
             self.runs.apply([], COUNTED_CHECKPOINT, self._counting)
         except Exception as exc:  # noqa: BLE001 - counted here; only a later takeover could count them again
-            log.warning(f"moving the {COUNTED_CHECKPOINT} checkpoint failed: {type(exc).__name__}: {exc}", extra={"position": self._counting})
+            log.warning(f"moving the {COUNTED_CHECKPOINT} checkpoint failed: {error_line(exc)}", extra={"position": self._counting})
 
     # -- threads ------------------------------------------------------------------------------
 
@@ -698,7 +698,7 @@ class Controller:
                 else:
                     full = True  # decide everything (statuses included) once synced / leading
             except Exception as exc:  # noqa: BLE001 - the loop must not die
-                log.exception(f"reconcile failed: {type(exc).__name__}: {exc}")
+                log.exception(f"reconcile failed: {error_line(exc)}")
                 full = True
                 self.stop_event.wait(backoff)
                 backoff = min(backoff * 2, self.settings.backoff_max_seconds)
@@ -726,7 +726,7 @@ class Controller:
         try:
             snapshots.save(self.events, self.world, keep=self.settings.snapshot_keep)
         except Exception as exc:  # noqa: BLE001 - a snapshot is an optimisation: try again later
-            log.warning(f"saving the snapshot failed: {type(exc).__name__}: {exc}", extra={"position": self.position})
+            log.warning(f"saving the snapshot failed: {error_line(exc)}", extra={"position": self.position})
         else:
             log.info(f"snapshot at position {self.world.position} in {time.monotonic() - t0:.2f}s", extra={"position": self.world.position})
             self.snapshot_position = self.world.position
@@ -749,7 +749,7 @@ class Controller:
             if self._live and self.is_leader() and not self._uncounted and position <= self.position:
                 self.runs.apply([], COUNTED_CHECKPOINT, position)
         except Exception as exc:  # noqa: BLE001 - the next snapshot tries again
-            log.warning(f"moving the runs checkpoints failed: {type(exc).__name__}: {exc}", extra={"position": position})
+            log.warning(f"moving the runs checkpoints failed: {error_line(exc)}", extra={"position": position})
 
     def scope(self, keys: Any) -> Any:
         """``keys`` (None: every backfill in the projection) limited to this controller's
@@ -774,7 +774,7 @@ class Controller:
         try:
             commands = decide(self.world, now, keys, status=True)
         except Exception as exc:  # noqa: BLE001 - one bad backfill must not starve the others
-            log.error(f"decide failed ({type(exc).__name__}: {exc}); deciding backfill by backfill", extra={"position": self.world.position})
+            log.error(f"decide failed ({error_line(exc)}); deciding backfill by backfill", extra={"position": self.world.position})
             commands = []
             for key in sorted(self.world.backfills if keys is None else keys):
                 try:

@@ -43,6 +43,7 @@ from backfill.core.decisions import decision_record
 from backfill.core.projector import affected, decide, fold, only_position_moved
 from backfill.core.state import IDLE, SUSPENDED, Key, World
 from backfill.core.verdict import HOLD_FOR_THE_LOG
+from backfill.errorlines import error_line
 
 from .crash import crash_point
 from .spool import Entry, Spool
@@ -233,7 +234,7 @@ class Preemptor:
                 self.run_once()
                 self.error = None
             except Exception as exc:  # noqa: BLE001 - the cancel path must not die
-                self.error = f"{type(exc).__name__}: {exc}"
+                self.error = error_line(exc)  # one line, an API refusal with its message
                 log.exception(f"preemption pass failed: {self.error}")
                 self._base = None  # rebuild the optimistic projection next time
                 self._stop.wait(0.05)

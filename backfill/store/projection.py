@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterable, Iterator
 from backfill.core.audit import Auditor
 from backfill.core.events import decode_rows
 from backfill.core.state import World
+from backfill.errorlines import error_line
 
 #: Snapshot (and checkpoint) name of the controller's projection.
 PROJECTION = "projection"
@@ -67,7 +68,7 @@ def load_world(payload: bytes) -> World:
     try:
         world = pickle.loads(payload)
     except Exception as exc:  # noqa: BLE001 - any unpickling error: not a snapshot of ours
-        raise ValueError(f"unreadable snapshot: {type(exc).__name__}: {exc}") from None
+        raise ValueError(f"unreadable snapshot: {error_line(exc)}") from None
     if not isinstance(world, World):
         raise ValueError(f"a snapshot holds a {type(world).__name__}, not a World")
     return world
