@@ -87,6 +87,7 @@ __all__ = [
     "CancelUnansweredError",
     "SpoolFullError",
     "NOT_LEADER_RETRY_AFTER_SECONDS",
+    "STARTING_RETRY_AFTER_SECONDS",
     "load_token",
     "idempotency_key",
     "response_headers",
@@ -101,6 +102,9 @@ MAX_REPORTS = 1000
 MAX_COUNT = 1_000_000
 #: Seconds a client is told to wait (``Retry-After``) before retrying a standby's ``503 not_leader``.
 NOT_LEADER_RETRY_AFTER_SECONDS = 1
+#: Seconds a client is told to wait before retrying a starting replica's ``503 starting`` (its log
+#: not yet folded, its Models not yet listed: about a second at start-up).
+STARTING_RETRY_AFTER_SECONDS = 1
 _RFC3339 = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$")
 
 
@@ -504,7 +508,7 @@ class IngestEndpoint:
         try:
             unknown = {pair for pair in pairs if not self._known_model(*pair)}
         except ModelsNotLoadedError as exc:
-            return _error(503, "starting", str(exc), retry_after_seconds=NOT_LEADER_RETRY_AFTER_SECONDS)
+            return _error(503, "starting", str(exc), retry_after_seconds=STARTING_RETRY_AFTER_SECONDS)
         except Exception as exc:  # noqa: BLE001
             return _error(503, "model_lookup_unavailable", error_line(exc))
         for i, r in valid:
