@@ -254,7 +254,10 @@ def _unexplained_stop_on_model(world: World, b: BackfillState, model: str) -> tu
     current attempts of the declarations on ``b``'s Model ``model`` (``b``'s own first), or
     None. The doubt is about the Model's demand, not one declaration's: a new user's trial
     deleted one declaration's Job by hand and the other declaration on the Model was admitted
-    the same second."""
+    the same second.
+
+    A loop rather than ``max`` over generators: this runs at every admission's evaluation, and
+    the generators cost 2.7-4.7 us against 0.5-0.8 us here (one declaration on the Model)."""
     stop = unexplained_stop(b.attempt)
     key = (b.namespace, b.name)
     for other_key in world.backfills_of_model(b.namespace, model):
