@@ -328,7 +328,8 @@ class Actor:
 
     def due(self, verb: str, ns: str, job: str) -> bool:
         """Whether a (re-)issued ``verb`` ("create", "delete", "suspend" or "resume") of Job
-        ``ns/job`` may go out now; marks it issued. The first is always due; then 1 s, 2 s, 4 s
+        ``ns/job``, or a "finalize" (the finalizer's release) of ModelBackfill ``ns/job``, may go
+        out now; marks it issued. The first is always due; then 1 s, 2 s, 4 s
         ... up to :data:`CANCEL_RETRY_MAX_SECONDS` apart for a delete, :data:`RETRY_MAX_SECONDS`
         for the others."""
         now = time.monotonic()
@@ -514,7 +515,8 @@ class Actor:
             if not self._cancel_in_flight(cmd.key, cmd.job_name, world, "ResumeJob") and self.due("resume", cmd.key[0], cmd.job_name):
                 self.suspend_job(cmd.key, cmd.job_name, False, job_uid(world, cmd.key, cmd.job_name), owner_uid(world, cmd.key))
         elif t is ReleaseFinalizer:
-            self.release_finalizer(cmd, world)
+            if self.due("finalize", cmd.key[0], cmd.key[1]):
+                self.release_finalizer(cmd, world)
         else:  # pragma: no cover - Admit, Resume, Block, Unblock are batched by execute; Cancel is the preemptor's
             raise TypeError(f"not dispatched one by one: {cmd!r}")
 

@@ -180,8 +180,15 @@ def _evaluate(world: World, key: Key, now: datetime, reserved: dict | None = Non
         if hit is not None:
             return _delete_suspended(key, b, b.attempt, hit)
     if b.deleting:
-        cmds = () if b.finalizer_released else (ReleaseFinalizer(key, b.uid),)
-        return Verdict(WAITING, DELETED, "the ModelBackfill is being deleted", cmds)
+        if b.finalizer_released:
+            return Verdict(WAITING, DELETED, "the ModelBackfill is being deleted", ())
+        # Re-issued every second until FinalizerReleased is in the log (the actor paces the
+        # calls like a re-issued Job call): an admission policy refusing the update once no
+        # longer leaves the object stuck until the resync (an adversarial trial: 60 s).
+        return Verdict(
+            WAITING, DELETED, "the ModelBackfill is being deleted", (ReleaseFinalizer(key, b.uid),),
+            wake_at=plus_seconds(now, CANCEL_RECHECK_SECONDS),
+        )
     blocked = block_reason(world, b)
     if blocked is not None:
         cmds = () if b.blocked == blocked else (Block(key, blocked[0], blocked[1], block_cause(world, b, blocked[0]), b.uid, b.generation),)
