@@ -22,6 +22,41 @@ def log_of(controller: Any) -> list[tuple[int, Any]]:
     return list(zip((r.position for r in rows), decode_many([(r.type, r.version, r.data) for r in rows])))
 
 
+class AdmissionPolicy:
+    """A ValidatingAdmissionPolicy + binding (in-process CEL admission: no webhook server) that
+    refuses ``operations`` on ``resource`` of API group ``group`` in namespace ``ns`` unless
+    ``expression`` holds, answering ``reason`` (``Invalid``: 422, ``Forbidden``: 403) and
+    ``message``. :meth:`remove` lifts it."""
+
+    def __init__(self, api: client.ApiClient, ns: str, name: str, group: str, version: str, resource: str,
+                 operations: list[str], expression: str, message: str, reason: str) -> None:  # fmt: skip
+        self.ar, self.name = client.AdmissionregistrationV1Api(api), name
+        self.ar.create_validating_admission_policy({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy", "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [
+                    {"apiGroups": [group], "apiVersions": [version], "operations": operations, "resources": [resource]}
+                ]},
+                "validations": [{"expression": expression, "message": message, "reason": reason}],
+            },
+        })  # fmt: skip
+        self.ar.create_validating_admission_policy_binding({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": name},
+            "spec": {"policyName": name, "validationActions": ["Deny"], "matchResources": {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}},
+        })  # fmt: skip
+
+    def remove(self) -> None:
+        """Delete the binding and the policy (either may be gone already)."""
+        for delete in (self.ar.delete_validating_admission_policy_binding, self.ar.delete_validating_admission_policy):
+            try:
+                delete(self.name)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+
+
 class LeaderSwitch:
     """A leader elector stand-in for two controllers in one test: ``leading`` is the switch."""
 

@@ -17,32 +17,17 @@ from kubernetes.client.exceptions import ApiException
 from backfill.core import events as ev
 from backfill.core.events import decode_many
 
-from .conftest import wait_for
+from .conftest import AdmissionPolicy, wait_for
 
 pytestmark = pytest.mark.kube
 
 
-class JobPolicy:
-    """A ValidatingAdmissionPolicy + binding that refuses Jobs in one namespace matching ``expression``."""
+class JobPolicy(AdmissionPolicy):
+    """An :class:`AdmissionPolicy` that refuses Job creates in the test's namespace unless ``expression`` holds."""
 
     def __init__(self, kube, expression: str, message: str, reason: str) -> None:
-        self.kube, self.name = kube, f"refuse-jobs-{kube.ns}"
-        self.ar = client.AdmissionregistrationV1Api(kube.api)
-        self.ar.create_validating_admission_policy({
-            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy", "metadata": {"name": self.name},
-            "spec": {
-                "failurePolicy": "Fail",
-                "matchConstraints": {"resourceRules": [
-                    {"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["jobs"]}
-                ]},
-                "validations": [{"expression": expression, "message": message, "reason": reason}],
-            },
-        })
-        self.ar.create_validating_admission_policy_binding({
-            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": self.name},
-            "spec": {"policyName": self.name, "validationActions": ["Deny"], "matchResources": {
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": kube.ns}}}},
-        })
+        super().__init__(kube.api, kube.ns, f"refuse-jobs-{kube.ns}", "batch", "v1", "jobs", ["CREATE"], expression, message, reason)
+        self.kube = kube
 
     def active(self, image: str) -> bool:
         """True once a dry-run create of a Job with ``image`` is refused (the policy is loaded)."""
@@ -53,14 +38,6 @@ class JobPolicy:
             return False
         except ApiException as exc:
             return exc.status in (403, 422)
-
-    def remove(self) -> None:
-        for delete in (self.ar.delete_validating_admission_policy_binding, self.ar.delete_validating_admission_policy):
-            try:
-                delete(self.name)
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
 
 
 @pytest.fixture

@@ -12,45 +12,14 @@ from __future__ import annotations
 import time
 
 import pytest
-from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from backfill.controller.actor import FINALIZER
 from backfill.core import events as ev
 
-from .conftest import GROUP, VERSION, log_of, wait_for
+from .conftest import GROUP, VERSION, AdmissionPolicy, log_of, wait_for
 
 pytestmark = pytest.mark.kube
-
-
-class UpdatePolicy:
-    """Refuses every UPDATE of a ModelBackfill (not its status subresource) in one namespace."""
-
-    def __init__(self, api: client.ApiClient, ns: str) -> None:
-        self.ar, self.name = client.AdmissionregistrationV1Api(api), f"refuse-mb-updates-{ns}"
-        self.ar.create_validating_admission_policy({
-            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy", "metadata": {"name": self.name},
-            "spec": {
-                "failurePolicy": "Fail",
-                "matchConstraints": {"resourceRules": [
-                    {"apiGroups": [GROUP], "apiVersions": [VERSION], "operations": ["UPDATE"], "resources": ["modelbackfills"]}
-                ]},
-                "validations": [{"expression": "false", "message": "updates of ModelBackfills are frozen", "reason": "Forbidden"}],
-            },
-        })  # fmt: skip
-        self.ar.create_validating_admission_policy_binding({
-            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": self.name},
-            "spec": {"policyName": self.name, "validationActions": ["Deny"], "matchResources": {
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}},
-        })  # fmt: skip
-
-    def remove(self) -> None:
-        for delete in (self.ar.delete_validating_admission_policy_binding, self.ar.delete_validating_admission_policy):
-            try:
-                delete(self.name)
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
 
 
 def _refused(kube, name: str) -> bool:
@@ -70,7 +39,8 @@ def test_a_refused_finalizer_release_is_re_sent_once_the_refusals_end(kube, star
     c = start_controller(resync_seconds=600)  # the resync cannot be what releases it
     kube.backfill("held", idleFor="1h")  # waits: no Job, only the finalizer to release
     wait_for(lambda: FINALIZER in (kube.get("modelbackfills", "held")["metadata"].get("finalizers") or []), what="finalizer added")
-    policy = UpdatePolicy(kube.api, kube.ns)
+    policy = AdmissionPolicy(kube.api, kube.ns, f"refuse-mb-updates-{kube.ns}", GROUP, VERSION, "modelbackfills", ["UPDATE"],
+                             "false", "updates of ModelBackfills are frozen", "Forbidden")  # not the status subresource
     try:
         wait_for(lambda: _refused(kube, "held"), timeout=15, what="the policy refuses updates")
         kube.custom.delete_namespaced_custom_object(GROUP, VERSION, kube.ns, "modelbackfills", "held")
