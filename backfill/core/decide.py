@@ -250,7 +250,7 @@ def _evaluate(world: World, key: Key, now: datetime, reserved: dict | None = Non
     if last is not None and last.suspended:  # issue 11: the admission resumes the same Job
         resume = Resume(key, b.uid, last.number, last.segment + 1, b.generation, last.job_name, spec.model_ref, m.node, cause)
         return Verdict(STARTING, RESUMING, f"resuming attempt {last.number} (segment {resume.segment})", unblock + (resume,), None, since)
-    attempt = b.attempts + 1
+    attempt = max(b.attempts, b.names_taken) + 1  # past any Job another log left under an attempt's name
     name = job_name(b.name, b.uid, attempt)
     admit = Admit(key, b.uid, attempt, b.generation, name, spec.model_ref, m.node, cause)
     return Verdict(STARTING, "Admitted", f"admitting attempt {attempt}", unblock + (admit,), None, since)

@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable
 from . import conditions
 from . import events as ev
 from . import indexes
-from .jobtemplate import gpu_requests, template_problem
+from .jobtemplate import attempt_of_job_name, gpu_requests, template_problem
 from .spec import INVALID_SPEC, SpecProblem, parse_spec
 from .state import (
     LIVE,
@@ -502,8 +502,19 @@ def _unexplained(w: World, e: ev._JobEvent, pos: int) -> World:
     if orphan is not None:
         return orphan
     b = w.backfills.get((e.namespace, e.backfill))
-    if b is None or not e.owned:
-        return _at(w, pos)  # not a known backfill's, or only labelled as one: somebody else's
+    if b is None:
+        return _at(w, pos)  # not a known backfill's
+    taken = attempt_of_job_name(e.name, b.name, b.uid)
+    if taken > b.attempts and taken > b.names_taken:
+        # A Job (ours or not, live or finished) under the name of an attempt this log never
+        # admitted: another log of this ModelBackfill made it (a fresh schema, a restored
+        # database). The next attempt is numbered past it: its create would have found this
+        # Job (AlreadyExists), whose JobCreated is in the log already, and waited in Starting
+        # for ever (a new user's trial), then its cancel deleted that finished Job.
+        b = replace(b, names_taken=taken)
+        w = _put_backfill(w, b, pos)
+    if not e.owned:
+        return _at(w, pos)  # only labelled as the backfill's: somebody else's
     listed = any(name == e.name for name, _ in b.unexplained)
     if type(e) in _TERMINATING and not listed:
         # Being deleted, and not listed: its JobCreated (always translated before it, keyed by

@@ -76,6 +76,16 @@ def job_name(backfill: str, uid: str, attempt: int) -> str:
     return backfill.replace(".", "-")[: _MAX_JOB_NAME - len(suffix)].rstrip("-") + suffix
 
 
+def attempt_of_job_name(name: str, backfill: str, uid: str) -> int:
+    """The attempt number ``n`` whose :func:`job_name` for ``backfill`` (uid ``uid``) is
+    ``name``, or 0 when ``name`` is no attempt's name of that ModelBackfill."""
+    tail = name.rpartition("-")[2]
+    if not (0 < len(tail) <= 9 and tail.isascii() and tail.isdigit()):
+        return 0
+    n = int(tail)
+    return n if n > 0 and job_name(backfill, uid, n) == name else 0
+
+
 def backfill_label_value(backfill: str) -> str:
     """The value of :data:`BACKFILL_LABEL` for a ModelBackfill name (valid for any name the CRD takes).
 

@@ -35,7 +35,7 @@ Key = tuple[str, str]
 #: differently): snapshots of another version are never read, start-up refolds from the log.
 #: Shape changes (fields, event types, event versions) change the fingerprint by themselves
 #: (:func:`backfill.store.projection.code_version`).
-STATE_VERSION = 12  # 2: run segments of resumable (Indexed) attempts, issue 11; 3: unchanged re-deliveries
+STATE_VERSION = 13  # 2: run segments of resumable (Indexed) attempts, issue 11; 3: unchanged re-deliveries
 #: (CronJob, gaming, lease) keep their first position; 4: a Job deleted before its cancel was
 #: recorded ends for the cancel condition that held (any, not only foreground demand), and a
 #: cancel recorded after the deletion it caused re-attributes the end; a request that does not
@@ -57,6 +57,7 @@ STATE_VERSION = 12  # 2: run segments of resumable (Indexed) attempts, issue 11;
 #: caused by the Model's deletion (ModelState.gone_pos);
 #: 11: the per-object records are msgspec Structs (state.Record): a pickle of the NamedTuples before is not read
 #: 12: Attempt.seen_suspended keeps a SeenSuspension, never the event (a compiled form did not pickle)
+#: 13: a Job seen under the name of an attempt this log never admitted numbers the next attempt past it (names_taken)
 
 _EMPTY: Mapping[Any, Any] = immutables.Map()  # shared, immutable default of every World map
 _NO_SPEC: Mapping[str, Any] = MappingProxyType({})
@@ -306,6 +307,11 @@ class BackfillState(Record):
         unexplained: ``(job name, job uid)`` of the Jobs this ModelBackfill owns that exist,
             have not ended, and that none of its logged attempts explains (sorted): ``decide``
             deletes them and admits nothing meanwhile (``fold._unexplained``).
+        names_taken: the highest attempt number whose Job name (``job_name(name, uid, n)``)
+            was observed on a Job this log's attempts did not make (a finished Job another log
+            of the same ModelBackfill left: a fresh schema, a restored database); ``decide``
+            numbers the next attempt past it and ``attempts``, so its create never meets that
+            Job (0: none).
     """
 
     namespace: str
@@ -326,6 +332,7 @@ class BackfillState(Record):
     finalizer_released: bool = False
     rejection: CreateRejection | None = None
     unexplained: tuple[tuple[str, str], ...] = ()
+    names_taken: int = 0
 
     @property
     def key(self) -> Key:

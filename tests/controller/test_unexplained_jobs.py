@@ -160,3 +160,31 @@ def test_our_job_with_its_name_label_removed_is_still_followed_and_cancelled(kub
     assert [j.metadata.name for j in all_jobs] == [name], "a second Job beside the relabelled one"
     kube.set_status("models", "gemma", {"lastActiveTime": ts(now_s())})
     wait_for(lambda: kube.job_going(name), timeout=10, what="the Job deleted")
+
+
+def test_a_finished_job_another_log_left_under_an_attempts_name_is_stepped_over(kube, start_controller):
+    """A new user's trial: a controller on a fresh schema beside the finished Job that an earlier
+    schema's attempt 2 left. Its own attempt 2 got the same name, the create met that Job
+    (AlreadyExists), whose JobCreated was in the log already: ``Starting`` for ever, no retry,
+    and a later cancel deleted the old finished Job. Now the attempt after the taken name is
+    created, and the finished Job stays."""
+    from backfill.core.jobtemplate import job_name
+
+    kube.cronjob("model-eval-gauntlet")
+    kube.model("gemma", node="node-names-taken")
+    kube.backfill("mbf", idleFor="2s")
+    uid = kube.get("modelbackfills", "mbf")["metadata"]["uid"]
+    old = job_name("mbf", uid, 1)
+    _foreign_job(kube, "mbf", old)
+    done = now_s()
+    kube.job_status(old, {"startTime": ts(done), "completionTime": ts(done), "succeeded": 1, "conditions": [
+        {"type": "SuccessCriteriaMet", "status": "True", "lastTransitionTime": ts(done)},
+        {"type": "Complete", "status": "True", "lastTransitionTime": ts(done)}]})  # fmt: skip
+    controller = start_controller()
+    new = job_name("mbf", uid, 2)
+    wait_for(lambda: kube.job(new) is not None, timeout=20, what="attempt 2's Job created")
+    st = wait_for(lambda: (s := kube.status("mbf")).get("jobName") == new and s.get("phase") == "Running" and s, timeout=10,
+                  what="Running with attempt 2's Job")  # fmt: skip
+    assert st["attempts"] == 2
+    assert kube.job(old) is not None, "the earlier log's finished Job was deleted"
+    assert [e.attempt for e in _events_of(controller, ev.AttemptAdmitted)] == [2]
