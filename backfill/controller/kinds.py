@@ -45,7 +45,9 @@ class Kind:
             (bounded wait, :class:`~backfill.controller.watchers.Watcher`). Jobs list after the
             foreground signals: after a restart, a Job deleted while nobody watched is folded
             *after* the demand that preempted it, so its run ends ``preempted``, not
-            ``cancelled`` (the projector judges a vanished Job by the demand it has seen).
+            ``cancelled`` (the projector judges a vanished Job by the demand it has seen); and
+            after the declarations: on a fresh log, a Job another log left is folded with its
+            ModelBackfill known (unexplained if live, its name taken if finished), not ignored.
         all_namespaces: a node-level signal, listed and watched across every namespace even by a
             namespaced controller (``settings.namespace``): a GamingSession is gaming intent for
             its node and a GPULease blocks its node and shared group whichever namespace holds
@@ -144,12 +146,12 @@ KINDS: tuple[Kind, ...] = (
         lambda w: [(ns, n, "") for (ns, n) in w.leases], _vanish("lease"), all_namespaces=True,
     ),
     Kind(
-        "job", "jobs", False, lambda t: t.job, _known_jobs, _job_vanished, _job_list_name,
-        lists_after=("model", "gamingsession", "gpulease"),
-    ),
-    Kind(
         "backfill", "modelbackfills", True, lambda t: t.backfill,
         lambda w: [(b.namespace, b.name, b.uid) for b in w.backfills.values() if not b.gone], _vanish("backfill"),
+    ),
+    Kind(
+        "job", "jobs", False, lambda t: t.job, _known_jobs, _job_vanished, _job_list_name,
+        lists_after=("model", "gamingsession", "gpulease", "backfill"),
     ),
 )
 """Every watched kind, in start order (templates and models before the declarations using them)."""

@@ -48,7 +48,7 @@ def _listing(kind_name: str, order: list, release: threading.Event | None = None
 
 
 def test_the_job_kind_lists_after_every_foreground_signal():
-    assert set(BY_NAME["job"].lists_after) == {"model", "gamingsession", "gpulease"}
+    assert set(BY_NAME["job"].lists_after) == {"model", "gamingsession", "gpulease", "backfill"}
     names = [k.name for k in KINDS]
     assert all(names.index(k) < names.index("job") for k in BY_NAME["job"].lists_after), "start order"
 
