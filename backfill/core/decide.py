@@ -160,6 +160,23 @@ def _evaluate(world: World, key: Key, now: datetime, reserved: dict | None = Non
             cancel = Cancel(key, b.uid, a.number, a.job_name, hit.reason, hit.message, hit.cause, False, a.segment)
             return Verdict(CANCELLING, hit.reason, hit.message, (cancel,))
         if a.lifecycle == STARTING and a.segment > 1:
+            seen = a.seen_suspended
+            if seen is not None:
+                # Observed suspended again after this resume's decision, nothing in the log
+                # saying why (a stale status, or a preemption whose report and decision were
+                # lost with their leader: an adversarial trial saw the restarted controller
+                # resume at once). Fail-closed: no resume call before a fresh full idle window
+                # from the later of the observation and the decision; a resume that already
+                # took effect is observed (JobResumed) and runs on meanwhile.
+                start = seen.at if seen.at > a.admitted_at else a.admitted_at
+                due = plus_seconds(start, b.spec.idle_for if b.spec is not None else 0.0)
+                if now < due:
+                    return Verdict(
+                        STARTING, RESUMING,
+                        f"Job {a.job_name} was observed suspended after its resume and nothing in the event log explains it: "
+                        "resuming it after a fresh idle window",
+                        (), wake_at=due,
+                    )  # fmt: skip
             return Verdict(
                 STARTING, RESUMING, f"resuming Job {a.job_name} (segment {a.segment})", (ResumeJob(key, a.job_name),),
                 wake_at=plus_seconds(now, RETRY_SECONDS),

@@ -417,6 +417,34 @@ def test_a_re_suspension_observed_while_the_resume_is_under_way_is_taken_by_its_
     assert _audit(log).divergences == []
 
 
+def test_a_suspension_nothing_explains_while_the_resume_is_under_way_is_not_resumed_before_a_fresh_window():
+    """An adversarial trial: a resume decided (its Job not yet observed resumed), then an ingest
+    report while PostgreSQL was stopped: the preemptor suspended the Job, the report and the
+    decision were spooled and lost with a SIGKILL. The restarted controller saw only the Job
+    suspended again and re-sent the resume at once (7-8 s after the demand)."""
+    log, admit, cancel = suspended_log()
+    job = admit.job_name
+    log.cancel(cancel, 800.5).job("JobSuspended", job, 803, completed_indexes="0-1", episode="rv1")
+    resume = _one(log.decide(800.5 + IDLE), Resume)
+    log.admit(resume, 800.5 + IDLE)  # 1400.5
+    assert any(isinstance(c, ResumeJob) for c in log.decide(1401))  # the resume call, re-sent until observed
+    log.job("JobSuspended", job, 1404, completed_indexes="0-1", episode="rv2")  # the lost preemption's
+    a = _attempt(log)
+    assert (a.lifecycle, a.segment) == (STARTING, 2) and a.seen_suspended is not None
+    for at in (1405, 1404 + IDLE - 1):
+        cmds = log.decide(at)
+        assert not [c for c in cmds if isinstance(c, (ResumeJob, Resume, Admit))], at
+        assert WakeAt(KEY, t(1404 + IDLE)) in cmds
+        assert status_of(log.world, KEY, t(at))["reason"] == "Resuming"
+    assert any(isinstance(c, ResumeJob) for c in log.decide(1404 + IDLE))  # a fresh full window after the observation
+    # demand meanwhile is a preemption as ever: its decision takes the observation (Suspended)
+    log.request(1500)
+    again = _one(log.decide(1500.5), Cancel)
+    log.cancel(again, 1500.5)
+    assert (_attempt(log).lifecycle, _attempt(log).segment_reason) == (SUSPENDED, "ForegroundDemand")
+    assert _audit(log).divergences == []
+
+
 def test_a_stale_suspended_status_while_the_resume_is_under_way_changes_nothing_until_resumed():
     log, admit, cancel = suspended_log()
     job = admit.job_name
