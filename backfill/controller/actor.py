@@ -262,6 +262,7 @@ class Actor:
         self._written: dict[tuple[str, str], Mapping[str, Any]] = {}
         self._lock = threading.Lock()
         self._pace: dict[tuple[str, str, str], tuple[float, float]] = {}  # (verb, ns, job) -> (next allowed, pause)
+        self._suspend_rounds: dict[tuple[str, str], int] = {}  # (ns, job) -> the suspend round last paced
         self._terminating_noted: set[tuple[str, str]] = set()  # (ns, job) whose JobTerminating Event was sent
         self._suspension_noted: set[tuple[str, str]] = set()  # (ns, job) whose JobSuspended cancel was said
         self._unexplained_noted: set[tuple[str, str]] = set()  # (ns, job) whose UnexplainedJob Event was sent
@@ -344,6 +345,28 @@ class Actor:
                 for k in sorted(self._pace, key=lambda k: self._pace[k][0])[:5_000]:
                     del self._pace[k]
             return True
+
+    def suspend_due(self, ns: str, job: str, round_: int) -> bool:
+        """:meth:`due` of a re-issued suspend of round ``round_`` (``SuspendJob.round``): a new
+        round's first call (someone else resumed the Job since) is due at once, whatever the
+        pause the last round's re-sends reached (an adversarial trial: a foreign resume was
+        suspended again 26 s later, on a back-off carried over)."""
+        with self._lock:
+            last = self._suspend_rounds.get((ns, job))
+            self._suspend_rounds[(ns, job)] = round_
+            if last is not None and last != round_:
+                self._pace.pop(("suspend", ns, job), None)
+            if len(self._suspend_rounds) > 10_000:  # forget the rest (Jobs long gone)
+                self._suspend_rounds = {(ns, job): round_}
+        return self.due("suspend", ns, job)
+
+    def restart_pace(self, verb: str, ns: str, job: str) -> None:
+        """Forget the pace of ``verb`` on Job ``ns/job``: a new cancel's calls start at 1 s
+        again, not at the pause an earlier cancel of the same Job reached."""
+        with self._lock:
+            self._pace.pop((verb, ns, job), None)
+            if verb == "suspend":
+                self._suspend_rounds.pop((ns, job), None)
 
     def hurry_cancels(self) -> None:
         """Make every paced DELETE and suspend due at once (then 1 s, 2 s ... apart again): the
@@ -501,7 +524,7 @@ class Actor:
                     self._note_terminating(cmd, world)
                 self.delete_job(cmd.key, cmd.job_name, job_uid(world, cmd.key, cmd.job_name), owner_uid(world, cmd.key))
         elif t is SuspendJob:
-            if self.due("suspend", cmd.key[0], cmd.job_name):
+            if self.suspend_due(cmd.key[0], cmd.job_name, cmd.round):
                 b = world.backfills.get(cmd.key)
                 a = b.attempt if b is not None else None
                 log.info(
@@ -681,7 +704,9 @@ class Actor:
             log.info("not the leader any more: cancels skipped")
             return
         for c in cmds:
-            self.due("suspend" if c.suspend else "delete", c.key[0], c.job_name)  # this is the first one
+            verb = "suspend" if c.suspend else "delete"
+            self.restart_pace(verb, c.key[0], c.job_name)  # a new cancel: not an earlier one's back-off
+            self.due(verb, c.key[0], c.job_name)  # this is the first one
             self.window.begin()
             self._pool.submit(self._cancel_one, c, job_uid(world, c.key, c.job_name))
 
@@ -691,19 +716,21 @@ class Actor:
         for c in cmds:
             self.statuses.submit(c.key, c.status)
 
-    def preempt_again(self, cmds: list[Any], world: World) -> None:
+    def preempt_again(self, cmds: list[Any], world: World, failed: bool = True) -> None:
         """Re-send, on the "job-deletes" pool, the calls of cancels whose call failed
-        (``DeleteJob`` / ``SuspendJob`` from the preemptor's projection; each paced by
-        :meth:`due`); a failure asks the preemptor to retry again. Never raises, never touches
-        the store."""
+        (``failed``), or the suspends the preemptor re-asserts from memory (a Job someone else
+        resumed while the store is away: not ``failed``): ``DeleteJob`` / ``SuspendJob`` from
+        the preemptor's projection, each paced by :meth:`due` (:meth:`suspend_due`); a failure
+        asks the preemptor to retry again. Never raises, never touches the store."""
         try:
             self._guard()
         except NotLeader:
             return
         for c in cmds:
             suspend = isinstance(c, SuspendJob)
-            if not self.due("suspend" if suspend else "delete", c.key[0], c.job_name):
-                self._preempt_failed(c.key)  # not yet: ask again after the pause
+            if not (self.suspend_due(c.key[0], c.job_name, c.round) if suspend else self.due("delete", c.key[0], c.job_name)):
+                if failed:
+                    self._preempt_failed(c.key)  # not yet: ask again after the pause
                 continue
             self.window.begin()
             self._pool.submit(self._again_one, c, suspend, job_uid(world, c.key, c.job_name), owner_uid(world, c.key))
@@ -723,7 +750,7 @@ class Actor:
             self._preempt_failed(c.key)
             return
         log.info(
-            f"{'suspended' if suspend else 'deleted'} Job {c.job_name} (a cancel re-sent from memory after its call failed)",
+            f"{'suspended' if suspend else 'deleted'} Job {c.job_name} (a cancel's call re-sent from memory)",
             extra={"backfill": f"{c.key[0]}/{c.key[1]}", "decision": "AttemptCancelled"},
         )
 

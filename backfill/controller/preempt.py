@@ -72,9 +72,11 @@ class Preemptor:
         spool: where observations wait for the store, and where cancel decisions go.
         execute: ``(cancels: [Cancel], world) -> None`` deletes the Jobs (the actor), raising
             nothing.
-        execute_again: ``(commands: [DeleteJob | SuspendJob], world) -> None`` re-sends the
-            calls of cancels whose first call failed (see :meth:`retry`), raising nothing;
-            None: the reconcile loop's re-issue (needs the store) is the only one.
+        execute_again: ``(commands: [DeleteJob | SuspendJob], world, failed=True) -> None``
+            re-sends the calls of cancels whose first call failed (see :meth:`retry`), and with
+            ``failed`` False the suspends of Suspending attempts the pass decided (a Job someone
+            else resumed), raising nothing; None: the reconcile loop's re-issue (needs the
+            store) is the only one.
         can_act: the leader check (in memory; never a round trip).
         clock: aware UTC now.
         scope: decide only for backfills in this namespace (a namespaced controller); None: all.
@@ -94,7 +96,7 @@ class Preemptor:
         can_act: Callable[[], bool],
         clock: Callable[[], datetime],
         scope: str | None = None,
-        execute_again: Callable[[list[Any], World], None] | None = None,
+        execute_again: Callable[..., None] | None = None,
         statuses: Callable[[list[WriteStatus]], None] | None = None,
     ) -> None:
         self._scope = scope
@@ -307,6 +309,12 @@ class Preemptor:
             redo = [r for r in (self._resend(c, again, opt) for c in decided) if r is not None]
             if redo:
                 self._execute_again(redo, opt)
+            # A suspending attempt's suspend, re-asserted from memory (paced by the actor): a Job
+            # someone else resumed is suspended again while the store is away (an adversarial
+            # trial: it ran 82 s, until PostgreSQL came back and the loop re-issued it).
+            assert_ = [c for c in decided if isinstance(c, SuspendJob) and c.key not in again]
+            if assert_:
+                self._execute_again(assert_, opt, False)
         if not cancels:
             self._write_statuses(opt, now, wanted)
             return []

@@ -74,10 +74,13 @@ class DeleteJob(msgspec.Struct, frozen=True, gc=False):
 
 class SuspendJob(msgspec.Struct, frozen=True, gc=False):
     """Re-issue ``spec.suspend: true`` on a suspending attempt's Job until it is observed
-    suspended (paced like :class:`DeleteJob`; NotFound observes ``JobDeleted``)."""
+    suspended (paced like :class:`DeleteJob`; NotFound observes ``JobDeleted``). ``round``: the
+    attempt's :attr:`~backfill.core.state.Attempt.suspend_round`; the first call of a new round
+    (someone else resumed the Job) goes out at once, whatever the pace of the last."""
 
     key: Key
     job_name: str
+    round: int = 0
 
 
 class Resume(msgspec.Struct, frozen=True, gc=False):

@@ -317,7 +317,7 @@ def _suspending(world: World, key: Key, b: BackfillState, a: Attempt, now: datet
         CANCELLING,
         a.cancel_reason,
         a.cancel_message or f"preempted; suspending Job {a.job_name} (completed indexes are kept)",
-        (SuspendJob(key, a.job_name),),
+        (SuspendJob(key, a.job_name, a.suspend_round),),
         wake_at=plus_seconds(now, CANCEL_RECHECK_SECONDS),
     )
 

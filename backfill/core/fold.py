@@ -798,6 +798,7 @@ def _cancel_decided(a: Attempt, e: ev.AttemptCancelled, pos: int) -> Attempt:
     return replace(a,
         lifecycle=SUSPENDING if e.suspend else CANCELLING,
         suspend=e.suspend,
+        suspend_round=a.suspend_round + 1 if e.suspend else a.suspend_round,
         cancel_reason=e.reason,
         cancel_message=e.message,
         cancelled_at=e.at,
@@ -935,7 +936,8 @@ def _suspension_before_decision(w: World, b: BackfillState, a: Attempt, e: ev.Jo
     if reason == FOREGROUND_DEMAND:  # as a foreground cancel does (_fold_cancelled)
         w = _busy_at_least(w, (b.namespace, a.model), e.at, pos)
         b = w.backfills[(b.namespace, b.name)]
-    a = replace(a, lifecycle=SUSPENDING, suspend=True, cancel_reason=reason, cancel_message=message, cancel_pos=cause)
+    a = replace(a, lifecycle=SUSPENDING, suspend=True, cancel_reason=reason, cancel_message=message, cancel_pos=cause,
+                suspend_round=a.suspend_round + 1)
     return _suspension_observed(w, b, a, e, pos)
 
 
@@ -974,7 +976,7 @@ def _fold_job_resumed(w: World, e: ev.JobResumed, pos: int) -> World:
         a = _progress(replace(a, lifecycle=RUNNING, segment_started_at=at, seen_suspended=None), e.completed_indexes, e.at)
         return _put_attempt(w, b, a, pos)
     if a.lifecycle == SUSPENDED:
-        return _put_attempt(w, b, replace(a, lifecycle=SUSPENDING), pos)
+        return _put_attempt(w, b, replace(a, lifecycle=SUSPENDING, suspend_round=a.suspend_round + 1), pos)
     return _at(w, pos)
 
 

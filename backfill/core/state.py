@@ -57,7 +57,8 @@ STATE_VERSION = 13  # 2: run segments of resumable (Indexed) attempts, issue 11;
 #: caused by the Model's deletion (ModelState.gone_pos);
 #: 11: the per-object records are msgspec Structs (state.Record): a pickle of the NamedTuples before is not read
 #: 12: Attempt.seen_suspended keeps a SeenSuspension, never the event (a compiled form did not pickle)
-#: 13: a Job seen under the name of an attempt this log never admitted numbers the next attempt past it (names_taken)
+#: 13: a Job seen under the name of an attempt this log never admitted numbers the next attempt past it (names_taken);
+#: Attempt.suspend_round counts its entries into Suspending
 
 _EMPTY: Mapping[Any, Any] = immutables.Map()  # shared, immutable default of every World map
 _NO_SPEC: Mapping[str, Any] = MappingProxyType({})
@@ -207,6 +208,10 @@ class Attempt(Record):
     ``job_gone``: the ended attempt's Job (its uid) was observed deleted afterwards
     (``ttlSecondsAfterFinished``, a hand's delete): status no longer names it (README:
     ``status.jobName`` names the attempt's Job while it exists).
+    ``suspend_round``: how many times the attempt entered Suspending (a suspending cancel, a
+    suspension nothing explained, a resume by someone else): the actor paces the re-sent suspends
+    of one round, and sends a new round's first at once (an adversarial trial: a foreign resume
+    re-suspended 26 s late, on the back-off of an earlier round).
     """
 
     number: int
@@ -242,6 +247,7 @@ class Attempt(Record):
     first_admitted_at: datetime | None = None
     resumable: bool = False
     seen_suspended: SeenSuspension | None = None
+    suspend_round: int = 0
     job_gone: bool = False
 
     @property

@@ -441,3 +441,30 @@ def test_stopping_with_records_the_store_refused_says_how_many_are_dropped(caplo
     (record,) = [r for r in caplog.records if "spooled record" in r.getMessage()]
     assert record.getMessage().startswith("stopping with 3 spooled record(s) the event log did not accept; they are dropped (")
     assert _events(store) == []
+
+
+def test_a_job_someone_else_resumes_is_suspended_again_from_memory_while_the_store_is_away():
+    """An adversarial trial: with PostgreSQL stopped, a suspended Job (``preemption: Suspend``)
+    that someone resumed ran 82 s, until the store came back and the loop re-issued the
+    suspend; the preemptor folded the resume but re-sent only calls that had failed."""
+    from ..core.builders import t
+    from ..core.test_resumable import suspended_log
+
+    log, admit, cancel = suspended_log()
+    log.cancel(cancel, 800.5).job("JobSuspended", admit.job_name, 803, completed_indexes="0-1", episode="rv1")
+    durable = log.world
+    assert durable.backfills[cancel.key].attempt.lifecycle == "Suspended"
+    spool = Spool(lambda records: (_ for _ in ()).throw(ConnectionError("down")), lambda keys: {}, lambda: None,
+                  backoff_initial=0.01, backoff_max=0.05)  # fmt: skip
+    sent: list = []
+    pre = Preemptor(
+        lambda: durable, spool, lambda cmds, world: None, lambda: True, lambda: t(900),
+        execute_again=lambda cmds, world, failed=True: sent.append(([(type(c).__name__, c.job_name) for c in cmds], failed)),
+    )  # fmt: skip
+    pre.run_once()
+    assert sent == []  # suspended, and nothing new
+    resumed = ev.JobResumed(at=t(850), namespace=cancel.key[0], backfill="b", name=admit.job_name, uid=f"uid-{admit.job_name}", episode="x")
+    spool.put([(resumed, resumed.natural_key())])
+    pre.run_once()
+    assert sent == [([("SuspendJob", admit.job_name)], False)]
+    spool.stop()

@@ -76,3 +76,30 @@ def test_demand_while_the_store_is_away_suspends_at_once(kube: Kube, player: Job
     assert (resume.attempt, resume.segment, resume.job_name) == (1, 2, job)
     assert cluster_invariants(kube) == []
     assert_replay_clean(pg.url, schema)
+
+
+def test_a_job_someone_else_resumes_while_the_store_is_away_is_suspended_again_at_once(kube: Kube, player: JobPlayer, controllers):
+    """An adversarial trial: with PostgreSQL stopped, a suspended Job that someone else resumed
+    (``spec.suspend: false``, the Job controller's ``JobResumed``) ran 82 s, until the store
+    came back: only the reconcile loop, which waits for the store, re-issued the suspend."""
+    pg, schema = controllers.pg, controllers.schema
+    _indexed_cronjob(kube)
+    kube.model("gemma", node="node-0")
+    kube.backfill("bf", model="gemma", template=TEMPLATE, idleFor="2s", preemption="Suspend")
+    proc = controllers().start()
+    proc.wait_ready()
+    job = start_running(kube, player, "bf")  # no resume of ours while the store is stopped (fail-closed)
+    indexed = IndexedJobPlayer(kube, job)
+    with store_fault(pg, schema, "stop"):
+        demand(kube, "gemma")
+        timed(lambda: indexed.spec_suspend() is True, timeout=CANCEL_BOUND_SECONDS, what=f"Job {job} suspended")
+        indexed.suspended(now_s())
+        time.sleep(1.5)  # observed suspended (in memory)
+        kube.batch.patch_namespaced_job(job, kube.ns, {"spec": {"suspend": False}})  # someone else resumes it
+        indexed.resumed(now_s())
+        t0 = time.monotonic()
+        seconds = timed(lambda: indexed.spec_suspend() is True, timeout=CANCEL_BOUND_SECONDS,
+                        what=f"Job {job} suspended again with the store stopped")  # fmt: skip
+        print(f"store stopped: a resume by someone else -> Job {job} spec.suspend true again: {time.monotonic() - t0:.2f} s ({seconds:.2f} s)")
+        assert proc.alive, proc.tail()
+    assert cluster_invariants(kube) == []
