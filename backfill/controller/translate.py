@@ -407,7 +407,7 @@ class Translator:
                 # before the Job controller flips the condition leave its time unchanged), a
                 # resume by the condition's transition time (one per resume, not per status write).
                 if c.get("status") == "True" and suspend and not status.get("active"):
-                    out.append(ev.JobSuspended(at=when, completed_indexes=done, episode=_ident(obj)[3], **common))
+                    out.append(ev.JobSuspended(at=when, completed_indexes=done, episode=_ident(obj)[3], observed_at=now, **common))
                 elif c.get("status") == "False" and not suspend:
                     episode = str(c.get("lastTransitionTime") or _ident(obj)[3])
                     out.append(ev.JobResumed(at=when, completed_indexes=done, episode=episode, **common))

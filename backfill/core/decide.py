@@ -167,8 +167,10 @@ def _evaluate(world: World, key: Key, now: datetime, reserved: dict | None = Non
                 # lost with their leader: an adversarial trial saw the restarted controller
                 # resume at once). Fail-closed: no resume call before a fresh full idle window
                 # from the later of the observation and the decision; a resume that already
-                # took effect is observed (JobResumed) and runs on meanwhile.
-                start = seen.at if seen.at > a.admitted_at else a.admitted_at
+                # took effect is observed (JobResumed) and runs on meanwhile. The observation's
+                # own time: the condition's can be the earlier suspension's (a trial: resumed 7 s
+                # after the lost demand, the condition dated 2 minutes before).
+                start = max(seen.at, a.admitted_at, seen.observed_at or seen.at)
                 due = plus_seconds(start, b.spec.idle_for if b.spec is not None else 0.0)
                 if now < due:
                     return Verdict(

@@ -299,11 +299,15 @@ class JobSuspended(_JobEvent):
     work has stopped (issue 11). ``at`` is the condition's ``lastTransitionTime``;
     ``completed_indexes`` the Job's ``status.completedIndexes`` then (interval syntax);
     ``episode`` is the Job's resourceVersion: a re-delivery or relist of the same object is
-    stored once, a later change (another suspension) is a new fact."""
+    stored once, a later change (another suspension) is a new fact. ``observed_at``: when the
+    watcher saw it (UTC; None in a row written before it was kept): a resume and a re-suspend
+    before the Job controller flips the condition leave ``at`` at the earlier suspension's time
+    (an adversarial trial: a lost preemption's suspension dated 2 minutes before it)."""
 
     type: Literal["JobSuspended"] = "JobSuspended"
     completed_indexes: str = ""
     episode: str = ""
+    observed_at: UTCDateTime | None = None
 
     def natural_key(self) -> str | None:
         return f"job/{self.namespace}/{self.name}/{self.type}/{self.episode}"

@@ -930,7 +930,7 @@ def _suspension_before_decision(w: World, b: BackfillState, a: Attempt, e: ev.Jo
         # Our resume is under way: a stale status from before it took effect, or our re-suspend
         # whose cause and decision come later (a trial: stuck Suspending for ever when dropped).
         # Kept for that decision (:func:`_fold_suspend_decided`); an observed resume clears it.
-        return _put_attempt(w, b, replace(a, seen_suspended=SeenSuspension(at=e.at, completed_indexes=e.completed_indexes)), pos)
+        return _put_attempt(w, b, replace(a, seen_suspended=SeenSuspension(at=e.at, completed_indexes=e.completed_indexes, observed_at=e.observed_at)), pos)
     else:
         reason, message, cause = JOB_SUSPENDED, f"Job {a.job_name} was observed suspended; nothing in the event log explains it", pos
     if reason == FOREGROUND_DEMAND:  # as a foreground cancel does (_fold_cancelled)

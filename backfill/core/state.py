@@ -93,14 +93,16 @@ class Record(msgspec.Struct, frozen=True, gc=False):
 
 
 class SeenSuspension(Record):
-    """What :attr:`Attempt.seen_suspended` keeps of a ``JobSuspended`` observation: ``at`` (UTC)
-    and ``completed_indexes`` (interval syntax), all a later suspending decision folds of it.
+    """What :attr:`Attempt.seen_suspended` keeps of a ``JobSuspended`` observation: ``at`` (UTC),
+    ``completed_indexes`` (interval syntax), all a later suspending decision folds of it, and
+    ``observed_at`` (UTC, or None) from which ``decide`` holds the resume a fresh idle window.
     Never the event itself: a world holds values only (compared, and pickled by snapshots; an
     adversarial trial: the compiled form of a caught-up event was kept and no snapshot could be
     written)."""
 
     at: datetime
     completed_indexes: str = ""
+    observed_at: datetime | None = None
 
 
 class ModelState(Record):

@@ -299,3 +299,17 @@ def test_a_node_name_no_node_can_have_is_bounded_and_still_matches_its_model():
     same = {"metadata": _meta("m"), "spec": {"nodeSelector": {"kubernetes.io/hostname": huge}}}
     other = {"metadata": _meta("m"), "spec": {"nodeSelector": {"kubernetes.io/hostname": huge[:-1] + "x"}}}
     assert len(e.node) == 253 and e.node == model_node(same) != model_node(other)
+
+
+def test_a_suspended_job_says_when_it_was_observed_beside_its_conditions_time():
+    """A resume and a re-suspend before the Job controller flips ``Suspended`` leave the
+    condition's time at the earlier suspension: ``observed_at`` is the watcher's clock."""
+    owner = {"apiVersion": "ai.flexinfer/v1alpha2", "kind": "ModelBackfill", "name": "b", "uid": "bu", "controller": True}
+    stale = "2026-01-02T03:00:00Z"
+    job = {
+        "metadata": _meta("b-abcdef-1", uid="ju", rv="42", ownerReferences=[owner]),
+        "spec": {"suspend": True},
+        "status": {"active": 0, "conditions": [{"type": "Suspended", "status": "True", "lastTransitionTime": stale}]},
+    }
+    (suspended,) = [e for e, _ in Translator().job("MODIFIED", job, NOW) if isinstance(e, ev.JobSuspended)]
+    assert (suspended.at, suspended.observed_at, suspended.episode) == (datetime(2026, 1, 2, 3, 0, tzinfo=timezone.utc), NOW, "42")

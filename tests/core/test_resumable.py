@@ -428,7 +428,9 @@ def test_a_suspension_nothing_explains_while_the_resume_is_under_way_is_not_resu
     resume = _one(log.decide(800.5 + IDLE), Resume)
     log.admit(resume, 800.5 + IDLE)  # 1400.5
     assert any(isinstance(c, ResumeJob) for c in log.decide(1401))  # the resume call, re-sent until observed
-    log.job("JobSuspended", job, 1404, completed_indexes="0-1", episode="rv2")  # the lost preemption's
+    # the lost preemption's, before the Job controller flipped the condition: dated the first
+    # suspension's time (803), observed at 1404 (a re-trial: resumed 7 s after the demand)
+    log.job("JobSuspended", job, 803, completed_indexes="0-1", episode="rv2", observed_at=t(1404))
     a = _attempt(log)
     assert (a.lifecycle, a.segment) == (STARTING, 2) and a.seen_suspended is not None
     for at in (1405, 1404 + IDLE - 1):
