@@ -61,6 +61,9 @@ SWEEP_CHUNK = 64
 #: Seconds before a cancel call that failed is re-decided and re-sent from memory (the actor's
 #: pacing, 1 s doubling to its maximum, applies on top).
 RETRY_SECONDS = 1.0
+#: Seconds between the preemptor's decisions of a Suspending attempt (its suspend re-asserted
+#: from memory, the calls paced by the actor) until the Job is observed suspended.
+REASSERT_SECONDS = 1.0
 
 
 class Preemptor:
@@ -103,6 +106,7 @@ class Preemptor:
         self._statuses = statuses
         self._execute_again = execute_again
         self._retry: dict[Key, float] = {}  # key -> monotonic time its failed cancel call is re-sent
+        self._reassert: dict[Key, float] = {}  # key -> monotonic time its Suspending attempt is decided again
         self._acting = False  # could act at the last pass (leadership)
         #: (position, event) of decisions this process appended itself (admissions, resumes)
         #: that the durable projection has not read back yet: folded first, at their positions.
@@ -228,6 +232,8 @@ class Preemptor:
             with self._lock:
                 if self._retry and self._acting:  # not leading: due re-sends wait for the lease
                     wait = max(0.0, min(wait, min(self._retry.values()) - time.monotonic()))
+                if self._reassert and self._acting:
+                    wait = max(0.0, min(wait, min(self._reassert.values()) - time.monotonic()))
             self.signal.wait(wait)
             self.signal.clear()
             if self._stop.is_set():
@@ -256,11 +262,12 @@ class Preemptor:
             # re-sent the DELETE (its cancel in flight, filtered out) until the store returned (a
             # fault trial: the Job ran on for 80 s with the leader back).
             again = {k for k, at in self._retry.items() if at <= mono}
+            reassert = {k for k, at in self._reassert.items() if at <= mono}
             rebuild = self._recorded_new
             self._recorded_new = False
             self._recorded = [(p, e) for p, e in self._recorded if p > durable.position]
             recorded = sorted(self._recorded, key=lambda pe: pe[0])
-        keys |= again
+        keys |= again | reassert
         if durable is not self._base or rebuild:
             opt = durable
             for p, e in recorded:  # our own appends the durable projection lacks, at their positions
@@ -309,12 +316,21 @@ class Preemptor:
             redo = [r for r in (self._resend(c, again, opt) for c in decided) if r is not None]
             if redo:
                 self._execute_again(redo, opt)
-            # A suspending attempt's suspend, re-asserted from memory (paced by the actor): a Job
-            # someone else resumed is suspended again while the store is away (an adversarial
-            # trial: it ran 82 s, until PostgreSQL came back and the loop re-issued it).
+            # A suspending attempt's suspend, re-asserted from memory (paced by the actor) and
+            # decided again every REASSERT_SECONDS until the Job is observed suspended: a Job
+            # someone else resumes is suspended again while the store is away (an adversarial
+            # trial: it ran 82 s, until PostgreSQL came back and the loop re-issued it), also
+            # when its spec.suspend was cleared before any Suspended status (no event says so;
+            # a re-trial: 65 s).
             assert_ = [c for c in decided if isinstance(c, SuspendJob) and c.key not in again]
             if assert_:
                 self._execute_again(assert_, opt, False)
+            with self._lock:
+                for k in wanted:
+                    self._reassert.pop(k, None)
+                for c in decided:
+                    if isinstance(c, SuspendJob):
+                        self._reassert[c.key] = mono + REASSERT_SECONDS
         if not cancels:
             self._write_statuses(opt, now, wanted)
             return []

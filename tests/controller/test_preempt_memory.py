@@ -468,3 +468,42 @@ def test_a_job_someone_else_resumes_is_suspended_again_from_memory_while_the_sto
     pre.run_once()
     assert sent == [([("SuspendJob", admit.job_name)], False)]
     spool.stop()
+
+
+def test_a_suspending_attempt_is_decided_again_every_second_while_the_store_is_away(monkeypatch):
+    """A re-trial: with PostgreSQL stopped, someone cleared ``spec.suspend`` right after the
+    preemptor's suspend, before any ``Suspended`` status (no event says so): the Job ran 65 s,
+    until the store came back. The preemptor now decides a Suspending attempt again every
+    second (re-asserting its suspend, paced by the actor) until it is observed suspended."""
+    from backfill.controller import preempt as preempt_module
+
+    from ..core.builders import t
+    from ..core.test_resumable import suspended_log
+
+    log, admit, cancel = suspended_log()
+    log.cancel(cancel, 800.5)  # Suspending: the Job not observed suspended yet
+    durable = log.world
+    now = [500.0]
+    monkeypatch.setattr(preempt_module.time, "monotonic", lambda: now[0])
+    spool = Spool(lambda records: (_ for _ in ()).throw(ConnectionError("down")), lambda keys: {}, lambda: None,
+                  backoff_initial=0.01, backoff_max=0.05)  # fmt: skip
+    sent: list = []
+    pre = Preemptor(
+        lambda: durable, spool, lambda cmds, world: None, lambda: True, lambda: t(801),
+        execute_again=lambda cmds, world, failed=True: sent.extend((type(c).__name__, failed) for c in cmds),
+    )  # fmt: skip
+    pre.run_once()  # leadership's sweep decides it
+    assert sent == [("SuspendJob", False)]
+    pre.run_once()
+    assert len(sent) == 1  # not due yet
+    now[0] += preempt_module.REASSERT_SECONDS
+    pre.run_once()
+    assert sent == [("SuspendJob", False)] * 2
+    log.job("JobSuspended", admit.job_name, 803, completed_indexes="0-1", episode="rv1")
+    durable = log.world  # observed suspended: nothing more to assert
+    now[0] += preempt_module.REASSERT_SECONDS
+    pre.run_once()
+    now[0] += preempt_module.REASSERT_SECONDS
+    pre.run_once()
+    assert len(sent) == 2
+    spool.stop()
