@@ -301,6 +301,11 @@ class Preemptor:
         if everything or not self._acting:
             self._sweep = sorted(opt.backfills, reverse=True)
         self._acting = True
+        if reassert and self._spool.healthy and self._spool.stalled_for() <= REASSERT_SECONDS:
+            with self._lock:  # the store answers: the reconcile loop re-issues the suspends
+                for k in reassert:
+                    self._reassert.pop(k, None)
+            reassert = set()
         if reassert:
             # Re-assertions wait while anything urgent is decided (a foreground cancel is never
             # held behind them), then go at most a chunk a pass (a latency bench holds 200
@@ -326,20 +331,23 @@ class Preemptor:
             redo = [r for r in (self._resend(c, again, opt) for c in decided) if r is not None]
             if redo:
                 self._execute_again(redo, opt)
-            # A suspending attempt's suspend, re-asserted from memory (paced by the actor) and
-            # decided again every REASSERT_SECONDS until the Job is observed suspended: a Job
+            # A suspending attempt's suspend, re-asserted from memory (paced by the actor): a Job
             # someone else resumes is suspended again while the store is away (an adversarial
-            # trial: it ran 82 s, until PostgreSQL came back and the loop re-issued it), also
-            # when its spec.suspend was cleared before any Suspended status (no event says so;
-            # a re-trial: 65 s).
-            assert_ = [c for c in decided if isinstance(c, SuspendJob) and c.key not in again]
+            # trial: it ran 82 s, until PostgreSQL came back and the loop re-issued it). While
+            # the store is away (the loop, which re-issues it otherwise, waits for it) the
+            # attempt is also decided again every REASSERT_SECONDS until its Job is observed
+            # suspended: a spec.suspend cleared before any Suspended status (no event says so;
+            # re-trials: 65 s and 33 s, the second with the cancel itself still spooled).
+            assert_ = [s for s in (_suspend_of(c, opt, self.inflight) for c in decided) if s is not None and s.key not in again]
             if assert_:
                 self._execute_again(assert_, opt, False)
             with self._lock:
                 for k in wanted:
                     self._reassert.pop(k, None)
-                for c in decided:
-                    if isinstance(c, SuspendJob):
+                for c in assert_:
+                    self._reassert[c.key] = mono + REASSERT_SECONDS
+                for c in cancels:
+                    if c.suspend:
                         self._reassert[c.key] = mono + REASSERT_SECONDS
         if not cancels:
             self._write_statuses(opt, now, wanted)
@@ -420,6 +428,19 @@ class Preemptor:
 
         self._spool.put_decision(make, deps)
         crash_point("cancel/decision-appended")
+
+
+def _suspend_of(c: Any, opt: World, inflight: dict[tuple, float]) -> SuspendJob | None:
+    """The suspend to re-assert for decided command ``c``: a ``SuspendJob``, or for a suspending
+    ``Cancel`` in flight (its decision still spooled, not folded here) the suspend of the round
+    that decision opens; else None."""
+    if isinstance(c, SuspendJob):
+        return c
+    if isinstance(c, Cancel) and c.suspend and (c.key, c.attempt, c.segment, c.suspend) in inflight:
+        b = opt.backfills.get(c.key)
+        a = b.attempt if b is not None else None
+        return SuspendJob(c.key, c.job_name, (a.suspend_round if a is not None else 0) + 1)
+    return None
 
 
 def _current(durable: World, key: Key, attempt: int, segment: int) -> Any:

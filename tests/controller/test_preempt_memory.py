@@ -483,10 +483,12 @@ def test_a_suspending_attempt_is_decided_again_every_second_while_the_store_is_a
     log, admit, cancel = suspended_log()
     log.cancel(cancel, 800.5)  # Suspending: the Job not observed suspended yet
     durable = log.world
-    now = [500.0]
-    monkeypatch.setattr(preempt_module.time, "monotonic", lambda: now[0])
     spool = Spool(lambda records: (_ for _ in ()).throw(ConnectionError("down")), lambda keys: {}, lambda: None,
                   backoff_initial=0.01, backoff_max=0.05)  # fmt: skip
+    spool.put([(ev.ModelReady(at=t(800.6), namespace=NS, model="other", node="n9"), "other-ready")])
+    assert _wait(lambda: not spool.healthy)  # the store refuses appends
+    now = [time.monotonic()]
+    monkeypatch.setattr(preempt_module.time, "monotonic", lambda: now[0])  # the same module: every clock here
     sent: list = []
     pre = Preemptor(
         lambda: durable, spool, lambda cmds, world: None, lambda: True, lambda: t(801),

@@ -103,3 +103,27 @@ def test_a_job_someone_else_resumes_while_the_store_is_away_is_suspended_again_a
         print(f"store stopped: a resume by someone else -> Job {job} spec.suspend true again: {time.monotonic() - t0:.2f} s ({seconds:.2f} s)")
         assert proc.alive, proc.tail()
     assert cluster_invariants(kube) == []
+
+
+def test_a_suspend_cleared_before_any_suspended_status_is_asserted_again_while_the_store_is_away(kube: Kube, player: JobPlayer, controllers):
+    """Re-trials: with PostgreSQL stopped, ``spec.suspend`` cleared right after the preemptor's
+    suspend, before the Job controller wrote any ``Suspended`` status (no event reports it),
+    left the Job running 65 s and 33 s (the cancel itself still spooled), until the store came
+    back."""
+    pg, schema = controllers.pg, controllers.schema
+    _indexed_cronjob(kube)
+    kube.model("gemma", node="node-0")
+    kube.backfill("bf", model="gemma", template=TEMPLATE, idleFor="2s", preemption="Suspend")
+    proc = controllers().start()
+    proc.wait_ready()
+    job = start_running(kube, player, "bf")
+    indexed = IndexedJobPlayer(kube, job)
+    with store_fault(pg, schema, "stop"):
+        demand(kube, "gemma")
+        timed(lambda: indexed.spec_suspend() is True, timeout=CANCEL_BOUND_SECONDS, what=f"Job {job} suspended")
+        kube.batch.patch_namespaced_job(job, kube.ns, {"spec": {"suspend": False}})  # cleared, no status
+        t0 = time.monotonic()
+        timed(lambda: indexed.spec_suspend() is True, timeout=CANCEL_BOUND_SECONDS, what=f"Job {job} suspended again with the store stopped")
+        print(f"store stopped: spec.suspend cleared -> true again: {time.monotonic() - t0:.2f} s")
+        assert proc.alive, proc.tail()
+    assert cluster_invariants(kube) == []
