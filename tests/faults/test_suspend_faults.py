@@ -24,15 +24,21 @@ from .workload import CANCEL_BOUND_SECONDS, cluster_invariants, start_running
 pytestmark = pytest.mark.kube
 
 
-@pytest.mark.parametrize("fault", ["stop", "lock"])
-def test_demand_while_the_store_is_away_suspends_at_once(kube: Kube, player: JobPlayer, controllers, fault):
-    pg, schema = controllers.pg, controllers.schema
+def _running_resumable(kube: Kube, player: JobPlayer, controllers):
+    """``bf`` (``preemption: Suspend``, idleFor 2s) on Model ``gemma``, its Indexed Job admitted
+    by a started controller and running: ``(controller process, Job name)``."""
     _indexed_cronjob(kube)
     kube.model("gemma", node="node-0")
     kube.backfill("bf", model="gemma", template=TEMPLATE, idleFor="2s", preemption="Suspend")
     proc = controllers().start()
     proc.wait_ready()
-    job = start_running(kube, player, "bf")
+    return proc, start_running(kube, player, "bf")
+
+
+@pytest.mark.parametrize("fault", ["stop", "lock"])
+def test_demand_while_the_store_is_away_suspends_at_once(kube: Kube, player: JobPlayer, controllers, fault):
+    pg, schema = controllers.pg, controllers.schema
+    proc, job = _running_resumable(kube, player, controllers)
     uid = kube.job(job).metadata.uid
 
     def suspended() -> bool:
@@ -83,12 +89,7 @@ def test_a_job_someone_else_resumes_while_the_store_is_away_is_suspended_again_a
     (``spec.suspend: false``, the Job controller's ``JobResumed``) ran 82 s, until the store
     came back: only the reconcile loop, which waits for the store, re-issued the suspend."""
     pg, schema = controllers.pg, controllers.schema
-    _indexed_cronjob(kube)
-    kube.model("gemma", node="node-0")
-    kube.backfill("bf", model="gemma", template=TEMPLATE, idleFor="2s", preemption="Suspend")
-    proc = controllers().start()
-    proc.wait_ready()
-    job = start_running(kube, player, "bf")  # no resume of ours while the store is stopped (fail-closed)
+    proc, job = _running_resumable(kube, player, controllers)  # no resume of ours while the store is stopped (fail-closed)
     indexed = IndexedJobPlayer(kube, job)
     with store_fault(pg, schema, "stop"):
         demand(kube, "gemma")
@@ -111,12 +112,7 @@ def test_a_suspend_cleared_before_any_suspended_status_is_asserted_again_while_t
     left the Job running 65 s and 33 s (the cancel itself still spooled), until the store came
     back."""
     pg, schema = controllers.pg, controllers.schema
-    _indexed_cronjob(kube)
-    kube.model("gemma", node="node-0")
-    kube.backfill("bf", model="gemma", template=TEMPLATE, idleFor="2s", preemption="Suspend")
-    proc = controllers().start()
-    proc.wait_ready()
-    job = start_running(kube, player, "bf")
+    proc, job = _running_resumable(kube, player, controllers)
     indexed = IndexedJobPlayer(kube, job)
     with store_fault(pg, schema, "stop"):
         demand(kube, "gemma")
