@@ -338,6 +338,9 @@ class Preemptor:
             # attempt is also decided again every REASSERT_SECONDS until its Job is observed
             # suspended: a spec.suspend cleared before any Suspended status (no event says so;
             # re-trials: 65 s and 33 s, the second with the cancel itself still spooled).
+            # A resume that *is* observed is re-asserted here whether or not the store answers:
+            # the loop re-issues it too, but only after a store round trip, and stopping work
+            # waits on no store (the actor's shared pace keeps the two to one call).
             assert_ = [s for s in (_suspend_of(c, opt, self.inflight) for c in decided) if s is not None and s.key not in again]
             if assert_:
                 self._execute_again(assert_, opt, False)

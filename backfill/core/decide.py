@@ -56,8 +56,10 @@ from .verdict import (
 #: Seconds between re-checks of an attempt whose create or delete is not observed yet. The
 #: re-issue itself is emitted on every decide; the actor paces it (back-off per Job).
 RETRY_SECONDS = 30.0
-#: Seconds between re-checks of a cancelled attempt whose Job is not gone yet.
-CANCEL_RECHECK_SECONDS = 1.0
+#: Seconds between re-checks of a call whose effect must be confirmed promptly, not at the
+#: resync: a cancelled or unexplained Job not gone yet, a Suspending attempt's Job not observed
+#: suspended yet, a finalizer release not in the log yet. The actor paces the re-issued calls.
+CONFIRM_RECHECK_SECONDS = 1.0
 
 
 def _idle_since(world: World, m: ModelState, now: datetime) -> tuple[datetime, int]:
@@ -100,7 +102,7 @@ def evaluate(world: World, key: Key, now: datetime, reserved: dict | None = None
     if not jobs:
         return v
     deletes = tuple(DeleteJob(key, name, True) for name, _ in jobs)
-    recheck = plus_seconds(now, CANCEL_RECHECK_SECONDS)
+    recheck = plus_seconds(now, CONFIRM_RECHECK_SECONDS)
     wake = recheck if v.wake_at is None or v.wake_at > recheck else v.wake_at
     names = ", ".join(name for name, _ in jobs)
     if any(isinstance(c, (Admit, Resume)) for c in v.commands):
@@ -147,7 +149,7 @@ def _evaluate(world: World, key: Key, now: datetime, reserved: dict | None = Non
                 a.cancel_reason,
                 message,
                 (DeleteJob(key, a.job_name),),
-                wake_at=plus_seconds(now, CANCEL_RECHECK_SECONDS),
+                wake_at=plus_seconds(now, CONFIRM_RECHECK_SECONDS),
             )
         if a.lifecycle == SUSPENDING:
             return _suspending(world, key, b, a, now)
@@ -206,7 +208,7 @@ def _evaluate(world: World, key: Key, now: datetime, reserved: dict | None = Non
         # longer leaves the object stuck until the resync (an adversarial trial: 60 s).
         return Verdict(
             WAITING, DELETED, "the ModelBackfill is being deleted", (ReleaseFinalizer(key, b.uid),),
-            wake_at=plus_seconds(now, CANCEL_RECHECK_SECONDS),
+            wake_at=plus_seconds(now, CONFIRM_RECHECK_SECONDS),
         )
     blocked = block_reason(world, b)
     if blocked is not None:
@@ -320,7 +322,7 @@ def _suspending(world: World, key: Key, b: BackfillState, a: Attempt, now: datet
         a.cancel_reason,
         a.cancel_message or f"preempted; suspending Job {a.job_name} (completed indexes are kept)",
         (SuspendJob(key, a.job_name, a.suspend_round),),
-        wake_at=plus_seconds(now, CANCEL_RECHECK_SECONDS),
+        wake_at=plus_seconds(now, CONFIRM_RECHECK_SECONDS),
     )
 
 

@@ -44,7 +44,7 @@ The phase machine (seed 000 "Expected phases"):
 """
 
 from .conditions import CONDITIONS, Condition, affected, block_reason
-from .decide import CANCEL_RECHECK_SECONDS, RETRY_SECONDS, decide, evaluate, status_of
+from .decide import CONFIRM_RECHECK_SECONDS, RETRY_SECONDS, decide, evaluate, status_of
 from .fold import CREATE_BACKOFF_INITIAL, CREATE_BACKOFF_MAX, create_backoff, fold, fold_all, only_position_moved
 from .verdict import (
     BLOCKED,
@@ -78,7 +78,7 @@ from .verdict import (
 )
 
 __all__ = [
-    "CONDITIONS", "Condition", "affected", "block_reason", "CANCEL_RECHECK_SECONDS", "RETRY_SECONDS", "decide",
+    "CONDITIONS", "Condition", "affected", "block_reason", "CONFIRM_RECHECK_SECONDS", "RETRY_SECONDS", "decide",
     "evaluate", "status_of", "CREATE_BACKOFF_INITIAL", "CREATE_BACKOFF_MAX", "create_backoff", "fold", "fold_all",
     "only_position_moved", "BLOCKED", "CONCURRENT_BACKFILL", "CREATE_RETRYING", "DELETED", "FAILED",
     "FOREGROUND_DEMAND", "GAMING_INTENT", "GPU_LEASE_ACTIVE", "GPU_REQUEST_FORBIDDEN", "IDLE_WINDOW",

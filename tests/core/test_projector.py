@@ -6,7 +6,7 @@ import pytest
 
 from backfill.core import events as ev
 from backfill.core.commands import Admit, Block, Cancel, CreateJob, DeleteJob, ReleaseFinalizer, Unblock, WakeAt
-from backfill.core.projector import CANCEL_RECHECK_SECONDS, RETRY_SECONDS
+from backfill.core.projector import CONFIRM_RECHECK_SECONDS, RETRY_SECONDS
 from backfill.core.projector import status_of
 from backfill.core.timefmt import rfc3339
 
@@ -146,7 +146,7 @@ def test_delete_is_reissued_while_cancelling():
     log.request(700)
     (cancel,) = log.decide(700)
     log.cancel(cancel, 700)
-    assert log.decide(710) == [DeleteJob(KEY, admit.job_name), WakeAt(KEY, t(710 + CANCEL_RECHECK_SECONDS))]
+    assert log.decide(710) == [DeleteJob(KEY, admit.job_name), WakeAt(KEY, t(710 + CONFIRM_RECHECK_SECONDS))]
     log.job("JobTerminating", admit.job_name, 710.5)  # a finalizer holds it: the status says so
     assert "still terminating" in status_of(log.world, KEY, t(711))["message"]
     log.job("JobDeleted", admit.job_name, 711)
