@@ -443,9 +443,14 @@ class Controller:
         counted twice); the changes folded meanwhile are kept and counted when it acts, those
         after :data:`COUNTED_CHECKPOINT`.
 
+        A gap a prune left past :attr:`position` (this replica fell behind while ``backfill db
+        prune`` ran) is folded over from the newest snapshot, and every backfill is affected.
+
         Raises:
             Any error of the store (a read, a write of run rows): :attr:`position` is then
             still before the batch that failed.
+            ControllerConfigError: the log was pruned past :attr:`position` and no snapshot
+                of this release continues it.
         """
         keys: set[Key] = set()
         stored = self._runs_checkpoint
@@ -453,7 +458,25 @@ class Controller:
         # died in between, or a standby stored it and restarted) is kept for counting
         counted = min(stored, self._counted_checkpoint) if self._counted_checkpoint else stored
         first = self.position + 1  # the first position this call may fold
+        while (pruned := self._fold_batches(keys, stored, counted)) is not None:
+            self._continue_from_snapshot(pruned)
+            keys.update(self.world.backfills)
+        if not (self._live and self.is_leader()):
+            self._counting = 0  # when it acts again, another replica may have counted meanwhile
+        elif self._uncounted:  # also with no new batch: what start-up or a standby spell kept
+            self._count_uncounted(first)
+        return keys
+
+    def _fold_batches(self, keys: set[Key], stored: int, counted: int) -> int | None:
+        """:meth:`catch_up`'s reads and folds, batch by batch, adding the affected keys to
+        ``keys``. Returns None once the log is read, or the position a prune dropped events up
+        to, past :attr:`position` (nothing of that batch folded): the events after
+        :attr:`position` up to there are gone (a standby paused or slow while ``backfill db
+        prune`` ran; a trial: it skipped them, and once it took over deleted a running Job as
+        unexplained and left a run open for ever)."""
         for batch in self.events.read_payloads(self.position, batch_size=5000):
+            if pruned := snapshots.pruned_past(self.events, self.position, batch[0][0]):
+                return pruned
             world = self.world
             rows = []
             tallies: list[tuple[int, Any, Any, bool]] = []  # what the metrics follow (_count_uncounted)
@@ -489,11 +512,34 @@ class Controller:
             self._uncounted.extend(tallies)
             if len(self._uncounted) >= UNCOUNTED_PRUNE and not (self._live and self.is_leader()):
                 self._drop_counted()
-        if not (self._live and self.is_leader()):
-            self._counting = 0  # when it acts again, another replica may have counted meanwhile
-        elif self._uncounted:  # also with no new batch: what start-up or a standby spell kept
-            self._count_uncounted(first)
-        return keys
+        return None
+
+    def _continue_from_snapshot(self, pruned: int) -> None:
+        """Load the newest snapshot of this release (at or after ``pruned``, the position the
+        log was pruned up to past :attr:`position`) to fold on from. Its run rows and counts are
+        the acting replica's: a prune keeps every event after the ``runs`` checkpoints.
+
+        Raises:
+            ControllerConfigError: no readable snapshot of this release continues the pruned
+                log (fail-closed: the live loop then reads and decides nothing, and says so).
+        """
+        from . import ControllerConfigError
+
+        unreadable: list[str] = []
+        snap = snapshots.latest(self.events, unreadable=unreadable)
+        for problem in unreadable:
+            log.warning(f"passed over an unreadable snapshot: {problem}")
+        if snap is None or snap.position < pruned:
+            why = snapshots.unrebuildable(self.events, unreadable) or "no snapshot of this release continues it"
+            raise ControllerConfigError(
+                f"the event log was pruned up to position {pruned}, past this replica's position {self.position}: {why}"
+            )
+        log.warning(
+            f"the event log was pruned up to position {pruned}, past this replica's position {self.position} "
+            f"(it fell behind): folding on from the snapshot at position {snap.position}",
+            extra={"position": snap.position},
+        )
+        self.world, self.position, self.snapshot_position = snap, snap.position, snap.position
 
     def _drop_counted(self) -> None:
         """Drop the kept run-row changes the acting replica counted (at or before
@@ -561,17 +607,8 @@ class Controller:
                 from . import ControllerConfigError
 
                 raise ControllerConfigError(why)
-        start = self.position
         with long_fold():
-            self.catch_up()
-        pruned = self.events.pruned_up_to()
-        if pruned > start:  # a prune dropped events after the snapshot while they were being read
-            from . import ControllerConfigError
-
-            raise ControllerConfigError(
-                f"the event log was pruned up to position {pruned} while start-up folded it from position {start}: "
-                "some of those events may be missing from the state; start again (it then starts from a newer snapshot)"
-            )
+            self.catch_up()  # a prune under way meanwhile: on from a newer snapshot
         self._runs_checkpoint = self._counted_checkpoint = 0
         self._live = True
         log.info(

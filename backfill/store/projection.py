@@ -194,15 +194,38 @@ def payloads(events: Any, after: int, batch_size: int = 20000, *, lean: bool = F
         yield decode_rows(batch, lean=lean)
 
 
+class PrunedMeanwhile(ValueError):
+    """The log was pruned past the position a reader had reached: the events in between are
+    gone, and folding on would silently miss them."""
+
+
+def pruned_past(events: Any, position: int, first: int) -> int:
+    """The position the log was pruned up to past ``position``, when the next event read after
+    it is at ``first``; else 0. Only a gap (``first > position + 1``) asks the store: a gap an
+    append that rolled back left is not a prune."""
+    if first <= position + 1:
+        return 0
+    pruned = events.pruned_up_to()
+    return pruned if pruned > position else 0
+
+
 def replay(events: Any, auditor: Auditor, *, after: int = 0, progress: Callable[[int], None] | None = None) -> int:
     """Feed every event after ``after`` to ``auditor`` (whose world is folded up to ``after``);
     returns the number of events fed.
 
     Raises:
         backfill.core.events.EventDecodeError: a stored event no class accepts.
+        PrunedMeanwhile: ``backfill db prune`` dropped events after the last one fed.
     """
     n = 0
+    last = after
     for batch in payloads(events, after):
+        if pruned := pruned_past(events, last, batch[0][0]):
+            raise PrunedMeanwhile(
+                f"the event log was pruned up to position {pruned} while it was read (at position {last}): "
+                "run it again (it then starts from a newer snapshot)"
+            )
+        last = batch[-1][0]
         auditor.feed_many(batch)
         n += len(batch)
         if progress is not None:
