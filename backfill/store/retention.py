@@ -243,6 +243,8 @@ def _prune(
                 passed_over += 1
         checkpoints = conn.execute("SELECT name, position FROM checkpoints ORDER BY position, name").fetchall()
         parts = list_partitions(conn)
+        if export is not None and (problem := _export_of_another_log(conn, export, parts)):
+            raise ExportRefused(problem)
     dropped: list[Partition] = []
     events = exported = trimmed = 0
     stopped: str | None = None
@@ -576,6 +578,62 @@ def export_problem(export: Path) -> str | None:
     except OSError as exc:
         return f"--export {export}: {exc.strerror or exc}"
     return None
+
+
+class ExportRefused(ValueError):
+    """``--export`` names a file that must not take this log's rows (the message says why, in
+    one line); nothing was dropped."""
+
+
+def _export_of_another_log(conn: psycopg.Connection[Any], export: Path, parts: Sequence[Partition]) -> str | None:
+    """Why ``export``, a file that :func:`export_problem` accepts, must not take this log's
+    rows (one line), or None. Its last row must be of this log: an event the log still holds
+    under the same idempotency key (its partition restored: a prune exports it again, and a
+    restore loads the copies once), or one at or before the position the log was pruned up to.
+    A trial: an export of another schema took this one's positions 1-11000 after its own
+    1-1000, and ``db restore`` refused the file, the only copy of both.
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    last = _last_row(export) if export.exists() else None
+    if last is None:
+        return None
+    try:
+        position, key = int(last[0]), last[5]
+    except (IndexError, ValueError):
+        return f"--export {export}: its last line is not a row of an export of backfill db prune; give a new file"
+    held = conn.execute("SELECT idempotency_key FROM events WHERE position = %s", (position,)).fetchone()
+    pruned = parts[0].lo - 1 if parts and parts[0].lo > 1 else 0
+    if (held is None and position <= pruned) or (held is not None and held[0] == key):
+        return None
+    return (
+        f"--export {export}: its last row (position {position:,}) is not an event of this log "
+        f"({'pruned up to position ' + format(pruned, ',') if pruned else 'never pruned'}): an export of another log? give a new file"
+    )
+
+
+def _last_row(export: Path) -> list[str] | None:
+    """The last whole CSV row of ``export`` (the header counts as none), or None."""
+    import csv
+
+    with open(export, "rb") as fh:
+        size = fh.seek(0, os.SEEK_END)
+        pos, tail = size, b""
+        while pos > 0 and tail.count(b"\n") < 3:  # the last whole line and the line end before it
+            step = min(1 << 16, pos)
+            pos -= step
+            fh.seek(pos)
+            tail = fh.read(step) + tail
+    lines = tail.split(b"\n")
+    whole = lines[:-1] if pos == 0 else lines[1:-1]  # the part after the last line end is cut off by open_export
+    whole = [line for line in whole if line.strip()]
+    if not whole:
+        return None
+    row = next(csv.reader([whole[-1].decode("utf-8", "replace")]), None)
+    if row is None or ",".join(row) == _HEADER:
+        return None
+    return row
 
 
 def _check_header(source: Path) -> None:

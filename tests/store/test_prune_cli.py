@@ -134,3 +134,59 @@ def test_an_export_target_that_is_no_export_is_refused_before_anything_is_droppe
     earlier.write_text("position,recorded_at,type,version,stream,idempotency_key,at,data\n")
     assert _prune(pg_schema, "--before", LATER, "--export", str(earlier)) == 0
     assert [int(r["position"]) for r in csv.DictReader(earlier.open())] == list(range(1, 21))
+
+
+def _request(key: str, i: int):
+    """A stored foreground request (an event a restore can decode), ``i`` seconds into 2026."""
+    from datetime import datetime, timedelta, timezone
+
+    from backfill.core import events as ev
+    from backfill.core.events import encode
+
+    at = datetime(2026, 1, 1, tzinfo=timezone.utc) + timedelta(seconds=i)
+    return encode(ev.ForegroundRequest(at=at, namespace="ns", model="m", source="ingest"), key)
+
+
+def test_an_export_of_another_log_is_refused_and_one_of_this_log_appended_to(pg_url, pg_schema, pg_engine, tmp_path: Path, capsys) -> None:
+    """A trial: ``--export`` naming another schema's export took this log's positions 1-11000
+    after that log's 1-1000, and ``db restore`` then refused the file, the only copy of both.
+    The last row of an existing export must be this log's: pruned by it, or (restored since)
+    held by it under the same idempotency key."""
+    from backfill.store.engine import make_engine
+    from backfill.store.migrate import drop_schema, upgrade
+
+    other = pg_schema[1] + "_other"
+    upgrade(pg_url, other)
+    engine = make_engine(pg_url, other)
+    try:
+        theirs = EventStore(engine, partition_size=10)
+        theirs.append([_request(f"theirs/{i}", i) for i in range(25)])
+        theirs.save_snapshot(PROJECTION, 25, code_version(), _snapshot_at(25))
+        export = tmp_path / "theirs.csv"
+        assert _prune((pg_url, other), "--before", LATER, "--export", str(export)) == 0
+    finally:
+        engine.dispose()
+        drop_schema(pg_url, other)
+    theirs_rows = export.read_bytes()
+    assert theirs_rows.count(b"\n") == 21  # the header and their positions 1-20
+
+    ours = EventStore(pg_engine, partition_size=10)
+    ours.append([_request(f"ours/{i}", i) for i in range(25)])
+    ours.save_snapshot(PROJECTION, 25, code_version(), _snapshot_at(25))
+    capsys.readouterr()
+    assert _prune(pg_schema, "--before", LATER, "--export", str(export)) == 2
+    assert "its last row (position 20) is not an event of this log (never pruned): an export of another log?" in _one_error_line(capsys)
+    assert export.read_bytes() == theirs_rows and ours.first_position() == 1 and ours.count() == 25
+
+    # this log's own export: appended to by the next prune, and after a restore, again
+    mine = tmp_path / "ours.csv"
+    assert _prune(pg_schema, "--before", LATER, "--export", str(mine)) == 0
+    ours.append([_request(f"ours/{i}", i) for i in range(25, 40)])
+    ours.save_snapshot(PROJECTION, 40, code_version(), _snapshot_at(40))
+    assert _prune(pg_schema, "--before", LATER, "--export", str(mine)) == 0
+    assert [int(r["position"]) for r in csv.DictReader(mine.open())] == list(range(1, 41))
+    url, schema = pg_schema
+    assert main(["db", "restore", "--database-url", url, "--schema", schema, str(mine)]) == 0
+    assert ours.first_position() == 1 and ours.count() == 40
+    assert _prune(pg_schema, "--before", LATER, "--export", str(mine)) == 0  # the restored rows, exported again
+    assert [int(r["position"]) for r in csv.DictReader(mine.open())] == list(range(1, 41)) * 2
