@@ -721,7 +721,7 @@ def replay(
                         unchecked += ")"
                     err.print(f"starting from the snapshot at position {start.position}{unchecked}", highlight=False)
                 n = projection.replay(es, window, after=start.position if start is not None else 0)
-            except EventDecodeError as exc:
+            except (EventDecodeError, projection.PrunedMeanwhile) as exc:
                 raise CLIError(f"schema {schema}: {exc}") from None
     except Exception as exc:  # database errors: one line
         if isinstance(exc, CLIError):
@@ -973,7 +973,7 @@ def db_prune(
     from sqlalchemy.pool import NullPool
 
     from .store import make_engine
-    from .store.retention import export_problem, prune
+    from .store.retention import ExportRefused, export_problem, prune
 
     cut = _time(before, "--before")
     problem = export_problem(export) if export is not None else None
@@ -1002,6 +1002,8 @@ def db_prune(
             result = prune(conn, cut, snapshot=snapshot, code_version=version, export=export, readable=readable)  # type: ignore[arg-type]
         finally:
             fairy.close()
+    except ExportRefused as exc:
+        raise CLIError(str(exc)) from None
     except OSError as exc:
         raise CLIError(f"db prune: {_db_error(exc)}") from None
     except Exception as exc:  # database errors (lock timeout, missing tables): one line
@@ -1243,11 +1245,31 @@ def _run_controller(log: Any, schema: str, given: dict[str, Any]) -> None:
         raise CLIError(str(exc)) from None
 
 
+#: libpq connection parameters that are secrets when given in a URL's query string.
+_SECRET_PARAMS = ("password", "sslpassword")
+
+
 def _libpq_url(url: str, hide_password: bool = False) -> str:
-    """The SQLAlchemy URL as a libpq one (``postgresql://``) for psql; ``***`` for the password when hidden."""
+    """The SQLAlchemy URL as a libpq one (``postgresql://``) for psql; ``***`` for the password
+    when hidden, in the user part and in the query string (``?password=``: a trial saw it in
+    clear)."""
     from sqlalchemy.engine import make_url
 
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=hide_password)
+    u = make_url(url).set(drivername="postgresql")
+    if not hide_password:
+        return u.render_as_string(hide_password=False)
+    hidden = [k for k in _SECRET_PARAMS if k in u.query]
+    text = u.difference_update_query(hidden).render_as_string(hide_password=True)
+    extra = "&".join(f"{k}=***" for k in hidden)
+    return text + ("&" if "?" in text else "?") + extra if extra else text
+
+
+def _has_password(url: str) -> bool:
+    """True when ``url`` carries a password (in the user part or the query string)."""
+    from sqlalchemy.engine import make_url
+
+    u = make_url(url)
+    return bool(u.password) or any(u.query.get(k) for k in _SECRET_PARAMS)
 
 
 @db_app.command("shell")
@@ -1291,7 +1313,7 @@ def db_url(
     notes: list[str] = []
     url, _ = _store(database_url, "backfill", say=notes.append)  # a note only for the embedded server
     # no password (the embedded server's) is not hidden: `postgres:***@` suggested there was one
-    print(_libpq_url(url, hide_password=not show_password and bool(make_url(url).password)))
+    print(_libpq_url(url, hide_password=not show_password and _has_password(url)))
     if notes:
         err.print(
             "the embedded server stops when the last backfill command using it exits: this URL answers "
