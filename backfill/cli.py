@@ -146,12 +146,17 @@ def _schema_error(exc: BaseException, schema: str) -> CLIError:
 _EMBEDDED: list[Path] = []
 
 
-def _store(database_url: str | None, schema: str, *, quiet: bool = False, probe: bool = False, say: Any = None):
+def _store(
+    database_url: str | None, schema: str, *, quiet: bool = False, probe: bool = False, say: Any = None, check: bool = True
+):
     """(url, engine) bound to ``schema`` (not migrated). The embedded server when no URL is set;
     its note goes to stderr unless ``quiet``, or to ``say(text)`` when given (the controller logs it).
 
     Raises CLIError (one line) for a bad schema name, a bad setting, a malformed URL, an
-    embedded server that cannot start or, with ``probe``, a server that does not answer.
+    embedded server that cannot start or, with ``probe`` or ``check``, a server that does not
+    answer; with ``check``, a schema at a revision other than this release's newest
+    (:func:`backfill.store.migrate.check_revision`; commands that migrate or only connect
+    pass False).
     """
     from sqlalchemy.exc import SQLAlchemyError
 
@@ -183,6 +188,15 @@ def _store(database_url: str | None, schema: str, *, quiet: bool = False, probe:
         try:
             with engine.connect():
                 pass
+        except Exception as exc:  # noqa: BLE001 - any driver error: one line
+            raise CLIError(f"database: {_db_error(exc)}") from None
+    if check:
+        from .store.migrate import SchemaRevisionError, check_revision
+
+        try:
+            check_revision(url, schema)
+        except SchemaRevisionError as exc:
+            raise CLIError(str(exc)) from None
         except Exception as exc:  # noqa: BLE001 - any driver error: one line
             raise CLIError(f"database: {_db_error(exc)}") from None
     return url, engine
@@ -282,7 +296,7 @@ def simulate(
     if plot is not None:
         plot = _plot_path(plot)
     if store:
-        _store(database_url, schema, probe=True)  # fail before simulating, not after
+        _store(database_url, schema, probe=True, check=False)  # fail before simulating, not after (its schema is reset)
     from rich.progress import Progress
 
     t0 = time.perf_counter()
@@ -396,7 +410,7 @@ def _write_simulation(database_url: str | None, schema: str, result: Any) -> str
     from .core.events import encode
     from .store import EventStore, RunStore, make_engine, reset
 
-    url, _ = _store(database_url, schema, quiet=True)
+    url, _ = _store(database_url, schema, quiet=True, check=False)
     t0 = time.perf_counter()
     try:
         reset(url, schema)
@@ -582,7 +596,7 @@ def _recommend_inputs(trace, fmt, models, backfill, database_url, schema) -> lis
         raise CLIError("give either --backfill or --model, not both")
     targets = [("backfill", *_ns_name(backfill, "--backfill", bare=True))] if backfill else [("model", *_ns_name(m, "--model")) for m in models]
     from .core.events import EventDecodeError
-    from .sim.history import backfill_namespaces
+    from .sim.history import backfill_namespaces, pruned_declarations
     from .store import EventStore
 
     _, engine = _store(database_url, schema, probe=True)
@@ -590,7 +604,7 @@ def _recommend_inputs(trace, fmt, models, backfill, database_url, schema) -> lis
     try:
         if targets[0][1] is None:  # a bare --backfill NAME, as runs and replay take it (a new user's trial)
             name = targets[0][2]
-            namespaces = backfill_namespaces(es, name)
+            namespaces = backfill_namespaces(es, name, pruned_declarations(es))
             if not namespaces:
                 raise CLIError(f"ModelBackfill {name} is not in the log")
             if len(namespaces) > 1:
@@ -944,7 +958,7 @@ def db_upgrade(
     """Apply the Alembic migrations (creates the schema if needed)."""
     from .store import current, upgrade
 
-    url, _ = _store(database_url, schema)
+    url, _ = _store(database_url, schema, check=False)  # upgrade() checks what it can migrate
     try:
         upgrade(url, schema, revision)
     except Exception as exc:
@@ -1228,7 +1242,7 @@ def _run_controller(log: Any, schema: str, given: dict[str, Any]) -> None:
         api_client(settings).close()
     except KubeConfigError as exc:
         raise CLIError(str(exc)) from None
-    url, _ = _store(settings.database_url, schema, say=log.info)
+    url, _ = _store(settings.database_url, schema, say=log.info, check=False)  # migrated at start
 
     def migrate() -> None:  # after the checks that need no database (run's first steps)
         try:
@@ -1284,7 +1298,7 @@ def db_shell(
 
     if shutil.which("psql") is None:
         raise CLIError("psql is not installed (Debian: apt-get install postgresql-client)")
-    url, engine = _store(database_url, schema)
+    url, engine = _store(database_url, schema, check=False)
     try:  # the probe: a server that does not answer is one line, before psql starts
         with engine.connect() as conn:
             exists = conn.exec_driver_sql("SELECT to_regnamespace(%(s)s) IS NOT NULL", {"s": schema}).scalar()
@@ -1311,7 +1325,7 @@ def db_url(
     from sqlalchemy.engine import make_url
 
     notes: list[str] = []
-    url, _ = _store(database_url, "backfill", say=notes.append)  # a note only for the embedded server
+    url, _ = _store(database_url, "backfill", say=notes.append, check=False)  # a note only for the embedded server
     # no password (the embedded server's) is not hidden: `postgres:***@` suggested there was one
     print(_libpq_url(url, hide_password=not show_password and _has_password(url)))
     if notes:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
 from ..core import events as ev
@@ -62,15 +63,15 @@ def _events(store: Any, stream: str) -> list[tuple[int, Any]]:
     return [(r.position, ev.decode(r.type, r.version, r.data)) for r in store.read(stream_prefix=stream) if r.stream == stream]
 
 
-def backfill_namespaces(store: Any, name: str) -> list[str]:
+def backfill_namespaces(store: Any, name: str, declared: Mapping[tuple[str, str], Any] | None = None) -> list[str]:
     """The namespaces in which a ModelBackfill named ``name`` was applied (its stream
-    ``backfill/<namespace>/<name>`` holds a ``BackfillApplied``), sorted: how a bare
-    ``--backfill NAME`` is resolved, as ``runs`` and ``replay`` take one. Reads the backfill
-    streams' rows, not their payloads.
+    ``backfill/<namespace>/<name>`` holds a ``BackfillApplied``, or ``declared`` holds it: see
+    :func:`pruned_declarations`), sorted: how a bare ``--backfill NAME`` is resolved, as
+    ``runs`` and ``replay`` take one. Reads the backfill streams' rows, not their payloads.
 
     Raises: sqlalchemy / psycopg errors: the database cannot be read.
     """
-    found = set()
+    found = {ns for ns, n in (declared or {}) if n == name}
     for r in store.read(stream_prefix="backfill/"):
         parts = r.stream.split("/")
         if len(parts) == 3 and parts[2] == name and r.type == "BackfillApplied":
@@ -78,14 +79,37 @@ def backfill_namespaces(store: Any, name: str) -> list[str]:
     return sorted(found)
 
 
-def read_history(store: Any, namespace: str, *, backfill: str | None = None, model: str | None = None) -> History:
+def pruned_declarations(store: Any) -> Mapping[tuple[str, str], Any]:
+    """The ModelBackfills of the newest snapshot this release can read, by ``(namespace,
+    name)``, when the log was pruned (their ``BackfillApplied`` may be gone with it; a trial:
+    ``recommend --backfill`` said "not in the log" for a declaration whose spec never changed
+    after its first scheduled prune); empty otherwise."""
+    if not store.pruned_up_to():
+        return {}
+    from backfill.store import projection
+
+    world = projection.latest(store, unreadable=[])
+    return dict(world.backfills.items()) if world is not None else {}
+
+
+def read_history(
+    store: Any,
+    namespace: str,
+    *,
+    backfill: str | None = None,
+    model: str | None = None,
+    declared: Mapping[tuple[str, str], Any] | None = None,
+) -> History:
     """The history of ``backfill`` (its spec's model) or of ``model`` in ``namespace``.
 
     Args:
         store: a :class:`backfill.store.EventStore`.
         namespace: the Kubernetes namespace.
-        backfill: a ModelBackfill name (its latest ``BackfillApplied`` names the model).
+        backfill: a ModelBackfill name (its latest ``BackfillApplied`` names the model, else
+            its state in ``declared``).
         model: a Model name (when no ``backfill`` is given).
+        declared: :func:`pruned_declarations`, for a declaration whose ``BackfillApplied`` a
+            prune dropped.
 
     Raises:
         HistoryError: the ModelBackfill is not in the log, its spec names no model, or the model
@@ -116,14 +140,16 @@ def read_history(store: Any, namespace: str, *, backfill: str | None = None, mod
                 cancels[e.job_name] = e.cause
             elif t is ev.JobDeleted:
                 deleted[e.name] = e.at
-        if applied is None:
+        state = (declared or {}).get((namespace, backfill))
+        if applied is None and state is None:
             raise HistoryError(f"ModelBackfill {namespace}/{backfill} is not in the log")
-        parsed = parse_spec(applied.spec)
+        raw = applied.spec if applied is not None else state.raw_spec
+        parsed = parse_spec(raw)
         if isinstance(parsed, Spec):
             spec = parsed
             model = parsed.model_ref
         else:
-            model = applied.spec.get("modelRef") if isinstance(applied.spec, dict) else None
+            model = raw.get("modelRef") if isinstance(raw, Mapping) else None
             if not isinstance(model, str) or not model:
                 raise HistoryError(f"ModelBackfill {namespace}/{backfill}: its spec names no model ({parsed.reason})")
     assert model is not None
@@ -198,8 +224,9 @@ def from_log(store: Any, schema: str, targets: list[tuple[str, str, str]]) -> li
     """
     out = []
     pruned = store.pruned_up_to()
+    declared = pruned_declarations(store)
     for kind, ns, name in targets:
-        h = read_history(store, ns, **{kind: name})
+        h = read_history(store, ns, **{kind: name}, declared=declared)
         ((m, reqs),) = h.trace.requests.items()
         job, latency = h.measured_job(), h.measured_latency()
         # A median of 0 s (Jobs that ended within their start's second) is no job length to

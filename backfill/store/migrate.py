@@ -86,9 +86,46 @@ def upgrade(url: str, schema: str = DEFAULT_SCHEMA, revision: str = "head") -> N
     if not revision.strip():
         raise ValueError("the revision is empty (a revision id, head, or a relative step such as +1)")
     config = alembic_config(url, schema)
+    check_revision(url, schema, migrating=True)
     if revision != "head":
         _refuse_a_downgrade(config, url, schema, revision)
     command.upgrade(config, revision)
+
+
+class SchemaRevisionError(ValueError):
+    """The schema is at a revision this release cannot use (the message says why, in one line)."""
+
+
+def _known_revisions(config: Config) -> list[str]:
+    """This release's revisions, oldest first (the history is one line)."""
+    from alembic.script import ScriptDirectory
+
+    return [r.revision for r in reversed(list(ScriptDirectory.from_config(config).walk_revisions()))]
+
+
+def check_revision(url: str, schema: str = DEFAULT_SCHEMA, *, migrating: bool = False) -> None:
+    """Refuse a schema this release must not read or write: one at a revision it does not know
+    (a newer release migrated it: a trial's controller said only "Can't locate revision", and
+    ``runs``, ``replay`` and the destructive ``db prune`` ran on it unchecked), or, unless
+    ``migrating``, one behind its newest (a trial: "column runs.segment does not exist"). A
+    schema never migrated passes (each command says so itself; ``db upgrade`` creates it).
+
+    Raises:
+        SchemaRevisionError: as above. Any error of the database (it cannot be reached).
+    """
+    at = current(url, schema)
+    if at is None:
+        return
+    known = _known_revisions(alembic_config(url, schema))
+    if at not in known:
+        raise SchemaRevisionError(
+            f"schema {schema} is at revision {at}, which this release does not know (its newest is {known[-1]}): "
+            "a newer release migrated it; use that release (this one could misread or damage its tables)"
+        )
+    if not migrating and at != known[-1]:
+        raise SchemaRevisionError(
+            f"schema {schema} is at revision {at} and this release needs {known[-1]}: run `backfill db upgrade --schema {schema}` first"
+        )
 
 
 def _refuse_a_downgrade(config: Config, url: str, schema: str, revision: str) -> None:
@@ -101,9 +138,9 @@ def _refuse_a_downgrade(config: Config, url: str, schema: str, revision: str) ->
 
     at = current(url, schema)
     script = ScriptDirectory.from_config(config)
-    oldest_first = [r.revision for r in reversed(list(script.walk_revisions()))]  # the history is one line
+    oldest_first = _known_revisions(config)
     if at not in oldest_first:
-        return  # never migrated, or a revision this release does not know: Alembic says so
+        return  # never migrated (a revision this release does not know is refused before)
     if revision == "base":
         wanted = "base"
     else:
@@ -118,8 +155,8 @@ def _refuse_a_downgrade(config: Config, url: str, schema: str, revision: str) ->
         target = found.revision
         if stepped:
             i = oldest_first.index(target) + int(steps)
-            if i >= len(oldest_first):
-                return  # past the newest: Alembic says it cannot
+            if i >= len(oldest_first):  # Alembic's own refusal was an AssertionError with no message
+                raise ValueError(f"revision {revision} is past the newest revision this release has, {oldest_first[-1]}")
             target = oldest_first[i]
         if target == at or oldest_first.index(target) > oldest_first.index(at):
             return

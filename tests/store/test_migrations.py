@@ -251,3 +251,49 @@ def test_db_upgrade_takes_alembics_relative_steps_and_refuses_base_and_steps_to_
         assert upgrade("+1")[::2] == (True, "0004")
     finally:
         migrate.drop_schema(pg_url, schema)
+
+
+def test_a_schema_at_a_revision_this_release_does_not_know_or_behind_it_is_refused_in_one_line(pg_url: str, capsys) -> None:
+    """A trial: on a schema a newer release migrated (revision 0099 here), the controller said only
+    "Can't locate revision identified by '0099'", and ``runs``, ``replay`` and the destructive
+    ``db prune`` ran on it unchecked; on a schema at 0001 ``runs`` said "column runs.segment does
+    not exist"; ``db upgrade --revision 0004+1`` said "AssertionError"."""
+    from backfill.cli import main
+
+    newer, older = "t_rev_newer", "t_rev_older"
+    head = migrate.head_revision()
+
+    def error(*args: str) -> str:
+        assert main([*args, "--database-url", pg_url]) not in (0, None)
+        lines = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
+        assert len(lines) == 1, lines
+        return lines[0]
+
+    for s in (newer, older):
+        migrate.drop_schema(pg_url, s)
+    try:
+        migrate.upgrade(pg_url, newer)
+        migrate.upgrade(pg_url, older, "0001")
+        engine = make_engine(pg_url, newer, poolclass=NullPool)
+        with engine.begin() as conn:
+            events = conn.execute(sa.text("SELECT count(*) FROM events")).scalar()
+            conn.execute(sa.text("UPDATE alembic_version SET version_num = '0099'"))
+        engine.dispose()
+        unknown = (
+            f"schema {newer} is at revision 0099, which this release does not know (its newest is {head}): a newer release "
+            "migrated it; use that release (this one could misread or damage its tables)"
+        )
+        for args in (["runs"], ["replay"], ["db", "prune", "--before", "2999-01-01T00:00:00Z"], ["recommend", "--model", "ns/m"]):
+            assert error(*args, "--schema", newer) == f"backfill: error: {unknown}", args
+        assert error("db", "upgrade", "--schema", newer) == f"backfill: error: db upgrade: {unknown}"
+        assert migrate.current(pg_url, newer) == "0099"
+        behind = f"schema {older} is at revision 0001 and this release needs {head}: run `backfill db upgrade --schema {older}` first"
+        for args in (["runs"], ["replay"], ["db", "prune", "--before", "2999-01-01T00:00:00Z"]):
+            assert error(*args, "--schema", older) == f"backfill: error: {behind}", args
+        assert error("db", "upgrade", "--schema", older, "--revision", f"{head}+1") == (
+            f"backfill: error: db upgrade: revision {head}+1 is past the newest revision this release has, {head}"
+        )
+        assert migrate.current(pg_url, older) == "0001" and events == 0
+    finally:
+        for s in (newer, older):
+            migrate.drop_schema(pg_url, s)

@@ -424,3 +424,20 @@ def test_a_restore_stopped_inside_its_transaction_does_not_hold_the_log(pg_schem
     assert "db restore: " in capsys.readouterr().err
     assert appended and appended[0] < 2.5, appended  # not held for the 3 s the restore stood still
     assert es.count() == count + 1 and es.pruned_up_to() == 1150  # the append stored, nothing restored
+
+
+def test_recommend_backfill_finds_a_declaration_whose_applied_event_was_pruned(pg_schema, pg_engine, tmp_path, capsys):
+    """A trial: once a prune dropped a declaration's ``BackfillApplied`` (its spec never changed
+    after), ``recommend --backfill`` said "is not in the log", exit 2, though the snapshot the
+    pruned log continues from holds it. Bare names are resolved from it too."""
+    from backfill.sim.cluster import backfill_name
+
+    es, log, _ = _pruned(pg_schema, pg_engine, tmp_path, capsys)
+    name = backfill_name("m0")
+    applied = [p for p, e, _ in log if type(e).__name__ == "BackfillApplied" and e.name == name]
+    assert applied and max(applied) <= es.pruned_up_to()  # every BackfillApplied of it is gone
+    kept = sum(1 for p, e, _ in log if p > 1150 and type(e).__name__ == "ForegroundRequest" and e.model == "m0")
+    for target in (f"sim/{name}", name):
+        assert _cli(pg_schema, "recommend", "--backfill", target, "--idle-for-values", "10m,20m") == 0, capsys.readouterr().err
+        printed = capsys.readouterr()
+        assert f"sim/{name}: model m0, {kept} foreground requests" in " ".join((printed.out + printed.err).split())
