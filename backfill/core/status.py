@@ -12,6 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from .commands import Admit
 from .state import FINISHED, BackfillState, World
 from .verdict import Verdict
 from .timefmt import rfc3339
@@ -47,6 +48,14 @@ def status_from_verdict(world: World, b: BackfillState, verdict: Verdict) -> dic
         # the Job still exists (a suspended one too, a finished one until observed gone)
         job = a.job_name if not a.job_gone else ""
         started = a.started_at or a.created_at  # cleared with a cancelled attempt, as jobName
+    attempts = b.attempts
+    admit = next((c for c in verdict.commands if type(c) is Admit), None)
+    if admit is not None:
+        # The attempt being admitted, not the last one: its number and Job name (trials read
+        # Starting with the previous count and no jobName, once for 10 s: the leader died
+        # between recording the admission and creating the Job).
+        attempts, job, started = admit.attempt, admit.job_name, None
+        node = admit.node or node
     completion = b.succeeded_at if verdict.phase == "Succeeded" else None
     ready = verdict.phase in ("Running", "Succeeded")
     message = verdict.message
@@ -62,7 +71,7 @@ def status_from_verdict(world: World, b: BackfillState, verdict: Verdict) -> dic
         "startedAt": rfc3339(started),
         "completionTime": rfc3339(completion),
         "nextRunTime": rfc3339(verdict.next_run),
-        "attempts": b.attempts,
+        "attempts": attempts,
         "reason": verdict.reason,
         "message": message,
         "conditions": [
