@@ -89,6 +89,9 @@ def _ready(controller: Any, leader: Any) -> tuple[bool, list[str]]:
     ok, problems = controller.readiness()
     if leader is not None and not (leader.is_leader() or leader.healthy):
         problems = problems + ["leader election: the Lease cannot be read or renewed"]
+    if leader is not None and leader.foreign_log is not None:
+        holder, theirs = leader.foreign_log
+        problems = problems + [f"leader election: the leader {holder} writes to another event log ({theirs}): replicas must share one store"]
     return (not problems, problems)
 
 
@@ -202,6 +205,11 @@ def run(
         store = open_store(settings, schema)
         if store.note:
             log.info(store.note)
+        if leader is not None:
+            try:  # written into the Lease: replicas on separate stores are told apart
+                leader.log_identity = store.events.log_identity()
+            except Exception as exc:  # noqa: BLE001 - the start-up refold reports a store that is away
+                log.warning(f"reading the event log's id failed ({error_line(exc)}): replicas on separate stores go unnoticed")
         controller = Controller(settings, api, store.events, store.runs, metrics, leader=leader, identity=identity)
     except BaseException:
         server.server_close()

@@ -40,6 +40,10 @@ from backfill.errorlines import api_status, error_line
 
 log = logging.getLogger("backfill.controller.leader")
 
+#: The Lease annotation in which the leader writes its event log's id
+#: (:meth:`backfill.store.interface.EventLog.log_identity`): every replica must share one store.
+LOG_ANNOTATION = "modelbackfill.ai.flexinfer/event-log"
+
 
 def _micro(t: datetime) -> str:
     return t.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -140,6 +144,9 @@ class LeaderElector:
             another replica's times.
         monotonic: the local clock, seconds, of the renew deadline and of when another holder's
             record was first seen (default ``time.monotonic``; a test advances it).
+        log_identity: this replica's event log id, written into the Lease's
+            :data:`LOG_ANNOTATION` while it leads; a holder that wrote another one is a replica
+            on another store (:attr:`foreign_log`). None: not written, not compared.
     """
 
     def __init__(
@@ -155,8 +162,14 @@ class LeaderElector:
         request_timeout: float | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
         monotonic: Callable[[], float] = time.monotonic,
+        log_identity: str | None = None,
     ) -> None:
         self.api = api
+        self.log_identity = log_identity
+        #: ``(holder, its log id)`` while the Lease names a holder that writes to another event
+        #: log than this replica's (replicas on separate stores), else None: /readyz says so.
+        self.foreign_log: tuple[str, str] | None = None
+        self._foreign_said: tuple[str, str] | None = None
         self.coord = client.CoordinationV1Api(_without_retries(api))
         self.name, self.namespace, self.identity = name, namespace, identity
         self.duration, self.renew = duration, renew
@@ -209,7 +222,9 @@ class LeaderElector:
             return self._won(t0)
         spec = lease.spec
         holder = spec.holder_identity or ""
-        if holder and holder != self.identity and self._held_by_another(spec):
+        held = bool(holder) and holder != self.identity and self._held_by_another(spec)
+        self._compare_logs(holder, (lease.metadata.annotations or {}).get(LOG_ANNOTATION), taking_over=not held)
+        if held:
             self._standing_by(holder, spec.lease_duration_seconds)
             return False
         transitions = spec.lease_transitions or 0
@@ -218,6 +233,8 @@ class LeaderElector:
             transitions += 1
         body = self.api.sanitize_for_serialization(lease)
         body["spec"] = self._spec(acquired, now, transitions)
+        if self.log_identity:
+            body["metadata"].setdefault("annotations", {})[LOG_ANNOTATION] = self.log_identity
         try:
             self.coord.replace_namespaced_lease(self.name, self.namespace, body, _request_timeout=self.request_timeout)
         except ApiException as exc:
@@ -251,12 +268,32 @@ class LeaderElector:
 
     def _new_lease(self, now: datetime) -> dict:
         """The body of a Lease this candidate creates, holding it from ``now``."""
-        return {
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": {"name": self.name, "namespace": self.namespace},
-            "spec": self._spec(now, now, 0),
-        }
+        metadata: dict[str, Any] = {"name": self.name, "namespace": self.namespace}
+        if self.log_identity:
+            metadata["annotations"] = {LOG_ANNOTATION: self.log_identity}
+        return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": metadata, "spec": self._spec(now, now, 0)}
+
+    def _compare_logs(self, holder: str, theirs: str | None, *, taking_over: bool) -> None:
+        """Set :attr:`foreign_log` from the Lease just read: its holder (another replica) wrote
+        ``theirs``, another event log's id than ours. Logged as an error once per holder and
+        id, and when this replica takes such a Lease over (it knows none of that log's runs:
+        a Job still running is deleted as unexplained, finished one-shot declarations run
+        again; an operator's trial). Nothing is held back: stopping work waits on nothing, and
+        one of the two logs has to act."""
+        mine = self.log_identity
+        if not (mine and theirs and holder and holder != self.identity and theirs != mine):
+            self.foreign_log = None
+            return
+        self.foreign_log = None if taking_over else (holder, theirs)
+        if (holder, theirs) == self._foreign_said and not taking_over:
+            return
+        self._foreign_said = (holder, theirs)
+        what = "taking the leader Lease over from" if taking_over else "the leader Lease is held by"
+        log.error(
+            f"{what} {holder}, which writes to another event log (id {theirs}; this replica's: {mine}): every replica "
+            "must use the same database and schema (BACKFILL_DATABASE_URL, or one BACKFILL_DATA_DIR for the embedded "
+            "server); a replica on another store knows none of the other's runs"
+        )
 
     def _held_by_another(self, spec: Any) -> bool:
         """Whether another candidate's record in ``spec`` is still valid: this elector first read

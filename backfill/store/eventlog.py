@@ -624,6 +624,16 @@ class EventStore:
             row = conn.execute("SELECT coalesce(min(position), 0) FROM events").fetchone()
         return int(row[0])  # type: ignore[index]
 
+    def log_identity(self) -> str | None:
+        """This log's random id (``log_identity``, revision 0005), or None for a schema without
+        one (never migrated)."""
+        with self._raw() as conn:
+            try:
+                row = conn.execute("SELECT id FROM log_identity ORDER BY created_at LIMIT 1").fetchone()
+            except psycopg.errors.UndefinedTable:
+                return None
+        return str(row[0]) if row else None
+
     def pruned_up_to(self) -> int:
         """The last position ``backfill db prune`` dropped, 0 when it never dropped any: the
         first partition's first position minus one (partitions start at position 1 and only a

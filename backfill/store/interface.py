@@ -105,6 +105,10 @@ class EventLog(Protocol):
         """The smallest stored position (0 when empty; above 1 once old events were pruned, or
         when the first appends rolled back: positions are not transactional)."""
 
+    def log_identity(self) -> str | None:
+        """This log's random id, the same for every process that uses it (None: a schema that
+        has none yet). The leader writes it into the Lease (:mod:`backfill.controller.leader`)."""
+
     def pruned_up_to(self) -> int:
         """The last position ``backfill db prune`` dropped (0: nothing was ever pruned). Every
         event after it is retained and none at or before it is; a gap left by an append that

@@ -25,6 +25,7 @@ import bisect
 import itertools
 import json
 import threading
+import uuid
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -74,6 +75,7 @@ class MemoryBackend:
         self.snapshots: dict[str, list[_Snapshot]] = {}
         self.runs_rows: dict[tuple[str, int, int], RunRow] = {}
         self.next_position = 1
+        self.identity = uuid.uuid4().hex  # the log's id (PostgreSQL: the log_identity table)
         self.events = MemoryEventStore(self, poll=poll, snapshot_keep=snapshot_keep)
         self.runs = MemoryRunStore(self)
 
@@ -273,6 +275,10 @@ class MemoryEventStore:
         """The smallest stored position (0 when the log is empty)."""
         with self._b.state:
             return self._b.positions[0] if self._b.positions else 0
+
+    def log_identity(self) -> str | None:
+        """This log's random id (one per backend)."""
+        return self._b.identity
 
     def pruned_up_to(self) -> int:
         """0: the in-memory log is never pruned (``backfill db prune`` is PostgreSQL's)."""

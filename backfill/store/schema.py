@@ -18,6 +18,7 @@ Tables:
 - ``snapshots``: serialized projections (opaque bytes) at a position, per code version.
 - ``pruned_partitions``: what ``backfill db prune`` dropped (positions, event count, export),
   checked by ``backfill db restore``.
+- ``log_identity``: one random id of this log, written into the leader Lease.
 - ``runs``: one row per run segment of a Job attempt (:class:`backfill.core.runs.RunRow`; one
   segment per attempt unless a ``spec.preemption: Suspend`` declaration's Job was suspended
   and resumed), keyed by ``(backfill_uid, attempt, segment)``.
@@ -109,6 +110,16 @@ pruned_partitions = sa.Table(
     sa.Column("pruned_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
     sa.Column("export", sa.Text, nullable=True),
     sa.PrimaryKeyConstraint("lo", name="pruned_partitions_pkey"),
+)
+
+log_identity = sa.Table(
+    "log_identity",
+    metadata,
+    # One row: a random id of this log (revision 0005), which the leader writes into the Lease
+    # so that replicas on separate stores are told apart (backfill.controller.leader).
+    sa.Column("id", sa.Text, nullable=False),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
+    sa.PrimaryKeyConstraint("id", name="log_identity_pkey"),
 )
 
 #: SQL list of the allowed ``runs.result`` values, e.g. ``'succeeded', 'failed', ...``.

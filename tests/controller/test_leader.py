@@ -276,3 +276,48 @@ def _absent(coord, ns: str) -> bool:
     except client.ApiException as exc:
         return exc.status == 404
     return False
+
+
+def test_replicas_on_separate_stores_are_told_apart_by_the_log_id_in_the_lease(kube_api, kube_namespace, caplog):
+    """An operator's trial: a replica on another store (its own embedded server) took the Lease
+    over with no word, deleted the running Job as unexplained and would have run finished
+    one-shot declarations again. The leader writes its log's id into the Lease; a standby with
+    another id says so once (an error) and is not ready (``foreign_log``); one that takes such a
+    Lease over says so too; replicas on the same log say nothing."""
+    from backfill.controller import _ready
+    from backfill.controller.leader import LOG_ANNOTATION
+
+    caplog.set_level(logging.INFO, logger="backfill.controller.leader")
+
+    def elector(identity: str, log_id: str) -> LeaderElector:
+        e = LeaderElector(kube_api, name="logs", namespace=kube_namespace, identity=identity, duration=15, renew=5, log_identity=log_id)
+        return e
+
+    a, same, other = elector("a", "log-1"), elector("same", "log-1"), elector("other", "log-2")
+    assert a.try_acquire() is True
+    lease = client.CoordinationV1Api(kube_api).read_namespaced_lease("logs", kube_namespace)
+    assert lease.metadata.annotations[LOG_ANNOTATION] == "log-1"
+    assert same.try_acquire() is False and same.foreign_log is None
+    assert other.try_acquire() is False and other.try_acquire() is False
+    assert other.foreign_log == ("a", "log-1")
+
+    class Ready:
+        def readiness(self):
+            return True, []
+
+    other.healthy = True
+    assert _ready(Ready(), other) == (False, ["leader election: the leader a writes to another event log (log-1): replicas must share one store"])
+    same.healthy = True
+    assert _ready(Ready(), same) == (True, [])
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert errors == [
+        "the leader Lease is held by a, which writes to another event log (id log-1; this replica's: log-2): every replica "
+        "must use the same database and schema (BACKFILL_DATABASE_URL, or one BACKFILL_DATA_DIR for the embedded server); "
+        "a replica on another store knows none of the other's runs"
+    ]
+    caplog.clear()
+    other.monotonic = lambda: time.monotonic() + 16  # a's record unchanged for a lease duration: a is gone
+    assert other.try_acquire() is True and other.foreign_log is None
+    assert [r.getMessage().split(",")[0] for r in caplog.records if r.levelname == "ERROR"] == ["taking the leader Lease over from a"]
+    lease = client.CoordinationV1Api(kube_api).read_namespaced_lease("logs", kube_namespace)
+    assert lease.spec.holder_identity == "other" and lease.metadata.annotations[LOG_ANNOTATION] == "log-2"

@@ -22,6 +22,7 @@ The contract:
   transaction), the newest of the caller's code version is loaded (another version's never),
   ``snapshot_before`` picks the newest at or before a position, only the newest K are kept,
   payloads come back byte for byte;
+- the log's id: one per log, the same at every read;
 - both stores satisfy the protocols of ``backfill.store.interface``.
 """
 
@@ -103,6 +104,15 @@ class StoreContract:
     @pytest.fixture
     def stores(self) -> Stores:  # pragma: no cover - provided by the backend's subclass
         raise NotImplementedError
+
+    # -- identity -----------------------------------------------------------------------------
+
+    def test_the_log_has_one_id_that_every_read_gives(self, stores: Stores) -> None:
+        """The leader writes it into the Lease; replicas on separate stores differ in it."""
+        first = stores.events.log_identity()
+        assert isinstance(first, str) and len(first) >= 16
+        stores.events.append([record("id/1")])
+        assert stores.events.log_identity() == first
 
     # -- append -------------------------------------------------------------------------------
 
