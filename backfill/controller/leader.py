@@ -281,16 +281,19 @@ class LeaderElector:
         again; an operator's trial). Nothing is held back: stopping work waits on nothing, and
         one of the two logs has to act."""
         mine = self.log_identity
-        if not (mine and theirs and holder and holder != self.identity and theirs != mine):
+        if not (mine and theirs and holder != self.identity and theirs != mine):
             self.foreign_log = None
             return
         self.foreign_log = None if taking_over else (holder, theirs)
         if (holder, theirs) == self._foreign_said and not taking_over:
             return
         self._foreign_said = (holder, theirs)
+        # a Lease released (no holder; a SIGTERM'd leader releases it) still names the log its
+        # last holder wrote to
+        who = holder or "the replica that released it"
         what = "taking the leader Lease over from" if taking_over else "the leader Lease is held by"
         log.error(
-            f"{what} {holder}, which writes to another event log (id {theirs}; this replica's: {mine}): every replica "
+            f"{what} {who}, which writes to another event log (id {theirs}; this replica's: {mine}): every replica "
             "must use the same database and schema (BACKFILL_DATABASE_URL, or one BACKFILL_DATA_DIR for the embedded "
             "server); a replica on another store knows none of the other's runs"
         )

@@ -321,3 +321,10 @@ def test_replicas_on_separate_stores_are_told_apart_by_the_log_id_in_the_lease(k
     assert [r.getMessage().split(",")[0] for r in caplog.records if r.levelname == "ERROR"] == ["taking the leader Lease over from a"]
     lease = client.CoordinationV1Api(kube_api).read_namespaced_lease("logs", kube_namespace)
     assert lease.spec.holder_identity == "other" and lease.metadata.annotations[LOG_ANNOTATION] == "log-2"
+    # released (a SIGTERM'd leader releases the Lease): its log's id stays, and a taker says so
+    other.stop(release=True)
+    caplog.clear()
+    assert a.try_acquire() is True
+    assert [r.getMessage().split(",")[0] for r in caplog.records if r.levelname == "ERROR"] == [
+        "taking the leader Lease over from the replica that released it"
+    ]
