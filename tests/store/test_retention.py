@@ -189,3 +189,32 @@ def test_a_partition_bound_past_a_bigint_is_a_fault_of_the_log_not_a_refused_rec
         assert EventStore(pg_engine, partition_size=SIZE).append([record("k1")]) == [2]
     finally:
         store.close()
+
+
+def test_a_partition_caught_mid_detach_is_left_out_of_the_list(pg_engine) -> None:
+    """A trial: a ``backfill replay`` run while a prune detached a partition died with
+    "partition ... has an unexpected bound: None" (the catalog gave the leaving partition no
+    bound). The rows the catalog query gives are those of the real schema, plus such a one."""
+    es = EventStore(pg_engine, partition_size=10)
+    es.append([record(f"k/{i}") for i in range(25)])
+    fairy = pg_engine.raw_connection()
+    try:
+        conn = fairy.driver_connection
+        real = list_partitions(conn)
+        assert [(p.lo, p.hi) for p in real] == [(1, 11), (11, 21), (21, 31)]
+
+        class Catalog:
+            """The connection, with a partition being detached among the catalog's rows."""
+
+            def execute(self, sql, *args):
+                rows = conn.execute(sql, *args).fetchall()
+
+                class Result:
+                    def fetchall(self):
+                        return [("events_p000000000001", None)] + [r for r in rows if r[0] != "events_p000000000001"]
+
+                return Result()
+
+        assert list_partitions(Catalog()) == real[1:]
+    finally:
+        fairy.close()
