@@ -593,7 +593,8 @@ def _export_of_another_log(conn: psycopg.Connection[Any], export: Path, parts: S
     """Why ``export``, a file that :func:`export_problem` accepts, must not take this log's
     rows (one line), or None. Its last row must be of this log: an event the log still holds
     under the same idempotency key (its partition restored: a prune exports it again, and a
-    restore loads the copies once), or one at or before the position the log was pruned up to.
+    restore loads the copies once), or one this log pruned into this same file (or before
+    ``pruned_partitions`` recorded where).
     A trial: an export of another schema took this one's positions 1-11000 after its own
     1-1000, and ``db restore`` refused the file, the only copy of both.
 
@@ -609,8 +610,23 @@ def _export_of_another_log(conn: psycopg.Connection[Any], export: Path, parts: S
         return f"--export {export}: its last line is not a row of an export of backfill db prune; give a new file"
     held = conn.execute("SELECT idempotency_key FROM events WHERE position = %s", (position,)).fetchone()
     pruned = parts[0].lo - 1 if parts and parts[0].lo > 1 else 0
-    if (held is None and position <= pruned) or (held is not None and held[0] == key):
-        return None
+    if held is not None:
+        if held[0] == key:
+            return None
+    elif position <= pruned:
+        # Pruned by this log: into this very file (a prune records where each partition went;
+        # a trial: another schema's export whose last position lay below this log's prune
+        # passed a check of the position alone), or before revision 0004 (nothing recorded).
+        went = conn.execute("SELECT export FROM pruned_partitions WHERE lo <= %s AND %s < hi", (position, position)).fetchone()
+        if went is None:
+            return None
+        if went[0] and os.path.realpath(went[0]) == os.path.realpath(export):
+            return None
+        into = f"exported to {went[0]}" if went[0] else "dropped without an export"
+        return (
+            f"--export {export}: its last row (position {position:,}) is not this log's export of that position (it was "
+            f"{into}): an export of another log? give a new file"
+        )
     return (
         f"--export {export}: its last row (position {position:,}) is not an event of this log "
         f"({'pruned up to position ' + format(pruned, ',') if pruned else 'never pruned'}): an export of another log? give a new file"

@@ -190,3 +190,11 @@ def test_an_export_of_another_log_is_refused_and_one_of_this_log_appended_to(pg_
     assert ours.first_position() == 1 and ours.count() == 40
     assert _prune(pg_schema, "--before", LATER, "--export", str(mine)) == 0  # the restored rows, exported again
     assert [int(r["position"]) for r in csv.DictReader(mine.open())] == list(range(1, 41)) * 2
+    # a re-trial: another log's export whose last position (20) lies below this log's prune
+    # (40) passed a check of the position alone; this log exported position 20 into ours.csv
+    ours.append([_request(f"ours/{i}", i) for i in range(40, 55)])
+    ours.save_snapshot(PROJECTION, 55, code_version(), _snapshot_at(55))
+    capsys.readouterr()
+    assert _prune(pg_schema, "--before", LATER, "--export", str(export)) == 2
+    assert f"its last row (position 20) is not this log's export of that position (it was exported to {mine})" in _one_error_line(capsys)
+    assert export.read_bytes() == theirs_rows and ours.first_position() == 41
