@@ -144,8 +144,9 @@ def _refuse_a_downgrade(config: Config, url: str, schema: str, revision: str) ->
     if revision == "base":
         wanted = "base"
     else:
-        base, plus, steps = revision.rpartition("+")
-        stepped = bool(plus and base and steps.isdigit())  # ``<revision>+<n>``; ``+<n>`` alone steps from ``at``
+        sign = "-" if "-" in revision.lstrip("-") else "+"
+        base, plus, steps = revision.rpartition(sign)
+        stepped = bool(plus and base and steps.isdigit())  # ``<revision>+<n>``/``-<n>``; ``+<n>`` alone steps from ``at``
         try:
             found = script.get_revision(base if stepped else revision)
         except CommandError:
@@ -154,7 +155,14 @@ def _refuse_a_downgrade(config: Config, url: str, schema: str, revision: str) ->
             return
         target = found.revision
         if stepped:
-            i = oldest_first.index(target) + int(steps)
+            # a step back (``0004-1``) lands behind the schema: Alembic's upgrade did nothing and
+            # exited 0 (a re-trial)
+            i = oldest_first.index(target) + (int(steps) if sign == "+" else -int(steps))
+            if i < 0:
+                raise DowngradeRefused(
+                    f"schema {schema} is at revision {at}, past base ({revision}): db upgrade never downgrades "
+                    "(a downgrade drops what the newer revisions keep; restore a backup taken before the upgrade instead)"
+                )
             if i >= len(oldest_first):  # Alembic's own refusal was an AssertionError with no message
                 raise ValueError(f"revision {revision} is past the newest revision this release has, {oldest_first[-1]}")
             target = oldest_first[i]

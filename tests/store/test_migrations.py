@@ -243,6 +243,9 @@ def test_db_upgrade_takes_alembics_relative_steps_and_refuses_base_and_steps_to_
         assert upgrade("0002+1")[::2] == (True, "0003")
         past = (False, "0003")
         assert upgrade("0001+1")[::2] == past  # 0002: behind the schema
+        assert upgrade("0003-1")[::2] == past  # a re-trial: a step back said "at revision", exit 0
+        ok, err, at = upgrade("0001-1")
+        assert (ok, at) == past and err.splitlines()[-1].startswith(f"backfill: error: db upgrade: schema {schema} is at revision 0003, past base (0001-1): ")
         assert upgrade("base")[::2] == past
         ok, err, at = upgrade("base")
         assert err.splitlines()[-1].startswith(f"backfill: error: db upgrade: schema {schema} is at revision 0003, past base: ")
