@@ -9,8 +9,8 @@ seconds of its succeeded runs and the cancel latencies it measured.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..core import events as ev
