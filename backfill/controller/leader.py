@@ -44,6 +44,10 @@ log = logging.getLogger("backfill.controller.leader")
 #: (:meth:`backfill.store.interface.EventLog.log_identity`): every replica must share one store.
 LOG_ANNOTATION = "modelbackfill.ai.flexinfer/event-log"
 
+#: Retry periods a takeable Lease whose record names another event log is left to the replicas
+#: of that log before this one takes it (:meth:`LeaderElector._defer_to_the_log_owner`).
+FOREIGN_DEFER_ROUNDS = 3
+
 
 def _micro(t: datetime) -> str:
     return t.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -170,6 +174,8 @@ class LeaderElector:
         #: log than this replica's (replicas on separate stores), else None: /readyz says so.
         self.foreign_log: tuple[str, str] | None = None
         self._foreign_said: tuple[str, str] | None = None
+        self._takeable: tuple | None = None  # a takeable Lease naming another log, and since when
+        self._takeable_at = 0.0
         self.coord = client.CoordinationV1Api(_without_retries(api))
         self.name, self.namespace, self.identity = name, namespace, identity
         self.duration, self.renew = duration, renew
@@ -222,10 +228,17 @@ class LeaderElector:
             return self._won(t0)
         spec = lease.spec
         holder = spec.holder_identity or ""
-        held = bool(holder) and holder != self.identity and self._held_by_another(spec)
-        self._compare_logs(holder, (lease.metadata.annotations or {}).get(LOG_ANNOTATION), taking_over=not held)
+        theirs = (lease.metadata.annotations or {}).get(LOG_ANNOTATION)
+        # A record written to another event log is another replica's even under this identity:
+        # this one's previous process, restarted on another store (the Deployment's identity is
+        # the pod's name; a re-trial: it took the Lease at once and deleted the running Job).
+        foreign = bool(self.log_identity and theirs and theirs != self.log_identity)
+        held = bool(holder) and (holder != self.identity or foreign) and self._held_by_another(spec)
+        self._note_foreign(holder, theirs if foreign else None, held=held)
         if held:
             self._standing_by(holder, spec.lease_duration_seconds)
+            return False
+        if foreign and self._defer_to_the_log_owner(lease):
             return False
         transitions = spec.lease_transitions or 0
         acquired = spec.acquire_time if holder == self.identity and spec.acquire_time else now
@@ -242,6 +255,8 @@ class LeaderElector:
                 self._deadline = 0.0
                 return False
             raise
+        if foreign:  # said once taken (a re-trial: said before a write that then lost the race)
+            self._say_foreign("took the leader Lease over from", holder, theirs)  # type: ignore[arg-type]
         return self._won(t0)
 
     def check_namespace(self) -> None:
@@ -273,30 +288,39 @@ class LeaderElector:
             metadata["annotations"] = {LOG_ANNOTATION: self.log_identity}
         return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": metadata, "spec": self._spec(now, now, 0)}
 
-    def _compare_logs(self, holder: str, theirs: str | None, *, taking_over: bool) -> None:
-        """Set :attr:`foreign_log` from the Lease just read: its holder (another replica) wrote
-        ``theirs``, another event log's id than ours. Logged as an error once per holder and
-        id, and when this replica takes such a Lease over (it knows none of that log's runs:
-        a Job still running is deleted as unexplained, finished one-shot declarations run
-        again; an operator's trial). Nothing is held back: stopping work waits on nothing, and
-        one of the two logs has to act."""
-        mine = self.log_identity
-        if not (mine and theirs and holder != self.identity and theirs != mine):
-            self.foreign_log = None
-            return
-        self.foreign_log = None if taking_over else (holder, theirs)
-        if (holder, theirs) == self._foreign_said and not taking_over:
-            return
-        self._foreign_said = (holder, theirs)
-        # a Lease released (no holder; a SIGTERM'd leader releases it) still names the log its
-        # last holder wrote to
-        who = holder or "the replica that released it"
-        what = "taking the leader Lease over from" if taking_over else "the leader Lease is held by"
-        log.error(
-            f"{what} {who}, which writes to another event log (id {theirs}; this replica's: {mine}): every replica "
-            "must use the same database and schema (BACKFILL_DATABASE_URL, or one BACKFILL_DATA_DIR for the embedded "
-            "server); a replica on another store knows none of the other's runs"
+    def _note_foreign(self, holder: str, theirs: str | None, *, held: bool) -> None:
+        """Set :attr:`foreign_log` from the Lease just read: while ``held`` by a holder whose
+        record names ``theirs``, another event log's id than this replica's (None: the same
+        log, or nothing to compare), and say so once per holder and id."""
+        self.foreign_log = (holder, theirs) if held and theirs else None
+        if self.foreign_log is not None and self.foreign_log != self._foreign_said:
+            self._foreign_said = self.foreign_log
+            self._say_foreign("the leader Lease is held by", holder, theirs)  # type: ignore[arg-type]
+
+    def _say_foreign(self, what: str, holder: str, theirs: str) -> None:
+        """The error line for a Lease whose record names another event log (an operator's
+        trial: a replica on its own store took over silently, deleted the running Job as
+        unexplained and set every status's attempts back to 0)."""
+        who = holder if holder and holder != self.identity else (
+            "this identity's previous process" if holder else "the replica that released it"  # a SIGTERM'd leader releases
         )
+        log.error(
+            f"{what} {who}, which writes to another event log (id {theirs}; this replica's: {self.log_identity}): every "
+            "replica must use the same database and schema (BACKFILL_DATABASE_URL, or one BACKFILL_DATA_DIR for the "
+            "embedded server); a replica on another store knows none of the other's runs"
+        )
+
+    def _defer_to_the_log_owner(self, lease: Any) -> bool:
+        """True (stand by this round) until a takeable Lease whose record names another event
+        log has stayed unchanged for :data:`FOREIGN_DEFER_ROUNDS` retry periods: a replica on
+        that log's store (the right one) takes it first (a re-trial: a replica that knew it was
+        on another store won 5 of 9 released Leases). It still takes it then: stopping work
+        must not wait for a replica that may not exist."""
+        record = (lease.spec.holder_identity, lease.spec.renew_time, lease.metadata.resource_version)
+        seen = self.monotonic()
+        if record != self._takeable:
+            self._takeable, self._takeable_at = record, seen
+        return seen - self._takeable_at < FOREIGN_DEFER_ROUNDS * self.retry
 
     def _held_by_another(self, spec: Any) -> bool:
         """Whether another candidate's record in ``spec`` is still valid: this elector first read

@@ -282,16 +282,24 @@ def test_replicas_on_separate_stores_are_told_apart_by_the_log_id_in_the_lease(k
     """An operator's trial: a replica on another store (its own embedded server) took the Lease
     over with no word, deleted the running Job as unexplained and would have run finished
     one-shot declarations again. The leader writes its log's id into the Lease; a standby with
-    another id says so once (an error) and is not ready (``foreign_log``); one that takes such a
-    Lease over says so too; replicas on the same log say nothing."""
+    another id says so once (an error) and is not ready (``foreign_log``); a takeable Lease
+    naming another log is left to that log's replicas for a few retry periods, then taken with
+    an error line (after the write: a re-trial read it before a write that lost the race);
+    replicas on the same log say nothing."""
     from backfill.controller import _ready
     from backfill.controller.leader import LOG_ANNOTATION
 
     caplog.set_level(logging.INFO, logger="backfill.controller.leader")
+    clock = [1000.0]
 
     def elector(identity: str, log_id: str) -> LeaderElector:
-        e = LeaderElector(kube_api, name="logs", namespace=kube_namespace, identity=identity, duration=15, renew=5, log_identity=log_id)
-        return e
+        return LeaderElector(kube_api, name="logs", namespace=kube_namespace, identity=identity, duration=15, renew=5,
+                             log_identity=log_id, monotonic=lambda: clock[0])  # fmt: skip
+
+    def errors() -> list[str]:
+        out = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+        caplog.clear()
+        return out
 
     a, same, other = elector("a", "log-1"), elector("same", "log-1"), elector("other", "log-2")
     assert a.try_acquire() is True
@@ -305,26 +313,52 @@ def test_replicas_on_separate_stores_are_told_apart_by_the_log_id_in_the_lease(k
         def readiness(self):
             return True, []
 
-    other.healthy = True
+    other.healthy = same.healthy = True
     assert _ready(Ready(), other) == (False, ["leader election: the leader a writes to another event log (log-1): replicas must share one store"])
-    same.healthy = True
     assert _ready(Ready(), same) == (True, [])
-    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
-    assert errors == [
+    assert errors() == [
         "the leader Lease is held by a, which writes to another event log (id log-1; this replica's: log-2): every replica "
         "must use the same database and schema (BACKFILL_DATABASE_URL, or one BACKFILL_DATA_DIR for the embedded server); "
         "a replica on another store knows none of the other's runs"
     ]
-    caplog.clear()
-    other.monotonic = lambda: time.monotonic() + 16  # a's record unchanged for a lease duration: a is gone
-    assert other.try_acquire() is True and other.foreign_log is None
-    assert [r.getMessage().split(",")[0] for r in caplog.records if r.levelname == "ERROR"] == ["taking the leader Lease over from a"]
+    # a is gone (its record unchanged for a lease duration): left to a's log for 3 retry periods
+    clock[0] += 16
+    assert other.try_acquire() is False and other.foreign_log is None and errors() == []
+    clock[0] += 3
+    assert other.try_acquire() is True
+    assert [e.split(",")[0] for e in errors()] == ["took the leader Lease over from a"]
     lease = client.CoordinationV1Api(kube_api).read_namespaced_lease("logs", kube_namespace)
     assert lease.spec.holder_identity == "other" and lease.metadata.annotations[LOG_ANNOTATION] == "log-2"
-    # released (a SIGTERM'd leader releases the Lease): its log's id stays, and a taker says so
+
+    # released (a SIGTERM'd leader releases it): the replica of that log wins the race
     other.stop(release=True)
-    caplog.clear()
-    assert a.try_acquire() is True
-    assert [r.getMessage().split(",")[0] for r in caplog.records if r.levelname == "ERROR"] == [
-        "taking the leader Lease over from the replica that released it"
-    ]
+    assert a.try_acquire() is False  # a (log-1) defers to log-2's replicas ...
+    assert other.try_acquire() is True  # ... and other, back, takes it at once
+    other.stop(release=True)
+    assert a.try_acquire() is False
+    clock[0] += 3
+    assert a.try_acquire() is True  # no replica of log-2 came: taken, and said
+    assert [e.split(",")[0] for e in errors()] == ["took the leader Lease over from the replica that released it"]
+
+
+def test_a_replica_restarted_on_another_store_under_the_same_identity_is_another_replica(kube_api, kube_namespace, caplog):
+    """A re-trial: the Deployment's identity is the pod's name, so a container restarted on
+    another store (its database URL changed) found the Lease under its own identity, took it at
+    once with no word and deleted the running Job as unexplained."""
+    caplog.set_level(logging.INFO, logger="backfill.controller.leader")
+    clock = [1000.0]
+
+    def elector(log_id: str) -> LeaderElector:
+        return LeaderElector(kube_api, name="again", namespace=kube_namespace, identity="pod-0", duration=15, renew=5,
+                             log_identity=log_id, monotonic=lambda: clock[0])  # fmt: skip
+
+    assert elector("log-1").try_acquire() is True  # then SIGKILLed
+    restarted = elector("log-2")
+    assert restarted.try_acquire() is False and restarted.foreign_log == ("pod-0", "log-1")
+    clock[0] += 16
+    assert restarted.try_acquire() is False  # left to log-1's replicas for 3 retry periods
+    clock[0] += 3
+    assert restarted.try_acquire() is True
+    said = [r.getMessage().split(",")[0] for r in caplog.records if r.levelname == "ERROR"]
+    assert said == ["the leader Lease is held by this identity's previous process", "took the leader Lease over from this identity's previous process"]
+    assert elector("log-2").try_acquire() is True  # restarted again on the same store: at once
