@@ -296,7 +296,13 @@ def simulate(
     if plot is not None:
         plot = _plot_path(plot)
     if store:
-        _store(database_url, schema, probe=True, check=False)  # fail before simulating, not after (its schema is reset)
+        _, engine = _store(database_url, schema, probe=True, check=False)  # fail before simulating, not after
+        try:
+            problem = _not_a_simulation(engine, schema)
+        finally:
+            engine.dispose()
+        if problem:
+            raise CLIError(problem)
     from rich.progress import Progress
 
     t0 = time.perf_counter()
@@ -401,6 +407,27 @@ def _plot_path(plot: Path) -> Path:
     if importlib.util.find_spec("matplotlib") is None:
         raise CLIError("--plot needs matplotlib, which is not installed: pip install 'modelbackfill[plot]'")
     return plot
+
+
+def _not_a_simulation(engine: Any, schema: str) -> str | None:
+    """Why ``simulate --store`` must not recreate ``schema`` (one line), or None: it holds an
+    event log that no simulation wrote (a simulated log's first event has the key
+    ``sim/cronjob``), a controller's (a re-trial: ``--schema backfill`` wiped a live
+    controller's log, which then folded the simulation as real events)."""
+    try:
+        with engine.connect() as conn:
+            if conn.exec_driver_sql("SELECT to_regclass('events') IS NULL").scalar():
+                return None
+            if not conn.exec_driver_sql("SELECT EXISTS (SELECT 1 FROM events)").scalar():
+                return None
+            if conn.exec_driver_sql("SELECT EXISTS (SELECT 1 FROM event_keys WHERE idempotency_key = 'sim/cronjob')").scalar():
+                return None
+    except Exception as exc:  # noqa: BLE001 - any driver error: one line
+        return f"database: {_db_error(exc)}"
+    return (
+        f"--schema {schema}: it holds an event log no simulation wrote (a controller's?), and simulate --store "
+        "recreates its schema: give another (the default is simulation)"
+    )
 
 
 def _write_simulation(database_url: str | None, schema: str, result: Any) -> str:

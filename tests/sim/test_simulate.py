@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -149,3 +150,33 @@ def test_synthetic_default_is_seeded_and_reproducible(capsys):
     rows = json.loads(first)
     assert [r["model"] for r in rows] == ["syn-0", "syn-1", "syn-2", "syn-3", "TOTAL"]
     assert rows[-1]["requests"] > 100
+
+
+def test_simulate_store_refuses_a_schema_holding_a_log_no_simulation_wrote(pg_schema, pg_engine, capsys):
+    """A re-trial: ``simulate --schema backfill`` recreated a live controller's schema; the
+    controller then folded the simulation's events as real ones. A simulation's own schema is
+    recreated again as before."""
+    from backfill.core import events as ev
+    from backfill.core.events import encode
+    from backfill.store import EventStore
+
+    url, schema = pg_schema
+    sim = f"{schema}_sim"
+    args = ["simulate", "--days", "0.05", "--database-url", url]
+    try:
+        assert main([*args, "--schema", sim]) == 0  # a new schema
+        assert main([*args, "--schema", sim]) == 0  # a simulation's: recreated
+        capsys.readouterr()
+        es = EventStore(pg_engine)
+        es.append([encode(ev.ForegroundRequest(at=datetime(2026, 1, 1, tzinfo=timezone.utc), namespace="ns", model="m", source="ingest"), "req/1")])
+        assert main([*args, "--schema", schema]) == 2
+        (line,) = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
+        assert line == (
+            f"backfill: error: --schema {schema}: it holds an event log no simulation wrote (a controller's?), and simulate "
+            "--store recreates its schema: give another (the default is simulation)"
+        )
+        assert es.count() == 1  # untouched
+    finally:
+        from backfill.store.migrate import drop_schema
+
+        drop_schema(url, sim)
