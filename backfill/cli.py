@@ -413,12 +413,11 @@ def _not_a_simulation(engine: Any, schema: str) -> str | None:
     """Why ``simulate --store`` must not recreate ``schema`` (one line), or None: it holds an
     event log that no simulation wrote (a simulated log's first event has the key
     ``sim/cronjob``), a controller's (a re-trial: ``--schema backfill`` wiped a live
-    controller's log, which then folded the simulation as real events)."""
+    controller's log, which then folded the simulation as real events), also an empty one (a
+    controller that has appended nothing yet: the next re-trial)."""
     try:
         with engine.connect() as conn:
             if conn.exec_driver_sql("SELECT to_regclass('events') IS NULL").scalar():
-                return None
-            if not conn.exec_driver_sql("SELECT EXISTS (SELECT 1 FROM events)").scalar():
                 return None
             if conn.exec_driver_sql("SELECT EXISTS (SELECT 1 FROM event_keys WHERE idempotency_key = 'sim/cronjob')").scalar():
                 return None

@@ -239,6 +239,9 @@ class LeaderElector:
             self._standing_by(holder, spec.lease_duration_seconds)
             return False
         if foreign and self._defer_to_the_log_owner(lease):
+            # still the other log's Lease: not ready meanwhile (a re-trial read 200 for 0.5-3 s
+            # at each handover)
+            self.foreign_log = (holder or "the replica that released it", theirs)  # type: ignore[assignment]
             return False
         transitions = spec.lease_transitions or 0
         acquired = spec.acquire_time if holder == self.identity and spec.acquire_time else now

@@ -167,6 +167,8 @@ def test_simulate_store_refuses_a_schema_holding_a_log_no_simulation_wrote(pg_sc
         assert main([*args, "--schema", sim]) == 0  # a new schema
         assert main([*args, "--schema", sim]) == 0  # a simulation's: recreated
         capsys.readouterr()
+        assert main([*args, "--schema", schema]) == 2  # migrated, empty: a controller that appended nothing yet
+        assert "it holds an event log no simulation wrote" in capsys.readouterr().err
         es = EventStore(pg_engine)
         es.append([encode(ev.ForegroundRequest(at=datetime(2026, 1, 1, tzinfo=timezone.utc), namespace="ns", model="m", source="ingest"), "req/1")])
         assert main([*args, "--schema", schema]) == 2
