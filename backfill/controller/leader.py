@@ -233,6 +233,8 @@ class LeaderElector:
         # this one's previous process, restarted on another store (the Deployment's identity is
         # the pod's name; a re-trial: it took the Lease at once and deleted the running Job).
         foreign = bool(self.log_identity and theirs and theirs != self.log_identity)
+        if foreign and holder == self.identity and self._leading:
+            foreign = False  # our own record, its annotation edited by hand: this renew writes it back
         held = bool(holder) and (holder != self.identity or foreign) and self._held_by_another(spec)
         self._note_foreign(holder, theirs if foreign else None, held=held)
         if held:

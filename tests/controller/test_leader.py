@@ -346,6 +346,8 @@ def test_a_replica_restarted_on_another_store_under_the_same_identity_is_another
     """A re-trial: the Deployment's identity is the pod's name, so a container restarted on
     another store (its database URL changed) found the Lease under its own identity, took it at
     once with no word and deleted the running Job as unexplained."""
+    from backfill.controller.leader import LOG_ANNOTATION
+
     caplog.set_level(logging.INFO, logger="backfill.controller.leader")
     clock = [1000.0]
 
@@ -362,4 +364,10 @@ def test_a_replica_restarted_on_another_store_under_the_same_identity_is_another
     assert restarted.try_acquire() is True
     said = [r.getMessage().split(",")[0] for r in caplog.records if r.levelname == "ERROR"]
     assert said == ["the leader Lease is held by this identity's previous process", "took the leader Lease over from this identity's previous process"]
-    assert elector("log-2").try_acquire() is True  # restarted again on the same store: at once
+    again = elector("log-2")
+    assert again.try_acquire() is True  # restarted again on the same store: at once
+    # the leader's own record with its annotation edited by hand: renewed, and written back
+    coord = client.CoordinationV1Api(kube_api)
+    coord.patch_namespaced_lease("again", kube_namespace, {"metadata": {"annotations": {LOG_ANNOTATION: "garbage"}}})
+    assert again.try_acquire() is True and again.is_leader() and again.foreign_log is None
+    assert coord.read_namespaced_lease("again", kube_namespace).metadata.annotations[LOG_ANNOTATION] == "log-2"
