@@ -75,7 +75,7 @@ from backfill.core.records import EventRecord, StoredEvent
 from backfill.errorlines import error_line
 from backfill.store.engine import engine_schema
 from backfill.store.interface import RecordRefusedError
-from backfill.store.retention import DEFAULT_PARTITION_SIZE, ensure_partitions, list_partitions
+from backfill.store.retention import DEFAULT_PARTITION_SIZE, ensure_partitions, list_partitions, pruned_up_to
 
 _COLUMNS = "position, recorded_at, type, version, stream, idempotency_key, at, data::text"
 _COPY_SQL = "COPY events (position, type, version, stream, idempotency_key, at, data) FROM STDIN (FORMAT BINARY)"
@@ -640,8 +640,7 @@ class EventStore:
         prune drops one; :mod:`backfill.store.retention`). Unlike ``first_position() - 1`` it
         is not moved by an append that rolled back, which leaves a gap, not a prune."""
         with self._raw() as conn:
-            parts = list_partitions(conn)
-        return parts[0].lo - 1 if parts and parts[0].lo > 1 else 0
+            return pruned_up_to(list_partitions(conn))
 
     # -- lifecycle ----------------------------------------------------------------------------
 

@@ -118,6 +118,13 @@ def list_partitions(conn: psycopg.Connection[Any]) -> list[Partition]:
     return out
 
 
+def pruned_up_to(parts: Sequence[Partition]) -> int:
+    """The last position ``backfill db prune`` dropped, given :func:`list_partitions`: the
+    first partition's first position minus one (partitions start at position 1 and only a
+    prune drops one), 0 when it never dropped any."""
+    return parts[0].lo - 1 if parts and parts[0].lo > 1 else 0
+
+
 def ensure_partitions(conn: psycopg.Connection[Any], last: int, size: int) -> int:
     """Make sure partitions cover every position up to ``last + size // 2``; return the end
     (exclusive) of the last partition.
@@ -461,7 +468,7 @@ def restore(
     """
     conn.execute(_RETENTION_XACT_LOCK)  # no prune in between (held to the caller's commit)
     parts = list_partitions(conn)
-    pruned = parts[0].lo - 1 if parts and parts[0].lo > 1 else 0
+    pruned = pruned_up_to(parts)
     if not pruned:
         raise RestoreError("the event log holds every position from 1 (never pruned, or restored already): nothing to restore")
     for source in sources:
@@ -609,7 +616,7 @@ def _export_of_another_log(conn: psycopg.Connection[Any], export: Path, parts: S
     except (IndexError, ValueError):
         return f"--export {export}: its last line is not a row of an export of backfill db prune; give a new file"
     held = conn.execute("SELECT idempotency_key FROM events WHERE position = %s", (position,)).fetchone()
-    pruned = parts[0].lo - 1 if parts and parts[0].lo > 1 else 0
+    pruned = pruned_up_to(parts)
     if held is not None:
         if held[0] == key:
             return None
