@@ -86,9 +86,9 @@ def upgrade(url: str, schema: str = DEFAULT_SCHEMA, revision: str = "head") -> N
     if not revision.strip():
         raise ValueError("the revision is empty (a revision id, head, or a relative step such as +1)")
     config = alembic_config(url, schema)
-    check_revision(url, schema, migrating=True)
+    at = check_revision(url, schema, migrating=True)
     if revision != "head":
-        _refuse_a_downgrade(config, url, schema, revision)
+        _refuse_a_downgrade(config, at, schema, revision)
     command.upgrade(config, revision)
 
 
@@ -103,19 +103,31 @@ def _known_revisions(config: Config) -> list[str]:
     return [r.revision for r in reversed(list(ScriptDirectory.from_config(config).walk_revisions()))]
 
 
-def check_revision(url: str, schema: str = DEFAULT_SCHEMA, *, migrating: bool = False) -> None:
+def check_revision(url: str, schema: str = DEFAULT_SCHEMA, *, migrating: bool = False) -> str | None:
     """Refuse a schema this release must not read or write: one at a revision it does not know
     (a newer release migrated it: a trial's controller said only "Can't locate revision", and
     ``runs``, ``replay`` and the destructive ``db prune`` ran on it unchecked), or, unless
-    ``migrating``, one behind its newest (a trial: "column runs.segment does not exist"). A
-    schema never migrated passes (each command says so itself; ``db upgrade`` creates it).
+    ``migrating``, one behind its newest (a trial: "column runs.segment does not exist"), or one
+    that holds the log's tables with no revision recorded (``alembic_version`` emptied or
+    dropped by hand: an upgrade would try to create the tables again, and a reader cannot tell
+    which revision's columns they have). A schema never migrated passes (each command says so
+    itself; ``db upgrade`` creates it).
+
+    Returns:
+        The schema's revision, None when it was never migrated.
 
     Raises:
         SchemaRevisionError: as above. Any error of the database (it cannot be reached).
     """
     at = current(url, schema)
     if at is None:
-        return
+        if _has_the_log(url, schema):
+            raise SchemaRevisionError(
+                f"schema {schema} holds the event log's tables but no Alembic revision (its alembic_version table is empty "
+                "or gone): this release cannot tell which revision's tables they are; restore it from a backup, or record the "
+                f"revision they are at with `alembic -x schema={schema} stamp <revision>` from a checkout of the release that migrated them"
+            )
+        return None
     known = _known_revisions(alembic_config(url, schema))
     if at not in known:
         raise SchemaRevisionError(
@@ -126,17 +138,31 @@ def check_revision(url: str, schema: str = DEFAULT_SCHEMA, *, migrating: bool = 
         raise SchemaRevisionError(
             f"schema {schema} is at revision {at} and this release needs {known[-1]}: run `backfill db upgrade --schema {schema}` first"
         )
+    return at
 
 
-def _refuse_a_downgrade(config: Config, url: str, schema: str, revision: str) -> None:
+def _has_the_log(url: str, schema: str) -> bool:
+    """Whether ``schema`` has the event log's table (``events``), whatever its revision."""
+    engine = make_engine(url, schema, poolclass=NullPool, timeouts=False)
+    try:
+        with engine.connect() as conn:
+            found = conn.exec_driver_sql(
+                "SELECT 1 FROM information_schema.tables WHERE table_schema = %(s)s AND table_name = 'events'", {"s": schema}
+            ).first()
+            return found is not None
+    finally:
+        engine.dispose()
+
+
+def _refuse_a_downgrade(config: Config, at: str | None, schema: str, revision: str) -> None:
     """Raise :class:`DowngradeRefused` when ``revision`` names ``base``, a revision the schema
     is already past, or a step from one (``0001+1`` on a schema at 0004: Alembic's upgrade
     would do nothing and exit 0). A step from the schema's own revision (``+1``) and what
-    Alembic cannot resolve are left to Alembic, whose upgrade refuses what it cannot step to."""
+    Alembic cannot resolve are left to Alembic, whose upgrade refuses what it cannot step to.
+    ``at``: the schema's revision (:func:`check_revision`)."""
     from alembic.script import ScriptDirectory
     from alembic.util import CommandError
 
-    at = current(url, schema)
     script = ScriptDirectory.from_config(config)
     oldest_first = _known_revisions(config)
     if at not in oldest_first:

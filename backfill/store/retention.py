@@ -335,18 +335,9 @@ def open_export(export: Path) -> tuple[Any, int]:
     new = not export.exists()
     fh = open(export, "a+b", buffering=0)  # noqa: SIM115 - the caller closes it
     try:
-        size = fh.seek(0, os.SEEK_END)
-        keep = pos = size
-        while pos > 0:  # back to the last line end
-            step = min(1 << 16, pos)
-            pos -= step
-            fh.seek(pos)
-            end = fh.read(step).rfind(b"\n")
-            if end >= 0:
-                keep = pos + end + 1
-                break
-        else:
-            keep = 0
+        size, pos, tail = _tail(fh, 1)
+        end = tail.rfind(b"\n")
+        keep = pos + end + 1 if end >= 0 else 0  # back to the last line end
         if keep < size:
             fh.truncate(keep)
             os.fsync(fh.fileno())
@@ -640,18 +631,28 @@ def _export_of_another_log(conn: psycopg.Connection[Any], export: Path, parts: S
     )
 
 
+def _tail(fh: Any, line_ends: int) -> tuple[int, int, bytes]:
+    """``(size, offset, bytes from offset to the end)`` of the shortest tail of the binary file
+    ``fh`` (read back in 64 KiB steps) that holds ``line_ends`` line ends, or of the whole file
+    when it holds fewer: what :func:`open_export` cuts back to and :func:`_last_row` reads."""
+    size = fh.seek(0, os.SEEK_END)
+    pos, tail, found = size, b"", 0
+    while pos > 0 and found < line_ends:
+        step = min(1 << 16, pos)
+        pos -= step
+        fh.seek(pos)
+        chunk = fh.read(step)
+        found += chunk.count(b"\n")
+        tail = chunk + tail
+    return size, pos, tail
+
+
 def _last_row(export: Path) -> list[str] | None:
     """The last whole CSV row of ``export`` (the header counts as none), or None."""
     import csv
 
     with open(export, "rb") as fh:
-        size = fh.seek(0, os.SEEK_END)
-        pos, tail = size, b""
-        while pos > 0 and tail.count(b"\n") < 3:  # the last whole line and the line end before it
-            step = min(1 << 16, pos)
-            pos -= step
-            fh.seek(pos)
-            tail = fh.read(step) + tail
+        _, pos, tail = _tail(fh, 3)  # the last whole line and the line end before it
     lines = tail.split(b"\n")
     whole = lines[:-1] if pos == 0 else lines[1:-1]  # the part after the last line end is cut off by open_export
     whole = [line for line in whole if line.strip()]

@@ -300,3 +300,41 @@ def test_a_schema_at_a_revision_this_release_does_not_know_or_behind_it_is_refus
     finally:
         for s in (newer, older):
             migrate.drop_schema(pg_url, s)
+
+
+@pytest.mark.parametrize("damage", ["DELETE FROM alembic_version", "DROP TABLE alembic_version"])
+def test_the_log_tables_with_no_revision_recorded_are_refused_in_one_line(pg_url: str, capsys, damage: str) -> None:
+    """A schema whose ``alembic_version`` was emptied or dropped by hand was read as never
+    migrated: ``db upgrade`` tried to create the tables again (a traceback of DuplicateTable),
+    and readers could not tell which revision's columns the tables had. Every command now
+    refuses it in one line, and the events stay."""
+    from backfill.cli import main
+
+    schema = "t_rev_none"
+    migrate.drop_schema(pg_url, schema)
+    try:
+        migrate.upgrade(pg_url, schema)
+        from backfill.store.eventlog import EventStore
+        from tests.store.contract import record
+
+        engine = make_engine(pg_url, schema, poolclass=NullPool)
+        EventStore(engine).append([record("kept")])
+        with engine.begin() as conn:
+            conn.execute(sa.text(damage))
+        assert migrate.current(pg_url, schema) is None
+        said = (
+            f"schema {schema} holds the event log's tables but no Alembic revision (its alembic_version table is empty or gone): "
+            "this release cannot tell which revision's tables they are; restore it from a backup, or record the revision they "
+            f"are at with `alembic -x schema={schema} stamp <revision>` from a checkout of the release that migrated them"
+        )
+        for args, prefix in ((["runs"], ""), (["replay"], ""), (["db", "upgrade"], "db upgrade: ")):
+            assert main([*args, "--schema", schema, "--database-url", pg_url]) not in (0, None), args
+            lines = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
+            assert lines == [f"backfill: error: {prefix}{said}"], (args, lines)
+        with pytest.raises(migrate.SchemaRevisionError):
+            migrate.upgrade(pg_url, schema)
+        with engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT count(*) FROM events")).scalar() == 1
+        engine.dispose()
+    finally:
+        migrate.drop_schema(pg_url, schema)
