@@ -197,7 +197,10 @@ def run(
                     f"{settings.lease_namespace}/{settings.lease_name}: another controller is running, and both will "
                     "admit and cancel backfill Jobs; stop one, or run this one with --leader-elect"
                 )
-        metrics.follow_leadership(leader.is_leader if leader is not None else lambda: True)
+        if leader is not None:
+            metrics.follow_leadership(leader.is_leader, lambda: leader.foreign_log is not None)
+        else:
+            metrics.follow_leadership(lambda: True)
         if migrate is not None:
             migrate()
         # The one factory of the store (a trial: building it here as well had left

@@ -59,10 +59,22 @@ class Metrics:
             "1 while this replica holds the leader Lease and acts (always 1 without --leader-elect), else 0.",
             registry=self.registry,
         )
+        # Not a seed family either: replicas on separate stores each know none of the other's
+        # runs (a replica that takes over deletes the running Jobs as unexplained and runs the
+        # finished one-shots again); the error line and /readyz were the only signals, and
+        # ModelBackfillNoLeader stays quiet beside the other log's leader.
+        self.foreign_log = Gauge(
+            "flexinfer_model_backfill_foreign_event_log",
+            "1 while the leader Lease names an event log other than this replica's (replicas on separate stores), else 0.",
+            registry=self.registry,
+        )
 
-    def follow_leadership(self, leads: Callable[[], bool]) -> None:
-        """Export ``leads()`` (read at each scrape) as ``flexinfer_model_backfill_leader``."""
+    def follow_leadership(self, leads: Callable[[], bool], foreign: Callable[[], bool] | None = None) -> None:
+        """Export ``leads()`` as ``flexinfer_model_backfill_leader`` and ``foreign()`` (default:
+        never) as ``flexinfer_model_backfill_foreign_event_log``, each read at each scrape."""
         self.leader.set_function(lambda: 1.0 if leads() else 0.0)
+        if foreign is not None:
+            self.foreign_log.set_function(lambda: 1.0 if foreign() else 0.0)
 
     def follow(self, row: RunRow, previous: RunRow | None, *, admitted: bool = False) -> None:
         """Count a ``runs`` row the log just created or changed (``previous``: the same row

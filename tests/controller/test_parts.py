@@ -59,6 +59,7 @@ def test_metrics_exact_families_on_a_private_registry():
         "flexinfer_model_backfill_preemptions",
         "flexinfer_model_backfill_useful_running_seconds",
         "flexinfer_model_backfill_leader",
+        "flexinfer_model_backfill_foreign_event_log",
     }
     labels = {"backfill": "mbf", "namespace": "ns", "model": "gemma"}
     get = m.registry.get_sample_value
@@ -79,6 +80,12 @@ def test_the_leader_gauge_reads_leadership_at_each_scrape():
     assert m.registry.get_sample_value("flexinfer_model_backfill_leader") == 0.0
     leads[0] = True
     assert m.registry.get_sample_value("flexinfer_model_backfill_leader") == 1.0
+    assert m.registry.get_sample_value("flexinfer_model_backfill_foreign_event_log") == 0.0  # nothing to compare
+    foreign = [True]
+    m.follow_leadership(lambda: leads[0], lambda: foreign[0])
+    assert m.registry.get_sample_value("flexinfer_model_backfill_foreign_event_log") == 1.0
+    foreign[0] = False
+    assert m.registry.get_sample_value("flexinfer_model_backfill_foreign_event_log") == 0.0
 
 
 class _Ingest:

@@ -35,6 +35,18 @@ def _post(url: str, headers: dict) -> tuple[int, dict]:
         return exc.code, dict(exc.headers)
 
 
+def _gauges(port: int) -> dict[str, float]:
+    """The leadership gauges of a /metrics scrape (``flexinfer_model_backfill_`` cut off)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as resp:
+        text = resp.read().decode()
+    out = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in ("flexinfer_model_backfill_leader", "flexinfer_model_backfill_foreign_event_log"):
+            out[name.removeprefix("flexinfer_model_backfill_")] = float(value)
+    return out
+
+
 def test_run_wires_leader_http_and_loop(kube_cluster, kube_api, kube_namespace, pg_schema, tmp_path):
     from backfill.controller import run
     from tests.envtest.cluster import free_port
@@ -70,6 +82,23 @@ def test_run_wires_leader_http_and_loop(kube_cluster, kube_api, kube_namespace, 
         assert st["reason"] == "TemplateNotFound"
         lease = kube_cluster.get_json(f"/apis/coordination.k8s.io/v1/namespaces/{kube_namespace}/leases/mbf-run")
         assert lease["spec"]["holderIdentity"]
+        assert _gauges(port) == {"leader": 1.0, "foreign_event_log": 0.0}
+        # Another log's replica takes the Lease (a replica on a separate store): this one stands
+        # by, is not ready, and says so in a series an alert reads (ModelBackfillSplitEventLog).
+        # A re-trial: the error line and /readyz were the only signals.
+        from datetime import datetime, timezone
+
+        from kubernetes import client
+
+        from backfill.controller.leader import LOG_ANNOTATION
+
+        now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        client.CoordinationV1Api(kube_api).patch_namespaced_lease("mbf-run", kube_namespace, {
+            "metadata": {"annotations": {LOG_ANNOTATION: "another-log"}},
+            "spec": {"holderIdentity": "elsewhere", "acquireTime": now, "renewTime": now, "leaseDurationSeconds": 3600},
+        })  # fmt: skip
+        wait_for(lambda: _gauges(port) == {"leader": 0.0, "foreign_event_log": 1.0}, timeout=20, what="foreign_event_log 1")
+        assert _get(f"http://127.0.0.1:{port}/readyz") == 503
     finally:
         stop.set()
         t.join(timeout=15)
