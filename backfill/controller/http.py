@@ -317,12 +317,14 @@ class _Deadlines:
     deadline passes is shut down (its thread's blocked read returns, the thread ends).
 
     One entry per connection thread (``arm``/``disarm`` on that thread; :meth:`forget` when it
-    ends), checked by one daemon thread every ``min(0.5, seconds / 4)`` seconds."""
+    ends), checked by one daemon thread every ``min(0.5, seconds / 4)`` seconds. A connection
+    is *silent* from ``arm`` until :meth:`heard` (its first byte arrived)."""
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
         self._lock = threading.Lock()
         self._due: dict[int, tuple[socket.socket, float]] = {}  # thread ident -> (socket, monotonic deadline)
+        self._silent: set[int] = set()  # thread idents of connections that have sent nothing yet
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -334,23 +336,36 @@ class _Deadlines:
                     self._thread = threading.Thread(target=self._run, name="http-deadlines", daemon=True)
                     self._thread.start()
         with self._lock:
-            self._due[threading.get_ident()] = (sock, time.monotonic() + self.seconds)
+            ident = threading.get_ident()
+            self._due[ident] = (sock, time.monotonic() + self.seconds)
+            self._silent.add(ident)
+
+    def heard(self) -> None:
+        """The calling connection thread's client has sent its first byte."""
+        with self._lock:
+            self._silent.discard(threading.get_ident())
 
     def evict_oldest(self) -> bool:
         """Shut down the connection that has waited longest for its request (the earliest
-        deadline); False when none is waiting."""
+        deadline), one that has sent nothing yet first (a new user's trial: over TLS a probe
+        waiting for its handshake was as evictable as the silent connections around it, and
+        300 of them, reopened at once, failed every probe); False when none is waiting."""
         with self._lock:
             if not self._due:
                 return False
-            ident = min(self._due, key=lambda i: self._due[i][1])
+            pool = self._silent or self._due
+            ident = min(pool, key=lambda i: self._due[i][1])
             sock = self._due.pop(ident)[0]
+            self._silent.discard(ident)
         _shut(sock)
         return True
 
     def disarm(self) -> None:
         """The calling connection thread has read its request (or is done)."""
         with self._lock:
-            self._due.pop(threading.get_ident(), None)
+            ident = threading.get_ident()
+            self._due.pop(ident, None)
+            self._silent.discard(ident)
 
     forget = disarm
 
@@ -432,14 +447,35 @@ class _Server(ThreadingHTTPServer):
             self._limit_since = None
             self._evicted = self._refused = 0
 
+    def first_byte_timeout(self) -> float:
+        """Seconds a new connection may take to send its first byte (:meth:`first_byte`)."""
+        return REQUEST_TIMEOUT_SECONDS
+
     def process_request_thread(self, request: Any, client_address: Any) -> None:
-        """On the connection's thread: its first request is due in ``deadline`` seconds from now."""
+        """On the connection's thread: its first request is due in ``deadline`` seconds from now;
+        it is served once its first byte arrives (:meth:`first_byte`), else closed."""
         self.deadlines.arm(request)
         try:
-            super().process_request_thread(request, client_address)
+            if self.first_byte(request):
+                super().process_request_thread(request, client_address)
+            else:
+                self.shutdown_request(request)
         finally:
             self.deadlines.forget()
             self._slots.release()
+
+    def first_byte(self, request: Any) -> bool:
+        """Wait (peek, nothing read) up to :meth:`first_byte_timeout` seconds for ``request``'s
+        first byte and mark the connection heard (:meth:`_Deadlines.heard`: shut after every
+        silent one when the slots run out); False when it closed, was shut or stayed silent."""
+        try:
+            request.settimeout(self.first_byte_timeout())
+            if not request.recv(1, socket.MSG_PEEK):
+                return False
+        except OSError:  # a timeout, a reset, shut for a newer connection
+            return False
+        self.deadlines.heard()
+        return True
 
     def refuse(self, request: Any) -> None:
         """Answer a connection over the limit, unread: 503 with ``Retry-After`` (best effort, not
@@ -561,6 +597,10 @@ class _TLSServer(_Server):
 
     def refuse(self, request: Any) -> None:
         """Over TLS a connection over the limit is closed unanswered (a 503 would need a handshake)."""
+
+    def first_byte_timeout(self) -> float:
+        """The handshake's own timeout: a client that sends nothing is dropped after it."""
+        return self.handshake_timeout
 
     def finish_request(self, request: Any, client_address: Any) -> None:
         """On the connection's thread: handshake within ``handshake_timeout`` s, then serve it."""

@@ -42,7 +42,7 @@ from backfill.core.events import decode_many, decode_rows
 from backfill.core.perf import long_fold
 from backfill.core.projector import affected, decide, fold, fold_all, only_position_moved
 from backfill.core.runs import previous_row, run_rows
-from backfill.core.state import World
+from backfill.core.state import RUNNING, STARTING, World
 from backfill.core.verdict import hold_for_refused, hold_for_signals
 from backfill.errorlines import error_line
 from backfill.settings import Settings
@@ -119,6 +119,27 @@ def _fold_requests(world: World, requests: list[tuple[int, Any]], keys: set[Key]
     for _, e in requests:
         keys.update(affected(world, e))
     return world
+
+
+def _preempting(world: World, reports: list) -> set[int]:
+    """The indexes in ``reports`` (decoded ``ForegroundRequest`` events) of the first report on
+    each Model that has an attempt starting or running in ``world`` (the preemptor's
+    projection): the report that cancels it (:meth:`Controller.ingest_append`)."""
+    out: set[int] = set()
+    seen: set[tuple[str, str]] = set()
+    live, backfills = world.live_models, world.backfills
+    for i, e in enumerate(reports):
+        model = (e.namespace, e.model)
+        if model in seen:
+            continue
+        seen.add(model)
+        for key in live.get(model, ()):
+            b = backfills.get(key)
+            a = b.live_attempt if b is not None else None
+            if a is not None and a.lifecycle in (STARTING, RUNNING):
+                out.add(i)
+                break
+    return out
 
 
 class Controller:
@@ -342,16 +363,25 @@ class Controller:
                 not answer this replica, so it may act on nothing; a chaos soak). The client
                 retries; another replica may act.
             SpoolFullError: the spool has no room for some of them (the store has been away
-                long); those are neither acted on nor stored, and the client retries. Reports
-                fill at most half the spool (:data:`INGEST_SPOOL_SHARE`), so a flood of them
-                never crowds out the watchers' observations (a fault trial: 130 calls of 1,000
-                reports filled it, the next report was answered as a duplicate, and neither it
-                nor a ``lastActiveTime`` bump cancelled the running Job)."""
+                long, or slow under a flood); those are neither acted on nor stored, and the
+                client retries. Reports fill at most half the spool (:data:`INGEST_SPOOL_SHARE`),
+                so a flood of them never crowds out the watchers' observations (a fault trial:
+                130 calls of 1,000 reports filled it, the next report was answered as a
+                duplicate, and neither it nor a ``lastActiveTime`` bump cancelled the running
+                Job) -- except a call's first report on each Model with an attempt starting or
+                running (:func:`_preempting`), which may fill half of the watchers' part too:
+                it is the one that cancels (a new user's trial: 100 calls of 1,000 reports on one
+                Model, PostgreSQL slow, refused a report on another Model whose Job ran on)."""
         from .ingest import CancelUnansweredError, NotLeaderError, SpoolFullError  # ingest imports nothing of the controller's
 
         decoded = decode_many([(r.type, r.version, r.data) for r in records])
+        pairs = [(e, r.idempotency_key) for e, r in zip(decoded, records)]
         headroom = self.spool.max_records - int(self.spool.max_records * INGEST_SPOOL_SHARE)
-        entries = self.observe([(e, r.idempotency_key) for e, r in zip(decoded, records)], headroom=headroom, refusable=True)
+        first = _preempting(self.preemptor.world, decoded)
+        entries = self.observe([pairs[i] for i in first], headroom=headroom // 2, refusable=True) if first else []
+        rest = [p for i, p in enumerate(pairs) if i not in first] if first else pairs
+        if rest:
+            entries += self.observe(rest, headroom=headroom, refusable=True)
         if len(entries) < len(records):
             raise SpoolFullError(len(entries), len(records) - len(entries))
         committed = self.spool.wait_committed(entries, wait)

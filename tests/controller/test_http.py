@@ -616,3 +616,63 @@ def test_a_certificate_pair_that_does_not_load_is_named(tmp_path):
     with pytest.raises(ValueError) as exc:
         make_server("127.0.0.1:0", CollectorRegistry(), ready=lambda: True, tls_cert=cert, tls_key=absent)
     assert str(exc.value) == f"TLS certificate file {cert}, key file {absent}: No such file or directory: {absent}"
+
+
+def test_silent_connections_reopened_at_once_do_not_keep_https_probes_out(tmp_path, monkeypatch):
+    """A new user's trial: 300 TCP connections that never began a TLS handshake, each reopened
+    as soon as the server closed it, failed 21 of 21 /healthz probes over HTTPS (2 s timeout; 0
+    of 18 over plain HTTP): a probe's connection, waiting for its handshake, was as evictable as
+    the silent ones and was shut by the next of them. A connection that has sent nothing yet is
+    now shut before one that has (oldest first)."""
+    import socket
+
+    from backfill.controller import http as http_module
+
+    monkeypatch.setattr(http_module, "MAX_CONNECTIONS", 8, raising=False)
+    cert, key = _self_signed(tmp_path)
+    server = make_server("127.0.0.1:0", CollectorRegistry(), ready=lambda: True, tls_cert=cert, tls_key=key)
+    _serve(server)
+    port = server.server_address[1]
+    stop = threading.Event()
+
+    def silent_clients(n: int) -> None:
+        """``n`` connections that send nothing, each reopened as soon as the server closes it."""
+        import selectors
+
+        sel = selectors.DefaultSelector()
+        try:
+            for _ in range(n):
+                sel.register(socket.create_connection(("127.0.0.1", port), timeout=5), selectors.EVENT_READ)
+            while not stop.is_set():
+                for k, _ in sel.select(timeout=0.05):
+                    sel.unregister(k.fileobj)
+                    k.fileobj.close()
+                    if not stop.is_set():
+                        sel.register(socket.create_connection(("127.0.0.1", port), timeout=5), selectors.EVENT_READ)
+        finally:
+            for k in list(sel.get_map().values()):
+                k.fileobj.close()
+            sel.close()
+
+    attack = threading.Thread(target=silent_clients, args=(40,), daemon=True)
+    attack.start()
+    try:
+        time.sleep(0.5)  # every slot taken, the rest churning
+        answered = 0
+        for _ in range(8):
+            ctx = ssl.create_default_context(cafile=str(cert))
+            conn = http.client.HTTPSConnection("localhost", port, context=ctx, timeout=2)
+            try:
+                conn.request("GET", "/healthz")
+                resp = conn.getresponse()
+                answered += (resp.status, resp.read()) == (200, b"ok\n")
+            except OSError:
+                pass
+            finally:
+                conn.close()
+        assert answered == 8
+    finally:
+        stop.set()
+        attack.join(timeout=5)
+        server.shutdown()
+        server.server_close()

@@ -233,14 +233,20 @@ def test_an_ingest_flood_with_the_store_stopped_is_refused_and_leaves_room_for_a
     fresh report was then answered ``202 {"accepted": 0, "duplicates": 1}`` (never retried,
     never stored) and neither it nor a ``lastActiveTime`` bump cancelled the running Job. Reports
     now fill at most half the spool, and those it cannot take are answered 503 ``spool_full``
-    (refused, not dropped: no relist follows), a re-send of held reports is taken."""
+    (refused, not dropped: no relist follows), a re-send of held reports is taken.
+
+    A new user's trial: a flood on one Model (PostgreSQL slow) refused a report on another
+    Model whose Job ran on. A call's first report on a Model with a running attempt is taken
+    now even when the reports' half of the spool is full."""
     pg, schema = controllers.pg, controllers.schema
     token = tmp_path / "ingest-token"
     token.write_text("t0ken\n")
     declare(kube, [("bf", "gemma"), ("other", "llama")])
+    kube.model("mistral", node="node-9")  # the flood's Model: no ModelBackfill on it
     proc = controllers(BACKFILL_SPOOL_MAX_RECORDS="10000", BACKFILL_INGEST_TOKEN_FILE=str(token)).start()
     proc.wait_ready()
     job = start_running(kube, player, "bf")
+    other_job = start_running(kube, player, "other")
     pg.stop()
     try:
         from datetime import timedelta
@@ -249,30 +255,37 @@ def test_an_ingest_flood_with_the_store_stopped_is_refused_and_leaves_room_for_a
 
         stale = ts(now_s() - timedelta(seconds=3000))  # no new demand: only fills the spool
         answers = [
-            post_reports(proc, [{"namespace": kube.ns, "model": "llama", "time": stale, "id": f"flood/{c}/{i}"} for i in range(1000)])
+            post_reports(proc, [{"namespace": kube.ns, "model": "mistral", "time": stale, "id": f"flood/{c}/{i}"} for i in range(1000)])
             for c in range(11)  # 11,000: past the whole spool, as the trial's flood
         ]
         codes = [(status, body.get("error"), body.get("accepted"), body.get("spooled")) for status, body, _ in answers]
         print(f"11 calls of 1,000 reports, the store stopped, a spool of 10,000: {codes}")
+        # the reports' half is full: a report on llama, whose Job runs, is still taken and cancels
+        on_llama = post_reports(proc, [{"namespace": kube.ns, "model": "llama", "time": ts(now_s()), "id": "llama-1"}])
+        seconds = timed(lambda: kube.job(other_job) is None, timeout=CANCEL_BOUND_SECONDS, what=f"Job {other_job} deleted on a report")
+        print(f"a report on llama after the flood: {on_llama[:2]}; Job gone {seconds:.2f} s later")
         demand(kube, "gemma")  # a lastActiveTime bump: the watchers' half of the spool is free
         seconds = timed(lambda: kube.job(job) is None, timeout=CANCEL_BOUND_SECONDS, what=f"Job {job} deleted on a demand after the flood")
         print(f"demand after the flood: Job gone {seconds:.2f} s later, the store still stopped")
         fresh = post_reports(proc, [{"namespace": kube.ns, "model": "gemma", "time": ts(now_s()), "id": "fresh-1"}])
         # a re-send of the first call, held already: taken, not refused (a second trial)
-        resent = post_reports(proc, [{"namespace": kube.ns, "model": "llama", "time": stale, "id": f"flood/0/{i}"} for i in range(1000)])
+        resent = post_reports(proc, [{"namespace": kube.ns, "model": "mistral", "time": stale, "id": f"flood/0/{i}"} for i in range(1000)])
     finally:
         pg.start()
     # reports fill at most half of the 10,000 records (the watchers' few observations share it)
     taken = sum(c[3] or 0 for c in codes)
     assert [c[0] for c in codes[:4]] == [202] * 4 and all(c[2] == 1000 for c in codes[:4]), codes
-    assert [c[:2] for c in codes[4:]] == [(503, "spool_full")] * 7 and 4000 < taken <= 5000, codes
+    # the fifth fits whole or in part, by how many of the watchers' observations wait beside it
+    assert [c[:2] for c in codes[5:]] == [(503, "spool_full")] * 6 and 4000 < taken <= 5000, codes
     assert answers[-1][2] == "1", "a 503 spool_full says when to retry"
     assert fresh[0] == 503 and fresh[1]["error"] == "spool_full", fresh  # not a false "duplicates: 1"
+    assert (on_llama[0], on_llama[1].get("accepted"), on_llama[1].get("spooled")) == (202, 1, 1), on_llama
     assert (resent[0], resent[1].get("accepted"), resent[1].get("spooled")) == (202, 1000, 1000), resent[:2]
     # refused reports are not dropped observations: no "spool full" error, no relist of every watcher
     noted = [r["msg"] for r in proc.logs() if "spool full" in str(r.get("msg", "")) or "relisting every watcher" in str(r.get("msg", ""))]
     assert noted == [], noted
     wait_for(lambda: [e for _, e in of_type(log_events(pg.url, schema), "AttemptCancelled") if e.backfill == "bf"],
              timeout=20, what="the cancel of bf in the log")  # fmt: skip
+    assert [e.reason for _, e in of_type(log_events(pg.url, schema), "AttemptCancelled") if e.backfill == "other"] == ["ForegroundDemand"]
     assert cluster_invariants(kube) == []
     assert_replay_clean(pg.url, schema)
