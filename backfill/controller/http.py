@@ -245,7 +245,7 @@ def make_server(
                 return  # the body is not read (a client without the token holds no memory with it)
             body = self.rfile.read(length) if length > 0 else b""
             self.server.deadlines.disarm()  # the request is read; the endpoint's own time is not the client's
-            self._ingest_answer(*_answered(lambda: ingest.accept(body)))
+            self._ingest_answer(*_answered(lambda: ingest.accept(body, self.client_address[0])))
 
         def _ingest_refused(self) -> bool:
             """The endpoint's checks of the request line and headers (``ingest.precheck``: method,

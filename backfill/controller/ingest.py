@@ -57,6 +57,7 @@ import json
 import math
 import re
 import threading
+import logging
 import time
 import urllib.error
 import urllib.request
@@ -81,6 +82,7 @@ __all__ = [
     "ForegroundBatch",
     "IngestEndpoint",
     "TokenBuckets",
+    "RefusalNotes",
     "IngestClientError",
     "NotLeaderError",
     "ModelsNotLoadedError",
@@ -176,6 +178,47 @@ def idempotency_key(report: ForegroundReport) -> str:
     at = report.time.astimezone(timezone.utc).isoformat()
     tail = f"{report.id}/{at}" if report.id is not None else f"{at}/{report.count}"
     return f"ingest/{report.namespace}/{report.model}/{tail}"
+
+
+log = logging.getLogger("backfill.controller.ingest")
+
+#: Seconds between two log lines about the refused requests of one client with one error.
+REFUSAL_LOG_SECONDS = 60.0
+
+
+class RefusalNotes:
+    """The log lines of refused requests: a warning for a client's first refusal with an error
+    (``unauthorized``, ``rate_limited``, ``spool_full``, ...), then at most one per client and
+    error every ``every`` seconds, counting those refused meanwhile (a new user's trial: 401,
+    429 and 503 ``spool_full`` answers wrote no line at all, so a router with a wrong token went
+    unseen). Bounded memory: beyond ``max_keys`` pairs the least recently noted is forgotten."""
+
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic, every: float = REFUSAL_LOG_SECONDS, max_keys: int = 1000) -> None:
+        self._monotonic = monotonic
+        self._every = every
+        self._max_keys = max_keys
+        self._lock = threading.Lock()
+        self._noted: OrderedDict[tuple[str, str], tuple[float, int]] = OrderedDict()  # -> (logged at, refused since)
+
+    def note(self, client: str, status: int, body: Mapping[str, Any]) -> None:
+        """Note one answer ``(status, body)`` to ``client``; only a refusal (4xx, 5xx) counts."""
+        if status < 400:
+            return
+        error = str(body.get("error"))
+        key, now = (client, error), self._monotonic()
+        with self._lock:
+            last = self._noted.get(key)
+            if last is not None and now - last[0] < self._every:
+                self._noted[key] = (last[0], last[1] + 1)
+                return
+            self._noted[key] = (now, 0)
+            self._noted.move_to_end(key)
+            while len(self._noted) > self._max_keys:
+                self._noted.popitem(last=False)
+        detail = str(body.get("detail"))
+        detail = detail if len(detail) <= 200 else detail[:197] + "..."
+        since = f" ({last[1]:,} more refused with {error} since the last line)" if last is not None and last[1] else ""
+        log.warning(f"ingest: refused a request from {client}: {status} {error}: {detail}{since}")
 
 
 # --------------------------------------------------------------------------- rate limit
@@ -397,13 +440,14 @@ class IngestEndpoint:
         self.buckets = TokenBuckets(
             settings.ingest_rate_per_second, settings.ingest_burst, max_clients=max_clients, monotonic=monotonic
         )
+        self.refusals = RefusalNotes(monotonic)
 
     # -- the one entry point --------------------------------------------------------------------
 
     def handle(self, method: str, headers: Mapping[str, str], body: bytes, client: str) -> tuple[int, dict[str, Any]]:
         """Handle one request; never raises. Returns ``(status, JSON-able body)``: the header
         checks (:meth:`precheck`), then the body's (:meth:`accept`)."""
-        return self.precheck(method, headers, client) or self.accept(body)
+        return self.precheck(method, headers, client) or self.accept(body, client)
 
     def precheck(self, method: str, headers: Mapping[str, str], client: str) -> tuple[int, dict[str, Any]] | None:
         """The checks a request's line and headers decide, before its body is read: method (405),
@@ -412,20 +456,26 @@ class IngestEndpoint:
         (then :meth:`accept` the body). Never raises. The HTTP server reads no body before this
         passes (an adversarial trial: 600 connections declaring 1 MiB with no token held 600 MiB)."""
         try:
-            return self._precheck(method, headers, client)
+            answer = self._precheck(method, headers, client)
         except Exception as exc:  # noqa: BLE001 - the controller must keep running
-            return _error(500, "internal_error", error_line(exc))
+            answer = _error(500, "internal_error", error_line(exc))
+        if answer is not None:
+            self.refusals.note(client, *answer)
+        return answer
 
-    def accept(self, body: bytes) -> tuple[int, dict[str, Any]]:
+    def accept(self, body: bytes, client: str = "") -> tuple[int, dict[str, Any]]:
         """The body of a request whose headers passed :meth:`precheck`: its size (413), JSON and
         envelope (400 / 422), per report its schema, time skew and Model (a report that fails
         one is refused alone and listed under ``rejected``; 422 when every report is; 503
         ``starting`` or ``model_lookup_unavailable`` when the Models cannot be told), then the
-        append of the others (202, 503). Never raises."""
+        append of the others (202, 503). Never raises. A refusal is logged
+        (:class:`RefusalNotes`, under ``client``)."""
         try:
-            return self._accept(body)
+            answer = self._accept(body)
         except Exception as exc:  # noqa: BLE001 - the controller must keep running
-            return _error(500, "internal_error", error_line(exc))
+            answer = _error(500, "internal_error", error_line(exc))
+        self.refusals.note(client or "?", *answer)
+        return answer
 
     def _precheck(self, method: str, headers: Mapping[str, str], client: str) -> tuple[int, dict[str, Any]] | None:
         if method.upper() != "POST":

@@ -96,7 +96,7 @@ class _Ingest:
         self.calls.append((method, headers.get("Authorization"), client))
         return None
 
-    def accept(self, body):
+    def accept(self, body, client=""):
         self.calls.append(body)
         return 202, {"accepted": 1}
 

@@ -271,6 +271,42 @@ def test_rate_limit_per_client_is_429_with_retry_after(event_store, wakes):
     assert endpoint.handle("POST", GOOD_HEADERS, _body(_report(id="new")), "10.0.0.1")[0] == 202
 
 
+def test_refused_requests_are_logged_once_per_client_and_error_a_minute(event_store, wakes, caplog):
+    """A new user's trial: 401, 400, 413, 415, 422, 429 and 503 ``spool_full`` answers wrote no
+    line at all; a router with a wrong token went unseen. Each client's first refusal with an
+    error is a warning now, then one a minute with the count refused meanwhile."""
+    import logging
+
+    caplog.set_level(logging.INFO, logger="backfill.controller.ingest")
+    clock = FakeMonotonic()
+    endpoint = _endpoint(event_store, wakes, monotonic=clock)
+    wrong = {**GOOD_HEADERS, "Authorization": "Bearer nope"}
+
+    def lines() -> list[str]:
+        out = [r.getMessage() for r in caplog.records if r.name == "backfill.controller.ingest"]
+        caplog.clear()
+        return out
+
+    for _ in range(30):
+        assert endpoint.handle("POST", wrong, _body(_report()), "10.0.0.7")[0] == 401
+    assert endpoint.handle("POST", GOOD_HEADERS, b"{", "10.0.0.7")[0] == 400
+    assert endpoint.handle("POST", wrong, _body(_report()), "10.0.0.8")[0] == 401
+    assert endpoint.handle("POST", GOOD_HEADERS, _body(_report()), "10.0.0.7")[0] == 202  # not a refusal
+    said = lines()
+    assert said[0] == "ingest: refused a request from 10.0.0.7: 401 unauthorized: invalid bearer token"
+    assert said[1].startswith("ingest: refused a request from 10.0.0.7: 400 malformed_json: ") and "Invalid JSON" in said[1]
+    assert said[2:] == ["ingest: refused a request from 10.0.0.8: 401 unauthorized: invalid bearer token"]
+    clock.t += 59.0
+    assert endpoint.handle("POST", wrong, _body(_report()), "10.0.0.7")[0] == 401
+    assert lines() == []
+    clock.t += 1.0
+    assert endpoint.handle("POST", wrong, _body(_report()), "10.0.0.7")[0] == 401
+    assert lines() == [
+        "ingest: refused a request from 10.0.0.7: 401 unauthorized: invalid bearer token (30 more refused with unauthorized since the last line)"
+    ]
+    assert all(r.levelname == "WARNING" for r in caplog.records)
+
+
 def test_token_buckets_bounded_memory_and_idle_eviction():
     clock = FakeMonotonic()
     buckets = TokenBuckets(rate=10.0, burst=5, max_clients=100, monotonic=clock)
