@@ -438,7 +438,10 @@ class Actor:
         else:
             return
         (log.info if row.result == "succeeded" else log.warning)(
-            f"attempt {row.attempt} ended: {row.result} ({row.reason}), Job {job}, {row.running_seconds:.1f}s of work",
+            # a resumed attempt's row is its last segment's (a new user's trial read "5.0s of
+            # work" for an attempt that ran 21 s in three segments)
+            f"attempt {row.attempt} ended: {row.result} ({row.reason}), Job {job}, {row.running_seconds:.1f}s of work"
+            + (f" in segment {row.segment}, its last (backfill runs lists every segment)" if row.segment > 1 else ""),
             extra={"backfill": f"{ns}/{name}", "position": row.deciding_position},
         )
 
@@ -1022,7 +1025,7 @@ class Actor:
             self.appended += 1
             log.info(
                 f"resumed attempt {c.attempt} segment {c.segment}: Job {c.job_name}",
-                extra={"backfill": f"{ns}/{name}", "position": world.position, "decision": "AttemptResumed"},
+                extra={"backfill": f"{ns}/{name}", "position": p, "decision": "AttemptResumed"},  # the decision's own (as an admission's)
             )
             self._event(ns, name, c.uid, "Resumed", f"idle window complete; resuming Job {c.job_name} (attempt {c.attempt}, segment {c.segment})")
             self.due("resume", ns, c.job_name)  # the first resume is this one

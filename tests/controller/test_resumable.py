@@ -9,6 +9,8 @@ computed from the timestamps the test itself wrote.
 
 from __future__ import annotations
 
+import logging
+
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -142,7 +144,8 @@ def _preempt_by_gaming(kube, player: IndexedJobPlayer) -> None:
     wait_for(lambda: player.spec_suspend() is True, timeout=5, what="Job spec.suspend true")
 
 
-def test_suspend_on_demand_resume_after_the_window_then_succeed(kube, start_controller):
+def test_suspend_on_demand_resume_after_the_window_then_succeed(kube, start_controller, caplog):
+    caplog.set_level(logging.INFO, logger="backfill.controller.actor")
     name = "resumable"
     # idleFor 5s: the suspension is observed and its status checked well before the resume is
     # due (with 2 s, a loaded machine folded the suspension after the window and went on to Starting)
@@ -179,6 +182,15 @@ def test_suspend_on_demand_resume_after_the_window_then_succeed(kube, start_cont
     t_done = t_resumed + timedelta(seconds=2)
     player.succeed(t_done)
     wait_for(lambda: kube.status(name).get("phase") == "Succeeded", what="phase Succeeded")
+    # the resume's line names its decision's own position (a new user's trial: the basis, one
+    # before it, as the admission's line once did), and the end's line says its seconds are the
+    # last segment's (a trial read "5.0s of work" for 21 s run in three segments)
+    (line,) = [r for r in caplog.records if r.getMessage().startswith("resumed attempt 1 segment 2:")]
+    (resumed,) = [r.position for r in c.events.read(0) if r.type == "AttemptResumed"]
+    assert line.position == resumed
+    (ended,) = wait_for(lambda: [r.getMessage() for r in caplog.records if r.getMessage().startswith("attempt 1 ended: succeeded")],
+                        what="the end's line")  # fmt: skip
+    assert ended == f"attempt 1 ended: succeeded (Completed), Job {player.name}, 2.0s of work in segment 2, its last (backfill runs lists every segment)"
 
     rows = wait_for(
         lambda: (lambda rs: rs if len(rs) == 2 and all(r.result for r in rs) else None)(c.runs.query(namespace=kube.ns)),
