@@ -38,7 +38,9 @@ class History:
             their request is older than the Job (``JobCreated``): a late or stale report (a
             router's ``lastActiveTime`` from before the Job existed; a new user's trial: one such
             report 1.5 h old made the p95 "demand -> Job gone" 1h31m, and every row of the
-            recommendation used it), which measures the signal's delay, not the cancel's.
+            recommendation used it), which measures the signal's delay, not the cancel's; and
+            those whose request is dated after the Job was gone (a reporter's clock ahead: a
+            trial's were dropped without a word).
     """
 
     trace: Trace
@@ -124,8 +126,12 @@ def read_history(
     created: dict[str, Any] = {}  # job name -> its JobCreated time
     if backfill is not None:
         applied = None
-        # running seconds count from the Job's start, else its creation, as the runs projection does
-        running: dict[str, Any] = {}  # job name -> its start
+        # running seconds count from the Job's start, else its creation, as the runs projection
+        # does; a resumable Job's (spec.preemption: Suspend) only while it ran: from each start or
+        # resume to its suspension (a new user's trial: a Job that ran 28 s in three segments
+        # over 1m40s measured 1m40s, and would be simulated as long)
+        running: dict[str, Any] = {}  # job name -> the start of its current run (absent while suspended)
+        ran: dict[str, float] = {}  # job name -> seconds of its ended runs (segments)
         for _, e in _events(store, f"backfill/{namespace}/{backfill}"):
             t = type(e)
             if t is ev.BackfillApplied:
@@ -133,9 +139,17 @@ def read_history(
             elif t is ev.JobCreated:
                 created.setdefault(e.name, e.at)
             elif t is ev.JobRunning:
-                running.setdefault(e.name, e.at)
-            elif t is ev.JobSucceeded and (e.name in running or e.name in created):
-                job_seconds.append((e.at - running.get(e.name, created.get(e.name))).total_seconds())
+                if e.name not in ran:  # before any suspension (a later JobRunning is the resumed run's)
+                    running.setdefault(e.name, e.at)
+            elif t is ev.JobSuspended:
+                start = running.pop(e.name, None) if e.name in running else (None if e.name in ran else created.get(e.name))
+                ran[e.name] = ran.get(e.name, 0.0) + (max(0.0, (e.at - start).total_seconds()) if start is not None else 0.0)
+            elif t is ev.JobResumed:
+                running[e.name] = e.at
+            elif t is ev.JobSucceeded and (e.name in running or e.name in created or e.name in ran):
+                start = running.get(e.name, None if e.name in ran else created.get(e.name))
+                last = (e.at - start).total_seconds() if start is not None else 0.0
+                job_seconds.append(ran.get(e.name, 0.0) + last)
             elif t is ev.AttemptCancelled and e.reason == FOREGROUND_DEMAND:
                 cancels[e.job_name] = e.cause
             elif t is ev.JobDeleted:
@@ -173,6 +187,8 @@ def read_history(
         latency = (deleted[job] - at_of[cause]).total_seconds()
         if latency >= 0:
             latencies.append(latency)
+        else:
+            stale += 1  # dated after the Job was gone (a reporter's clock ahead): left out, and said (a trial: dropped silently)
     trace = Trace(f"log {namespace}/{model}", {model: requests})
     return History(trace, spec, job_seconds, latencies, stale)
 
@@ -237,7 +253,7 @@ def from_log(store: Any, schema: str, targets: list[tuple[str, str, str]]) -> li
             + (f" (median {format_duration(job)}{': too short to simulate, not used; give --job' if unusable else ''})" if job is not None else "")
             + f"; {counted(len(h.cancel_latencies), 'foreground cancel')} measured"
             + (f" (p95 demand -> Job gone {format_duration(latency)})" if latency is not None else "")
-            + (f", {h.stale_cancels} left out (their request predates the Job: a late report)" if h.stale_cancels else "")
+            + (f", {h.stale_cancels} left out (a request dated before its Job existed or after it was gone: a late report, or a reporter's clock off)" if h.stale_cancels else "")
             if kind == "backfill" else f"{ns}/{name}: {counted(len(reqs), 'foreground request')}"
         )
         if pruned:  # a day-2 trial: the retained history was read as if it were all of it

@@ -39,3 +39,38 @@ def test_a_request_older_than_the_job_is_not_a_cancel_latency():
     assert h.measured_latency() == 1.0
     (inp,) = from_log(store, "s", [("backfill", NS, "b")])
     assert inp.latency == 1.0 and "2 foreground cancels measured (p95 demand -> Job gone 1s), 1 left out" in inp.note
+    # a report dated after its Job was gone (a reporter's clock ahead, within the ingest skew):
+    # left out and counted (a new user's trial: 4 preemptions read "3 measured", nothing left out)
+    fourth = third + 4 + IDLE + 1
+    _preempted(log, fourth, fourth + 1, fourth + 30, fourth + 2)
+    store = MemoryEventStore(MemoryBackend())
+    store.append([ev.encode(e, f"k/{pos}") for pos, e in log.events])
+    h = read_history(store, NS, backfill="b")
+    assert sorted(h.cancel_latencies) == [0.25, 1.0] and h.stale_cancels == 2
+
+
+def test_a_resumable_job_s_length_is_its_running_time_not_the_span_of_its_segments():
+    """A new user's trial: a ``spec.preemption: Suspend`` Job that ran 28.4 s in three segments
+    over 1m40s measured "median 1m40s", the time suspended and waiting for idle windows
+    included: ``recommend`` would simulate it as that long. Its runs count alone now; a Job
+    that was never suspended keeps its start-to-success time."""
+    log = Log().ready(0).cronjob(0).apply(0)
+    log.request(1)
+    admit = next(c for c in log.decide(IDLE + 1) if isinstance(c, Admit))
+    name = admit.job_name
+    log.admit(admit, IDLE).job("JobCreated", name, IDLE + 1).job("JobRunning", name, IDLE + 2)
+    log.job("JobSuspended", name, IDLE + 12, completed_indexes="0", episode="1")  # ran 10 s
+    log.job("JobResumed", name, IDLE + 60, episode="r1").job("JobSuspended", name, IDLE + 75, completed_indexes="0-1", episode="2")  # 15 s
+    log.job("JobResumed", name, IDLE + 200, episode="r2").job("JobSucceeded", name, IDLE + 203.5)  # 3.5 s
+    store = MemoryEventStore(MemoryBackend())
+    store.append([ev.encode(e, f"k/{pos}") for pos, e in log.events])
+    assert read_history(store, NS, backfill="b").job_seconds == [10 + 15 + 3.5]
+    # never suspended: from its start to its success, as before
+    plain = Log().ready(0).cronjob(0).apply(0)
+    plain.request(1)
+    admit = next(c for c in plain.decide(IDLE + 1) if isinstance(c, Admit))
+    plain.admit(admit, IDLE).job("JobCreated", admit.job_name, IDLE + 1).job("JobRunning", admit.job_name, IDLE + 2)
+    plain.job("JobSucceeded", admit.job_name, IDLE + 42)
+    store = MemoryEventStore(MemoryBackend())
+    store.append([ev.encode(e, f"k/{pos}") for pos, e in plain.events])
+    assert read_history(store, NS, backfill="b").job_seconds == [40.0]
