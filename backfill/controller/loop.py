@@ -195,7 +195,7 @@ class Controller:
         self._objects_lock = threading.Lock()
         self.actor = Actor(
             api,
-            events.append,
+            self._on_store(events.append),
             clock,
             can_act=self.is_leader,
             identity=identity,
@@ -239,6 +239,9 @@ class Controller:
         self._counting = 0  # the position up to which this replica counted while acting (0: not acting)
         self.store_error: str | None = None
         self._reading_since: float | None = None  # monotonic start of the log read in flight
+        self._store_lock = threading.Lock()
+        self._store_calls = 0  # store calls of the loop (reads, decision appends, checkpoints) in flight
+        self._store_since: float | None = None  # monotonic start of the oldest of them
         self.snapshot_position = 0  # position of the newest snapshot loaded or saved
         self._snapshot_at = time.monotonic()
         self.last_pass = time.monotonic()
@@ -323,13 +326,37 @@ class Controller:
                 log.info(f"the event log answers again after about {time.monotonic() - began:.0f}s")
                 began, said = None, set()
 
+    def _on_store(self, call: Callable[..., Any]) -> Callable[..., Any]:
+        """``call`` (a store call of the loop) counted as waiting on the store while it runs
+        (:meth:`liveness`)."""
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            with self._store_lock:
+                self._store_calls += 1
+                if self._store_calls == 1:
+                    self._store_since = time.monotonic()
+            try:
+                return call(*args, **kwargs)
+            finally:
+                with self._store_lock:
+                    self._store_calls -= 1
+                    if self._store_calls == 0:
+                        self._store_since = None
+
+        return counted
+
     def liveness(self) -> tuple[bool, list[str]]:
         """``(alive, problems)`` for /healthz: fails when the reconcile loop or the preemptor has
-        not completed a pass for ``settings.health_stale_seconds`` (a wedged process)."""
+        not completed a pass for ``settings.health_stale_seconds`` (a wedged process), the loop
+        excepted while it waits on the store (a read, a decision's append, a checkpoint: a hung
+        PostgreSQL, which /readyz reports): a restart would not bring the store back, and the
+        restarted process cancels nothing until it answers (a fault trial: the liveness probe
+        would have killed a replica that still cancelled in 0.4 s, 150 s into a hang, and the
+        new one could not start)."""
         limit = self.settings.health_stale_seconds
         now = time.monotonic()
         problems = []
-        if self._threads and now - self.last_pass > limit:
+        if self._threads and now - self.last_pass > limit and self._store_since is None:
             problems.append(f"reconcile loop: no pass for {now - self.last_pass:.0f}s")
         if self._threads and now - self.preemptor.last_pass > limit:
             problems.append(f"preemptor: no pass for {now - self.preemptor.last_pass:.0f}s")
@@ -718,7 +745,7 @@ class Controller:
             try:
                 try:
                     self._reading_since = time.monotonic()
-                    keys = self.catch_up()
+                    keys = self._on_store(self.catch_up)()
                     self._reading_since = None
                 except Exception as exc:  # noqa: BLE001 - the store is away: cancels go on regardless
                     self._reading_since = None
@@ -791,7 +818,7 @@ class Controller:
             return
         t0 = time.monotonic()
         try:
-            snapshots.save(self.events, self.world, keep=self.settings.snapshot_keep)
+            self._on_store(snapshots.save)(self.events, self.world, keep=self.settings.snapshot_keep)
         except Exception as exc:  # noqa: BLE001 - a snapshot is an optimisation: try again later
             log.warning(f"saving the snapshot failed: {error_line(exc)}", extra={"position": self.position})
         else:
@@ -811,10 +838,11 @@ class Controller:
         :data:`COUNTED_CHECKPOINT` too, when this replica acts and counted every change up to
         ``position`` (nothing kept): like every checkpoint it holds back ``backfill db prune``.
         """
+        apply = self._on_store(self.runs.apply)
         try:
-            self.runs.apply([], RUNS_CHECKPOINT, position)
+            apply([], RUNS_CHECKPOINT, position)
             if self._live and self.is_leader() and not self._uncounted and position <= self.position:
-                self.runs.apply([], COUNTED_CHECKPOINT, position)
+                apply([], COUNTED_CHECKPOINT, position)
         except Exception as exc:  # noqa: BLE001 - the next snapshot tries again
             log.warning(f"moving the runs checkpoints failed: {error_line(exc)}", extra={"position": position})
 

@@ -81,6 +81,15 @@ def _ms(seconds: float) -> int:
     return max(1, round(seconds * 1000))
 
 
+#: libpq's client-side bounds on a TCP connection whose peer went away (a network partition, a
+#: failed-over database host): keepalive probes after 10 s idle, every 5 s, 3 unanswered drop it;
+#: data unacknowledged for 30 s drops it (``tcp_user_timeout``, ms). The statement timeout is the
+#: server's, which such a peer never enforces: a read on the dead connection would wait for the
+#: kernel's retransmission timeout (about 15 minutes) while /readyz reported it stalled and the
+#: loop admitted nothing. Ignored for Unix-domain sockets (the embedded server).
+TCP_LIVENESS = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3, "tcp_user_timeout": 30000}
+
+
 def session_options(settings: Settings | None = None, *, timeouts: bool = True, keep_idle: bool = False) -> tuple[str, int]:
     """``(libpq options, connect_timeout)`` for the timeouts of ``settings`` (the Settings
     defaults when None: lock 2 s, statement 10 s, idle in transaction 10 s, connect 10 s).
@@ -132,6 +141,8 @@ def make_engine(
     connect_args["options"] = f"{options} -csearch_path={schema} -ctimezone=UTC {timeout_options}".strip()
     if connect_timeout > 0:
         connect_args.setdefault("connect_timeout", connect_timeout)
+    for name, value in TCP_LIVENESS.items():
+        connect_args.setdefault(name, value)
     kwargs.setdefault("pool_pre_ping", True)  # a long-running controller outlives DB restarts
     engine = sa.create_engine(normalize_url(url), connect_args=connect_args, **kwargs)
     sa.event.listen(engine, "connect", _iso_datestyle)

@@ -270,6 +270,13 @@ def test_engine_applies_the_timeout_settings(pg_schema: tuple[str, str]) -> None
             shown = [conn.exec_driver_sql(f"SHOW {g}").scalar() for g in ("lock_timeout", "statement_timeout", "idle_in_transaction_session_timeout")]
         assert shown == ["250ms", "3s", "0"]
         assert defaults.info_connect_args["connect_timeout"] == 10
+        # the client-side bounds on a TCP peer that went away (the statement timeout is the
+        # server's, which a dead peer never enforces), as libpq holds them for the connection
+        with defaults.connect() as conn:
+            params = conn.connection.driver_connection.info.get_parameters()
+        assert {k: params.get(k) for k in ("keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count", "tcp_user_timeout")} == {
+            "keepalives": "1", "keepalives_idle": "10", "keepalives_interval": "5", "keepalives_count": "3", "tcp_user_timeout": "30000",
+        }  # fmt: skip
     finally:
         defaults.dispose()
         custom.dispose()
