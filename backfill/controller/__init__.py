@@ -245,9 +245,13 @@ def run(
                 n = freeze_heap()
                 log.info(f"start-up heap frozen: {n} objects left out of the garbage collector's passes")
     finally:
-        controller.stop()
+        # The Lease first: this replica cancels as the leader until it is released, and a standby
+        # takes over at once; the controller's stop then waits up to 5 s for its threads (a fault
+        # trial: with PostgreSQL hung, the loop's join kept the Lease 5 s after SIGTERM while the
+        # preemptor was already stopped, and a demand then waited 4-5 s for its cancel).
         if leader is not None:
             leader.stop()
+        controller.stop()
         server.shutdown()
         server.server_close()
         store.close()

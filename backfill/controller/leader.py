@@ -436,7 +436,7 @@ class LeaderElector:
 
         Takes at most about ``3 * request_timeout + 0.5`` seconds (the join of an in-flight round,
         then one read and one replace): 8 s with the defaults, inside the Deployment's
-        terminationGracePeriodSeconds (30 s) after the controller's own stop (at most 5 s).
+        terminationGracePeriodSeconds (30 s) with the controller's own stop after it (at most 5 s).
         """
         self._stop.set()
         if self._thread is not None:

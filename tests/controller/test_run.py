@@ -118,6 +118,44 @@ def test_run_wires_leader_http_and_loop(kube_cluster, kube_api, kube_namespace, 
     assert parts and all(p.hi - p.lo == 1000 for p in parts), parts  # BACKFILL_EVENT_PARTITION_SIZE applied
 
 
+def test_a_stopping_leader_releases_the_lease_before_it_stops_its_threads(kube_cluster, kube_api, kube_namespace, pg_schema, monkeypatch):
+    """A fault trial: SIGTERM with PostgreSQL hung stopped the preemptor at once, but the Lease
+    was released only after the controller's threads were joined (5 s, the loop stuck in a
+    read): the replica held the Lease and cancelled nothing, and a demand waited 4-5 s. The
+    Lease is released first now (the replica cancels as the leader until then)."""
+    from backfill.controller import run
+    from backfill.controller.loop import Controller
+    from tests.envtest.cluster import free_port
+
+    url, schema = pg_schema
+    port = free_port()
+    seen: list = []
+    stop_threads = Controller.stop
+
+    def stop(self, *args, **kwargs):
+        lease = kube_cluster.get_json(f"/apis/coordination.k8s.io/v1/namespaces/{kube_namespace}/leases/mbf-stop")
+        seen.append(lease["spec"].get("holderIdentity"))
+        return stop_threads(self, *args, **kwargs)
+
+    monkeypatch.setattr(Controller, "stop", stop)
+    settings = Settings(
+        kubeconfig=kube_cluster.kubeconfig_path, namespace=kube_namespace, database_url=url,
+        metrics_address=f"127.0.0.1:{port}", leader_elect=True, lease_name="mbf-stop", lease_namespace=kube_namespace,
+        identity="stopping", watch_timeout_seconds=5,
+    )  # fmt: skip
+    stop_event = threading.Event()
+    t = threading.Thread(target=run, args=(settings, schema), kwargs={"stop": stop_event, "configure_logging": False}, daemon=True)
+    t.start()
+    try:
+        wait_for(lambda: _get(f"http://127.0.0.1:{port}/readyz") == 200, timeout=20, what="/readyz 200")
+        wait_for(lambda: _gauges(port).get("leader") == 1.0, timeout=20, what="leading")
+    finally:
+        stop_event.set()
+        t.join(timeout=20)
+    assert not t.is_alive()
+    assert seen == [None], seen  # released (no holder) when the threads' stop began
+
+
 def test_controller_command_bad_settings(capsys, tmp_path):
     handlers = logging.getLogger().handlers[:]
     # the controller's lines are JSON log objects: the error is the msg of the only one
