@@ -320,11 +320,17 @@ class Translator:
     # -- GPULease -----------------------------------------------------------------------------
 
     def gpu_lease(self, kind: str, obj: Mapping[str, Any], now: datetime) -> list[Pair]:
-        """GPULease -> GPULeaseActive (node, group, expiresAt) or GPULeaseEnded."""
+        """GPULease -> GPULeaseActive (node, group, expiresAt), or GPULeaseEnded (deleted, or
+        its ``expiresAt`` already past when seen: ended now, as a GamingSession's; a fault trial
+        shortened a blocking lease to an expiry 10 minutes back, and the gate was taken as
+        ended then: the Job was admitted 0.25 s after the edit, with ``idleFor`` 20s)."""
         ns, name, uid, rv = _ident(obj)
         if kind == DELETED:
             return [(ev.GPULeaseEnded(at=now, namespace=ns, lease=name), f"gpulease/{uid}/deleted")]
         spec = obj.get("spec") or {}
+        expires = _time(spec.get("expiresAt"))
+        if expires is not None and expires <= now:
+            return [(ev.GPULeaseEnded(at=now, namespace=ns, lease=name), f"{_spec_key('gpulease', obj, uid, rv)}/ended")]
         return [
             (
                 ev.GPULeaseActive(
@@ -333,7 +339,7 @@ class Translator:
                     lease=name,
                     node=_name(spec.get("node")),
                     group=_name(spec.get("group")),
-                    expires_at=_time(spec.get("expiresAt")),
+                    expires_at=expires,
                 ),
                 f"{_spec_key('gpulease', obj, uid, rv)}/active",
             )

@@ -130,7 +130,8 @@ def test_gpu_lease_on_node_or_shared_group_cancels_expired_lease_does_not(kube, 
     past = ts(now_s() - timedelta(hours=1))
     _lease(kube, "old-node", node="node-a", expiresAt=past)
     _lease(kube, "old-group", group="pool-1", node="node-z", expiresAt=past)
-    wait_for(lambda: {(kube.ns, "old-node"), (kube.ns, "old-group")} <= set(c.world.leases), what="expired leases folded")
+    # (seen as ended: an expiry already past is no gate at all)
+    wait_for(lambda: {"old-node", "old-group"} <= {e.lease for e in _decisions(c, ev.GPULeaseEnded)}, what="expired leases logged")
     wait_for(lambda: _folded(c), what="log folded")
     time.sleep(0.5)
     assert kube.job(node_job.metadata.name) is not None and kube.job(group_job.metadata.name) is not None
@@ -186,6 +187,25 @@ def test_gpu_lease_expiry_wakes_the_controller_and_restarts_the_idle_window(kube
     assert [a.attempt for a in admitted] == [1, 2]
     assert admitted[1].at >= expires + timedelta(seconds=2)
     assert kube.get("gpuleases", "short") is not None
+
+
+def test_a_lease_edited_to_an_expiry_in_the_past_ends_now_and_the_window_restarts(kube, start_controller):
+    """A fault trial: a blocking GPULease patched to ``expiresAt`` 10 minutes back was taken as
+    ended then, and the Job was admitted 0.25 s after the edit (``idleFor`` 20s); deleting the
+    lease gave the full window. The edit ends the gate when it is seen now."""
+    kube.cronjob("model-eval-gauntlet")
+    kube.model("gemma", node="node-a")
+    c = start_controller()
+    _lease(kube, "held", node="node-a")
+    kube.backfill("behind", idleFor="4s")
+    _waiting(kube, "behind", "GPULeaseActive")
+    time.sleep(4.5)  # longer than idleFor behind the lease: the old gate's "end" lies before it
+    edited = now_s()
+    kube.patch("gpuleases", "held", {"spec": {"expiresAt": ts(edited - timedelta(minutes=10))}})
+    job = wait_for(lambda: _jobs_of(kube, "behind"), timeout=15, what="the Job after the lease ended")[0]
+    (admitted,) = _admits(c, "behind")
+    assert admitted.at >= edited + timedelta(seconds=4), (admitted.at, edited)
+    assert job.metadata.creation_timestamp >= edited + timedelta(seconds=4)
 
 
 # ============================================================================ 2. spec change

@@ -203,6 +203,12 @@ def test_gpu_lease_and_cronjob():
     )
     [(e, _)] = t.gpu_lease("DELETED", lease, NOW)
     assert e == ev.GPULeaseEnded(at=NOW, namespace="ns", lease="l")
+    # an expiresAt already past when seen (an edit shortening the lease): ended now, as a
+    # GamingSession's, not a gate that ended at that past time (a fault trial: admitted 0.25 s
+    # after the edit, idleFor 20s)
+    for past in ("2026-01-02T02:54:05Z", "2026-01-02T03:04:05Z"):
+        [(e, key)] = t.gpu_lease("MODIFIED", {"metadata": _meta("l", generation=2), "spec": {**lease["spec"], "expiresAt": past}}, NOW)
+        assert (e, key) == (ev.GPULeaseEnded(at=NOW, namespace="ns", lease="l"), "gpulease/u1/gen/2/ended")
     cj = {"metadata": _meta("tpl"), "spec": {"jobTemplate": {"spec": {"template": {}}}}}
     [(e, key)] = t.cronjob("ADDED", cj, NOW)
     assert e == ev.CronJobSeen(at=NOW, namespace="ns", name="tpl", job_template={"spec": {"template": {}}})
