@@ -37,7 +37,7 @@ import time
 from datetime import datetime
 from typing import Any, Callable, Iterable
 
-from backfill.core.commands import Cancel, DeleteJob, SuspendJob, WriteStatus
+from backfill.core.commands import Cancel, DeleteJob, SuspendJob, WakeAt, WriteStatus
 from backfill.core.conditions import cause_is_state
 from backfill.core.decisions import decision_record
 from backfill.core.projector import affected, decide, fold, only_position_moved
@@ -107,6 +107,11 @@ class Preemptor:
         self._execute_again = execute_again
         self._retry: dict[Key, float] = {}  # key -> monotonic time its failed cancel call is re-sent
         self._reassert: dict[Key, float] = {}  # key -> monotonic time its Suspending attempt is decided again
+        #: key -> when (UTC, :attr:`_clock`) the verdict of a backfill whose status is written here
+        #: changes by time alone (its admission falls due): decided and its status written again
+        #: then (a fault trial: "admission at 06:37:34 if the model stays idle" still read at
+        #: 06:37:45, the store away and nothing admitted)
+        self._status_due: dict[Key, datetime] = {}
         self._acting = False  # could act at the last pass (leadership)
         #: (position, event) of decisions this process appended itself (admissions, resumes)
         #: that the durable projection has not read back yet: folded first, at their positions.
@@ -234,6 +239,8 @@ class Preemptor:
                     wait = max(0.0, min(wait, min(self._retry.values()) - time.monotonic()))
                 if self._reassert and self._acting:
                     wait = max(0.0, min(wait, min(self._reassert.values()) - time.monotonic()))
+                if self._status_due:
+                    wait = max(0.0, min(wait, (min(self._status_due.values()) - self._clock()).total_seconds()))
             self.signal.wait(wait)
             self.signal.clear()
             if self._stop.is_set():
@@ -263,6 +270,11 @@ class Preemptor:
             # fault trial: the Job ran on for 80 s with the leader back).
             again = {k for k, at in self._retry.items() if at <= mono}
             reassert = {k for k, at in self._reassert.items() if at <= mono}
+            if self._status_due:
+                wall = self._clock()
+                for k in [k for k, at in self._status_due.items() if at <= wall]:
+                    del self._status_due[k]
+                    keys.add(k)
             rebuild = self._recorded_new
             self._recorded_new = False
             self._recorded = [(p, e) for p, e in self._recorded if p > durable.position]
@@ -378,12 +390,24 @@ class Preemptor:
             return
         with self._lock:
             mine = {entry[0] for entry in self.from_memory}
+            for k in [k for k in self._status_due if k not in mine]:
+                del self._status_due[k]  # the loop writes its status again
         wanted = [k for k in keys if k in mine]
         if wanted:
             # An admission or resume due in memory is not made here (only the loop admits, once
             # the log explains it): its status says it waits for the log (decide's ``hold``).
             cmds = decide(opt, now, wanted, status=True, hold=HOLD_FOR_THE_LOG)
             self._statuses([c for c in cmds if isinstance(c, WriteStatus)])
+            # (an attempt still live, Cancelling, is re-checked every second: its status is
+            # written again when its Job is seen gone, as now)
+            wakes = {c.key: c.at for c in cmds if isinstance(c, WakeAt)}
+            with self._lock:
+                for k in wanted:
+                    b = opt.backfills.get(k)
+                    if k in wakes and b is not None and b.live_attempt is None:
+                        self._status_due[k] = wakes[k]  # written again when it changes by time alone
+                    else:
+                        self._status_due.pop(k, None)
 
     def _resend(self, c: Any, again: set[Key], opt: World) -> DeleteJob | SuspendJob | None:
         """The call to send again for decided command ``c``, or None:

@@ -393,8 +393,13 @@ def test_a_status_from_memory_never_says_starting_for_an_admission_only_the_loop
     pre.run_once()
     assert written[-1].status["phase"] == "WaitingForIdle"
     written.clear()
-    now[0] += timedelta(minutes=11)  # idleFor 10m after the cancel: an admission is due in memory
-    pre.poke(None)
+    # its status is written again when the admission falls due, with no observation to wake the
+    # pass (a fault trial: "admission at 06:37:34 if the model stays idle" read 11 s after it)
+    assert pre._status_due == {(NS, "b"): now[0] + timedelta(minutes=10, seconds=1)}  # idleFor 10m from the Job gone
+    now[0] += timedelta(minutes=9)
+    pre.run_once()
+    assert written == []  # not yet
+    now[0] += timedelta(minutes=2)  # an admission is due in memory
     pre.run_once()
     (status,) = [c.status for c in written]  # waiting, not Starting: only the loop admits
     assert (status["phase"], status["reason"], status["jobName"]) == ("WaitingForIdle", "ForegroundDemand", None)
