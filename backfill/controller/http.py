@@ -9,6 +9,7 @@ import ssl
 import sys
 import threading
 import time
+from collections import Counter
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -45,6 +46,9 @@ MAX_HEADER_BYTES = 32 * 1024
 #: Seconds the accept loop waits for the slot of a connection it shut for a new one (its thread
 #: lets go of it within milliseconds).
 EVICT_WAIT_SECONDS = 0.25
+#: Seconds with no connection finding every slot taken before a time at the limit is over (its
+#: end is logged then, not at every free slot in between).
+LIMIT_QUIET_SECONDS = 5.0
 #: Seconds between two warnings while connections stay at MAX_CONNECTIONS.
 REFUSED_LOG_SECONDS = 60.0
 #: Seconds a client may take to complete the TLS handshake; a slower or silent one is dropped.
@@ -225,27 +229,33 @@ def make_server(
                 # one: 400 malformed_json, the report lost), and a Transfer-Encoding makes any
                 # Content-Length beside it meaningless (RFC 9112 6.3). RFC 9110 15.5.12: 411.
                 # The body is left unread, so the connection is closed after the answer.
-                self.close_connection = True
-                self._json(411, {"error": "length_required",
-                                 "detail": "send the body with a Content-Length header (no Transfer-Encoding)"},
-                           {"Connection": "close"})
+                self._framing_refused(411, "length_required", "send the body with a Content-Length header (no Transfer-Encoding)")
                 return
             if len({v.strip() for v in self.headers.get_all("Content-Length") or []}) > 1:
                 # RFC 9112 6.3: a message with differing lengths is unrecoverable (a trial: the
                 # size check read the last, the body read took the first: 250 MB read)
-                self.close_connection = True
-                self._json(400, {"error": "bad_request", "detail": "conflicting Content-Length headers"}, {"Connection": "close"})
+                self._framing_refused(400, "bad_request", "conflicting Content-Length headers")
                 return
             length = declared_length(self.headers["Content-Length"])
             if length is None:
-                self.close_connection = True
-                self._json(400, {"error": "bad_request", "detail": "Content-Length must be a non-negative integer"})
+                self._framing_refused(400, "bad_request", "Content-Length must be a non-negative integer")
                 return
             if self._ingest_refused():
                 return  # the body is not read (a client without the token holds no memory with it)
             body = self.rfile.read(length) if length > 0 else b""
             self.server.deadlines.disarm()  # the request is read; the endpoint's own time is not the client's
             self._ingest_answer(*_answered(lambda: ingest.accept(body, self.client_address[0])))
+
+        def _framing_refused(self, code: int, error: str, detail: str) -> None:
+            """Answer an ingest POST whose body cannot be framed, unread (the connection then
+            closed), and note it as the endpoint notes its own refusals (a re-trial: a chunked
+            POST's 411 was the one refusal no line said)."""
+            self.close_connection = True
+            payload = {"error": error, "detail": detail}
+            self._json(code, payload, {"Connection": "close"})
+            refusals = getattr(ingest, "refusals", None)
+            if refusals is not None:
+                refusals.note(self.client_address[0], code, payload)
 
         def _ingest_refused(self) -> bool:
             """The endpoint's checks of the request line and headers (``ingest.precheck``: method,
@@ -325,11 +335,14 @@ class _Deadlines:
         self._lock = threading.Lock()
         self._due: dict[int, tuple[socket.socket, float]] = {}  # thread ident -> (socket, monotonic deadline)
         self._silent: set[int] = set()  # thread idents of connections that have sent nothing yet
+        self._client: dict[int, str] = {}  # thread ident -> its connection's client address
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def arm(self, sock: socket.socket) -> None:
-        """The calling connection thread reads from ``sock`` now: due in ``seconds``."""
+    def arm(self, sock: socket.socket, client: str | None = None) -> None:
+        """The calling connection thread reads from ``sock`` now: due in ``seconds``. With
+        ``client`` (its address): a new connection, silent until :meth:`heard`; without, the
+        next request of the same connection."""
         if self._thread is None:
             with self._lock:
                 if self._thread is None:
@@ -338,7 +351,20 @@ class _Deadlines:
         with self._lock:
             ident = threading.get_ident()
             self._due[ident] = (sock, time.monotonic() + self.seconds)
-            self._silent.add(ident)
+            if client is not None:
+                self._client[ident] = client
+                self._silent.add(ident)
+
+    def replace(self, sock: socket.socket) -> None:
+        """The calling connection thread now reads from ``sock`` (the TLS socket that took over
+        the armed one's descriptor: the armed socket object is detached, and shutting it down
+        did nothing, so a connection mid-handshake held its slot until its handshake timeout;
+        a re-trial: 300 clients that sent a byte of their ClientHello kept every probe out)."""
+        with self._lock:
+            ident = threading.get_ident()
+            entry = self._due.get(ident)
+            if entry is not None:
+                self._due[ident] = (sock, entry[1])
 
     def heard(self) -> None:
         """The calling connection thread's client has sent its first byte."""
@@ -346,28 +372,35 @@ class _Deadlines:
             self._silent.discard(threading.get_ident())
 
     def evict_oldest(self) -> bool:
-        """Shut down the connection that has waited longest for its request (the earliest
-        deadline), one that has sent nothing yet first (a new user's trial: over TLS a probe
-        waiting for its handshake was as evictable as the silent connections around it, and
-        300 of them, reopened at once, failed every probe); False when none is waiting."""
+        """Shut down a connection waiting for its request: one of the client with the most
+        connections waiting, of those one that has sent nothing yet, and of those the one that
+        has waited longest (the earliest deadline); False when none is waiting. A new user's
+        trial: over TLS a probe waiting for its handshake was as evictable as the 300 silent
+        connections around it, reopened at once, and failed every probe; a re-trial's clients
+        sent a byte of their ClientHello and stalled (silent first alone then shut the newest
+        connection, a probe's, in the millisecond before its first byte was seen)."""
         with self._lock:
             if not self._due:
                 return False
-            pool = self._silent or self._due
-            ident = min(pool, key=lambda i: self._due[i][1])
+            waiting = Counter(self._client.get(i) for i in self._due)
+            ident = min(self._due, key=lambda i: (-waiting[self._client.get(i)], i not in self._silent, self._due[i][1]))
             sock = self._due.pop(ident)[0]
             self._silent.discard(ident)
         _shut(sock)
         return True
 
     def disarm(self) -> None:
-        """The calling connection thread has read its request (or is done)."""
+        """The calling connection thread has read its request: not waiting for one now."""
+        with self._lock:
+            self._due.pop(threading.get_ident(), None)
+
+    def forget(self) -> None:
+        """The calling connection thread is done with its connection."""
         with self._lock:
             ident = threading.get_ident()
             self._due.pop(ident, None)
             self._silent.discard(ident)
-
-    forget = disarm
+            self._client.pop(ident, None)
 
     def stop(self) -> None:
         self._stop.set()
@@ -398,6 +431,7 @@ class _Server(ThreadingHTTPServer):
         self._refused = self._evicted = 0  # connections refused / shut for newer ones since the last line
         self._limit_since: float | None = None  # monotonic time the limit was reached (None: below it)
         self._limit_logged = 0.0
+        self._limit_hit = 0.0  # monotonic time a connection last found every slot taken
         super().__init__(address, handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
@@ -424,10 +458,12 @@ class _Server(ThreadingHTTPServer):
         one waiting longest for its request; else it was refused); a warning when the limit is
         first reached and then every ``REFUSED_LOG_SECONDS`` while it lasts, with the counts."""
         now = time.monotonic()
+        self._limit_hit = now
         if self._limit_since is None:
             self._limit_since = self._limit_logged = now
             log.warning(f"HTTP: {self.max_connections} connections open, the most served at once: each new one shuts "
-                        "the one waiting longest for its request, or is answered 503 when none is waiting")
+                        "one waiting for its request (the busiest client's, a silent one first, else the oldest), "
+                        "or is answered 503 when none is waiting")
         if evicted:
             self._evicted += 1
         else:
@@ -439,8 +475,10 @@ class _Server(ThreadingHTTPServer):
             self._limit_logged = now
 
     def _below_limit(self) -> None:
-        """A slot was free: the end of a time at the limit, if any, is logged with its counts."""
-        if self._limit_since is not None:
+        """A slot was free: the end of a time at the limit, if any, is logged with its counts,
+        once no connection found the slots full for :data:`LIMIT_QUIET_SECONDS` (a re-trial: a
+        pair of lines at every flip between a free slot and none, 630 lines in 3 minutes)."""
+        if self._limit_since is not None and time.monotonic() - self._limit_hit >= LIMIT_QUIET_SECONDS:
             now = time.monotonic()
             log.info(f"HTTP: below {self.max_connections} connections again after {now - self._limit_since:.0f}s: "
                      f"{self._evicted:,} shut for newer ones and {self._refused:,} refused since the last line")
@@ -454,7 +492,7 @@ class _Server(ThreadingHTTPServer):
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         """On the connection's thread: its first request is due in ``deadline`` seconds from now;
         it is served once its first byte arrives (:meth:`first_byte`), else closed."""
-        self.deadlines.arm(request)
+        self.deadlines.arm(request, client_address[0] if isinstance(client_address, tuple) and client_address else "?")
         try:
             if self.first_byte(request):
                 super().process_request_thread(request, client_address)
@@ -606,11 +644,19 @@ class _TLSServer(_Server):
         """On the connection's thread: handshake within ``handshake_timeout`` s, then serve it."""
         request.settimeout(self.handshake_timeout)
         try:
-            # handshakes now; detaches ``request``
-            tls = self.certificates.current().wrap_socket(request, server_side=True)
-        except (OSError, ValueError) as exc:  # ssl.SSLError, a timeout, a reset: drop this client only
-            log.debug(f"TLS handshake with {client_address[0]} failed: {error_line(exc)}")
+            # detaches ``request``: the TLS socket owns its descriptor from here, so the deadlines
+            # (and an eviction) shut that one down
+            tls = self.certificates.current().wrap_socket(request, server_side=True, do_handshake_on_connect=False)
+        except (OSError, ValueError) as exc:
+            log.debug(f"TLS setup with {client_address[0]} failed: {error_line(exc)}")
             return  # process_request_thread closes ``request``
+        self.deadlines.replace(tls)
+        try:
+            tls.do_handshake()
+        except (OSError, ValueError) as exc:  # ssl.SSLError, a timeout, a reset, an eviction: drop this client only
+            log.debug(f"TLS handshake with {client_address[0]} failed: {error_line(exc)}")
+            self.shutdown_request(tls)
+            return
         try:
             super().finish_request(tls, client_address)  # the handler sets its own request timeout
         finally:

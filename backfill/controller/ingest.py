@@ -186,19 +186,34 @@ log = logging.getLogger("backfill.controller.ingest")
 REFUSAL_LOG_SECONDS = 60.0
 
 
+#: Refusal lines written at most in one REFUSAL_LOG_SECONDS, every client together.
+REFUSAL_LOG_MAX_LINES = 100
+
+
 class RefusalNotes:
     """The log lines of refused requests: a warning for a client's first refusal with an error
     (``unauthorized``, ``rate_limited``, ``spool_full``, ...), then at most one per client and
     error every ``every`` seconds, counting those refused meanwhile (a new user's trial: 401,
     429 and 503 ``spool_full`` answers wrote no line at all, so a router with a wrong token went
-    unseen). Bounded memory: beyond ``max_keys`` pairs the least recently noted is forgotten."""
+    unseen). At most ``max_lines`` such lines in any ``every`` seconds, every client together;
+    past them one line when the window ends says how many were not logged (a re-trial: 1,500
+    source addresses, each forgotten behind the others, wrote a line per request). Bounded
+    memory: beyond ``max_keys`` pairs the least recently noted is forgotten."""
 
-    def __init__(self, monotonic: Callable[[], float] = time.monotonic, every: float = REFUSAL_LOG_SECONDS, max_keys: int = 1000) -> None:
+    def __init__(
+        self,
+        monotonic: Callable[[], float] = time.monotonic,
+        every: float = REFUSAL_LOG_SECONDS,
+        max_keys: int = 1000,
+        max_lines: int = REFUSAL_LOG_MAX_LINES,
+    ) -> None:
         self._monotonic = monotonic
         self._every = every
         self._max_keys = max_keys
+        self._max_lines = max_lines
         self._lock = threading.Lock()
         self._noted: OrderedDict[tuple[str, str], tuple[float, int]] = OrderedDict()  # -> (logged at, refused since)
+        self._window = (-float("inf"), 0, 0)  # (start, lines written, refusals not logged) of the current window
 
     def note(self, client: str, status: int, body: Mapping[str, Any]) -> None:
         """Note one answer ``(status, body)`` to ``client``; only a refusal (4xx, 5xx) counts."""
@@ -211,6 +226,16 @@ class RefusalNotes:
             if last is not None and now - last[0] < self._every:
                 self._noted[key] = (last[0], last[1] + 1)
                 return
+            start, lines, unlogged = self._window
+            if now - start >= self._every:
+                if unlogged:
+                    log.warning(f"ingest: {unlogged:,} more refused requests not logged in the last {now - start:.0f}s (at most "
+                                f"{self._max_lines} lines every {self._every:g}s)")
+                start, lines, unlogged = now, 0, 0
+            if lines >= self._max_lines:
+                self._window = (start, lines, unlogged + 1)
+                return
+            self._window = (start, lines + 1, unlogged)
             self._noted[key] = (now, 0)
             self._noted.move_to_end(key)
             while len(self._noted) > self._max_keys:

@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import logging
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -237,6 +238,12 @@ def _read_ahead(read: Any, *args: Any) -> Future[Any]:
 
     threading.Thread(target=run, name="backfill-read-ahead", daemon=True).start()
     return future
+
+
+log = logging.getLogger("backfill.store.eventlog")
+
+#: Seconds :meth:`EventStore.close` waits for the LISTEN connection to be free.
+CLOSE_WAIT_SECONDS = 2.0
 
 
 class EventStore:
@@ -652,10 +659,18 @@ class EventStore:
             except Exception:  # noqa: BLE001 - closing a broken connection
                 pass
 
-    def close(self) -> None:
-        """Close the LISTEN connection (the engine stays usable)."""
-        with self._listener_lock:
+    def close(self, wait: float = CLOSE_WAIT_SECONDS) -> None:
+        """Close the LISTEN connection (the engine stays usable). Waits at most ``wait`` seconds
+        for a :meth:`wait` in flight to let go of it; past that the connection is left to its
+        thread and the process's exit (a fault trial: with PostgreSQL hung, a SIGTERMed
+        controller waited here until the store answered, 52-63 s, past the kubelet's grace)."""
+        if not self._listener_lock.acquire(timeout=wait):
+            log.warning(f"the event log's LISTEN connection is busy (the database does not answer): not closed after {wait:g}s")
+            return
+        try:
             self._close_listener()
+        finally:
+            self._listener_lock.release()
 
     def __enter__(self) -> EventStore:
         return self

@@ -18,6 +18,17 @@ from .conftest import Kube, wait_for
 pytestmark = pytest.mark.kube
 
 
+@pytest.fixture(autouse=True)
+def _thaw_the_heap():
+    """``run`` freezes the start-up heap once synced (``gc.freeze``: the whole test process's
+    here); thawed after each test, so later tests see the collector as a process starts it
+    (``tests/core/test_perf_gc.py`` failed after a test here ran long enough to sync)."""
+    import gc
+
+    yield
+    gc.unfreeze()
+
+
 def _get(url: str) -> int:
     try:
         with urllib.request.urlopen(url, timeout=2) as resp:

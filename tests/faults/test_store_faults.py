@@ -136,6 +136,30 @@ def test_store_restarted_under_a_running_controller(kube: Kube, player: JobPlaye
     assert_replay_clean(pg.url, schema)
 
 
+def test_a_controller_sigtermed_while_the_store_hangs_exits_in_time(kube: Kube, player: JobPlayer, controllers):
+    """A fault trial: SIGTERM with PostgreSQL hung released the Lease at once, but the process
+    lived on until the store answered (52 and 63 s: past the Deployment's 30 s grace), its
+    main thread waiting for the LISTEN connection a hung read held. It exits within the
+    harness's bound now (10 s), the store still hung, and the Job a demand then asks to stop is
+    left to the next controller (none runs here: it is still there after the exit)."""
+    pg, schema = controllers.pg, controllers.schema
+    declare(kube, [("bf", "gemma")])
+    proc = controllers().start()
+    proc.wait_ready()
+    job = start_running(kube, player, "bf")
+    pg.pause()
+    try:
+        time.sleep(2.0)  # the loop's read and the LISTEN wait now hang on the store
+        t0 = time.monotonic()
+        code = proc.terminate()  # raises past STOP_TIMEOUT
+        print(f"SIGTERM with the store hung: exited {code} after {time.monotonic() - t0:.2f} s")
+        assert code == 0
+        assert kube.job(job) is not None
+    finally:
+        pg.resume()
+    assert settled_log_invariants(pg.url, schema, all_ended=False) == []
+
+
 def test_counters_match_the_log_after_batches_retried_on_store_errors(kube: Kube, player: JobPlayer, controllers):
     """The store goes away as three admissions come due and while their cancels are decided:
     the controller retries its batches; afterwards every counter on /metrics equals what the

@@ -143,9 +143,12 @@ def test_a_body_without_content_length_is_411_and_the_connection_closes(server, 
     assert not appended
 
 
-def test_http_client_chunked_post_is_411():
+def test_http_client_chunked_post_is_411(caplog):
     # the same through http.client, as a router written in Python would send it
     import http.client
+    import logging
+
+    caplog.set_level(logging.WARNING, logger="backfill.controller.ingest")
 
     ep = IngestEndpoint("tok", lambda recs: [1] * len(recs), lambda ns, m: True, lambda: None, Settings(), lambda: NOW)
     srv = make_server("127.0.0.1:0", CollectorRegistry(), lambda: True, ep)
@@ -163,3 +166,7 @@ def test_http_client_chunked_post_is_411():
     finally:
         srv.shutdown()
         srv.server_close()
+    # noted as every other refusal (a re-trial: 30 chunked POSTs, no line)
+    assert [r.getMessage() for r in caplog.records] == [
+        "ingest: refused a request from 127.0.0.1: 411 length_required: send the body with a Content-Length header (no Transfer-Encoding)"
+    ]

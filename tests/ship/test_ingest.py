@@ -305,6 +305,20 @@ def test_refused_requests_are_logged_once_per_client_and_error_a_minute(event_st
         "ingest: refused a request from 10.0.0.7: 401 unauthorized: invalid bearer token (30 more refused with unauthorized since the last line)"
     ]
     assert all(r.levelname == "WARNING" for r in caplog.records)
+    # every client together, at most REFUSAL_LOG_MAX_LINES lines a minute, then one line saying
+    # how many were not logged (a re-trial: 1,500 source addresses wrote a line per request)
+    from backfill.controller.ingest import REFUSAL_LOG_MAX_LINES
+
+    clock.t += 60.0
+    for i in range(REFUSAL_LOG_MAX_LINES + 50):
+        assert endpoint.handle("POST", wrong, _body(_report()), f"10.1.{i // 250}.{i % 250}")[0] == 401
+    assert len(lines()) == REFUSAL_LOG_MAX_LINES
+    clock.t += 60.0
+    assert endpoint.handle("POST", wrong, _body(_report()), "10.2.0.1")[0] == 401
+    assert lines() == [
+        "ingest: 50 more refused requests not logged in the last 60s (at most 100 lines every 60s)",
+        "ingest: refused a request from 10.2.0.1: 401 unauthorized: invalid bearer token",
+    ]
 
 
 def test_token_buckets_bounded_memory_and_idle_eviction():
