@@ -46,6 +46,9 @@ MAX_HEADER_BYTES = 32 * 1024
 #: Seconds the accept loop waits for the slot of a connection it shut for a new one (its thread
 #: lets go of it within milliseconds).
 EVICT_WAIT_SECONDS = 0.25
+#: Seconds a new connection may send nothing before it ranks as silent (shut first at the
+#: limit): its first byte comes within a round trip, and it is usually there when it is accepted.
+SILENT_GRACE_SECONDS = 0.01
 #: Seconds with no connection finding every slot taken before a time at the limit is over (its
 #: end is logged then, not at every free slot in between).
 LIMIT_QUIET_SECONDS = 5.0
@@ -373,8 +376,9 @@ class _Deadlines:
 
     def evict_oldest(self) -> bool:
         """Shut down a connection waiting for its request: one of the client with the most
-        connections waiting, of those one that has sent nothing yet, and of those the one that
-        has waited longest (the earliest deadline); False when none is waiting. A new user's
+        connections waiting, of those one that has sent nothing for
+        :data:`SILENT_GRACE_SECONDS` since it connected, and of those the one that has waited
+        longest (the earliest deadline); False when none is waiting. A new user's
         trial: over TLS a probe waiting for its handshake was as evictable as the 300 silent
         connections around it, reopened at once, and failed every probe; a re-trial's clients
         sent a byte of their ClientHello and stalled (silent first alone then shut the newest
@@ -383,7 +387,15 @@ class _Deadlines:
             if not self._due:
                 return False
             waiting = Counter(self._client.get(i) for i in self._due)
-            ident = min(self._due, key=lambda i: (-waiting[self._client.get(i)], i not in self._silent, self._due[i][1]))
+            # silent for SILENT_GRACE_SECONDS: a client that connected and sent nothing; younger
+            # ones rank as the rest (a re-trial: silent first shut the newest connection, a
+            # probe's, in the moment before its first byte was seen, when every attacker had
+            # sent a byte: half the probes failed)
+            quiet = time.monotonic() + self.seconds - SILENT_GRACE_SECONDS
+            ident = min(
+                self._due,
+                key=lambda i: (-waiting[self._client.get(i)], not (i in self._silent and self._due[i][1] <= quiet), self._due[i][1]),
+            )
             sock = self._due.pop(ident)[0]
             self._silent.discard(ident)
         _shut(sock)
@@ -536,7 +548,7 @@ class _Server(ThreadingHTTPServer):
         (warning for anything but a reset or broken pipe) and go on serving the others."""
         exc = sys.exc_info()[1]
         client = client_address[0] if isinstance(client_address, tuple) and client_address else "?"
-        if isinstance(exc, (ConnectionError, TimeoutError)):
+        if isinstance(exc, (ConnectionError, TimeoutError, ssl.SSLError)):  # ssl: an EOF of a connection shut for a newer one (a re-trial: 1,454 warnings in 50 s)
             log.debug(f"connection from {client} ended: {error_line(exc)}")
         else:
             log.warning(f"request from {client} failed: {error_line(exc)}")

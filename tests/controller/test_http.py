@@ -626,8 +626,12 @@ def test_a_certificate_pair_that_does_not_load_is_named(tmp_path):
     assert str(exc.value) == f"TLS certificate file {cert}, key file {absent}: No such file or directory: {absent}"
 
 
-@pytest.mark.parametrize("first", [b"", b"\x16", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"])
-def test_stalled_connections_reopened_at_once_do_not_keep_https_probes_out(tmp_path, monkeypatch, first):
+@pytest.mark.parametrize(
+    "first, spread",
+    [(b"", False), (b"\x16", False), (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", False), (b"\x16", True)],
+    ids=["silent", "one-byte", "partial-hello", "one-byte-from-many-addresses"],
+)
+def test_stalled_connections_reopened_at_once_do_not_keep_https_probes_out(tmp_path, monkeypatch, first, spread):
     """A new user's trial: 300 TCP connections that never began a TLS handshake, each reopened
     as soon as the server closed it, failed 21 of 21 /healthz probes over HTTPS (2 s timeout; 0
     of 18 over plain HTTP): a probe's connection, waiting for its handshake, was as evictable as
@@ -639,7 +643,11 @@ def test_stalled_connections_reopened_at_once_do_not_keep_https_probes_out(tmp_p
     stalled client sends (nothing, one byte, a partial ClientHello). A connection of the client
     with the most connections waiting goes before another client's: the stalled ones that sent
     something come from one address here and the probes from another (a kubelet's, a
-    router's); silent ones are shut first whoever sent them (the probes share their address)."""
+    router's); silent ones are shut first whoever sent them (the probes share their address).
+    ``spread``: a second re-trial's stalled clients came from 300 addresses, one connection
+    each, and half the probes failed: silent first shut the probe's own connection in the
+    moment before its first byte was seen; a connection ranks as silent only after
+    ``SILENT_GRACE_SECONDS`` now."""
     import socket
 
     from backfill.controller import http as http_module
@@ -655,8 +663,13 @@ def test_stalled_connections_reopened_at_once_do_not_keep_https_probes_out(tmp_p
         """``n`` connections that send nothing, each reopened as soon as the server closes it."""
         import selectors
 
+        made = [0]
+
         def connect() -> socket.socket:
-            sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+            made[0] += 1
+            i = made[0] % 500
+            source = (f"127.1.{i // 250}.{i % 250 + 1}", 0) if spread else None
+            sock = socket.create_connection(("127.0.0.1", port), timeout=5, source_address=source)
             if first:
                 sock.sendall(first)
             return sock
