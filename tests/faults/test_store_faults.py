@@ -140,8 +140,9 @@ def test_a_controller_sigtermed_while_the_store_hangs_exits_in_time(kube: Kube, 
     """A fault trial: SIGTERM with PostgreSQL hung released the Lease at once, but the process
     lived on until the store answered (52 and 63 s: past the Deployment's 30 s grace), its
     main thread waiting for the LISTEN connection a hung read held. It exits within the
-    harness's bound now (10 s), the store still hung, and the Job a demand then asks to stop is
-    left to the next controller (none runs here: it is still there after the exit)."""
+    harness's bound now (10 s), the store still hung, and exiting does not stop the running Job
+    (a stop without a cancel condition leaves it to the next controller: still there after the
+    exit)."""
     pg, schema = controllers.pg, controllers.schema
     declare(kube, [("bf", "gemma")])
     proc = controllers().start()
