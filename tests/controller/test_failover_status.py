@@ -91,7 +91,9 @@ def test_a_suspension_whose_records_died_with_its_leader_is_resumed_by_the_next(
     try:
         report = {"namespace": kube.ns, "model": "gemma", "time": ts(now_s()), "id": "r/lost"}
         status, _, payload = _post(server, json.dumps({"reports": [report]}).encode())
-        assert status in (200, 202), payload
+        # 503 cancel_unanswered when the suspend call is still in flight after the 1 s wait (a
+        # loaded machine): the report was taken and acted on all the same; a client would retry.
+        assert status in (200, 202) or (status == 503 and payload.get("error") == "cancel_unanswered"), payload
         wait_for(lambda: player.spec_suspend() is True, timeout=5, what="Job suspended by the leader from memory")
         # its status from memory says so before the pods stop (else the writer may coalesce it away)
         wait_for(lambda: "Cancelling" in recorder.phases, timeout=5, what="Cancelling written from memory")
