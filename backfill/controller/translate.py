@@ -10,8 +10,10 @@ by a relist, maps to the same key and is stored once. State observations are key
 ``uid``; Job facts by their natural keys.
 
 :class:`Translator` keeps the little memory a translation needs (the last ``lastActiveTime`` per
-Model, so only a time moving forward is foreground demand); ``known_last_active`` seeds it from
-the log, so a relist after a restart does not take the unchanged value for a new request.
+Model: a time moving forward is foreground demand at that time, an unchanged one is none);
+``known_last_active`` seeds it from the log, so a relist after a restart does not take the
+unchanged value for a new request. A value that changed but moved back, cannot be read or cannot
+be believed is demand at the time it was written (:func:`written_at`).
 """
 
 from __future__ import annotations
@@ -56,6 +58,31 @@ def _time(value: Any) -> datetime | None:
         return parse_rfc3339(value)
     except ValueError:
         return None
+
+
+def written_at(obj: Mapping[str, Any]) -> datetime | None:
+    """When ``status.lastActiveTime`` was last written, by the API server's clock (UTC): the
+    latest ``time`` of the ``metadata.managedFields`` entries that own the field (the API server
+    stamps an entry whenever its manager changes one of its fields). None when no entry names it
+    (an object from a test, or a server without field management).
+
+    A date the object carries is the same on every re-delivery, relist and restart, so a demand
+    dated by it is stored once and folds the same in memory and in the log (an adversarial
+    trial: a value an hour ahead dated "now" cancelled the running Job again at every restart,
+    and ``replay`` then found decisions the log cannot explain)."""
+    entries = _meta(obj).get("managedFields")
+    latest = None
+    for entry in entries if isinstance(entries, list) else ():
+        if not isinstance(entry, Mapping):
+            continue
+        fields = entry.get("fieldsV1")
+        status = fields.get("f:status") if isinstance(fields, Mapping) else None
+        if not isinstance(status, Mapping) or "f:lastActiveTime" not in status:
+            continue
+        t = _time(entry.get("time"))
+        if t is not None and (latest is None or t > latest):
+            latest = t
+    return latest
 
 
 def _ident(obj: Mapping[str, Any]) -> tuple[str, str, str, str]:
@@ -130,7 +157,7 @@ class Translator:
             raise ValueError(f"signal_granularity {signal_granularity!r} must be >= 0 seconds")
         self._pad = timedelta(seconds=signal_granularity)
         self._last_active: dict[str, datetime] = {}
-        self._last_unreadable: dict[str, str] = {}  # uid -> digest of the last unreadable lastActiveTime
+        self._last_unreadable: dict[str, str] = {}  # uid -> mark of the last odd lastActiveTime write (_odd_write)
         self._odd_mode: dict[str, str] = {}  # GamingSession uid -> the odd spec.mode last warned about
         self._readiness: dict[str, tuple[str, str, str]] = {}  # Model uid -> (phase, node, shared) last emitted
         self._known = known_last_active
@@ -221,7 +248,7 @@ class Translator:
         raw = status.get("lastActiveTime")
         active = _time(raw)
         if active is not None and (active - now).total_seconds() > LAST_ACTIVE_MAX_AHEAD_SECONDS:
-            out.extend(self._unreadable_demand(ns, name, uid, raw, now, f"is more than {LAST_ACTIVE_MAX_AHEAD_SECONDS:g} s ahead of the controller's clock"))
+            out.extend(self._unreadable_demand(ns, name, uid, raw, obj, now, f"is more than {LAST_ACTIVE_MAX_AHEAD_SECONDS:g} s ahead of the controller's clock"))
         elif active is not None:
             with self._lock:
                 prev = self._last_active.get(uid)
@@ -230,7 +257,10 @@ class Translator:
                 moved = prev is None or active > prev
                 if moved:
                     self._last_active[uid] = active
-            if moved:
+                    self._last_unreadable.pop(uid, None)  # an odd value seen again later is a new write
+            if not moved and active < prev:
+                out.extend(self._moved_back_demand(ns, name, uid, raw, prev, obj, now))
+            elif moved:
                 out.append(
                     (
                         ev.ForegroundRequest(
@@ -244,30 +274,69 @@ class Translator:
                     )
                 )
         elif raw is not None and raw != "":
-            out.extend(self._unreadable_demand(ns, name, uid, raw, now))
+            out.extend(self._unreadable_demand(ns, name, uid, raw, obj, now))
         return out
 
-    def _unreadable_demand(self, ns: str, name: str, uid: str, raw: Any, now: datetime, why: str = "") -> list[Pair]:
+    def _odd_write(self, uid: str, raw: Any, obj: Mapping[str, Any], now: datetime) -> tuple[datetime, str] | None:
+        """``(when, mark)`` of a ``lastActiveTime`` write whose value is no activity time:
+        ``when`` is :func:`written_at` (never after ``now``), else ``now``; ``mark`` names the
+        value and that write (a digest of the value, ``/`` the write's time when known), for the
+        idempotency key. None when this translator saw that write already (a re-delivery)."""
+        digest = hashlib.sha256(repr(raw).encode("utf-8", "backslashreplace")).hexdigest()[:16]
+        written = written_at(obj)
+        mark = digest if written is None else f"{digest}/{written.isoformat()}"
+        with self._lock:
+            if self._last_unreadable.get(uid) == mark:
+                return None
+            self._last_unreadable[uid] = mark
+        return (now if written is None or written > now else written), mark
+
+    def _unreadable_demand(self, ns: str, name: str, uid: str, raw: Any, obj: Mapping[str, Any], now: datetime, why: str = "") -> list[Pair]:
         """Fail safe (issue: hostile input): a ``lastActiveTime`` that changed but cannot be read
         (or, with ``why``, cannot be believed: :data:`LAST_ACTIVE_MAX_AHEAD_SECONDS`) counts as
-        foreground demand *now*, and says so (``source="lastActiveTime-unreadable"``).
+        foreground demand when it was written (:func:`written_at`, else *now*), and says so
+        (``source="lastActiveTime-unreadable"``).
 
-        Keyed by a digest of the raw value, so a re-delivery or relist of the same unreadable
-        value is stored once; a different unreadable value is demand again. ``why`` is logged
-        (a warning) once per such value."""
-        digest = hashlib.sha256(repr(raw).encode("utf-8", "backslashreplace")).hexdigest()[:16]
-        with self._lock:
-            if self._last_unreadable.get(uid) == digest:
-                return []
-            self._last_unreadable[uid] = digest
+        Keyed by a digest of the raw value and the write's time, so a re-delivery, relist or
+        restart's look at the same write is stored once (and, dated the same, folds to nothing
+        in memory either); another unreadable value, or the same one written again, is demand
+        again. ``why`` is logged (a warning) once per such write."""
+        seen = self._odd_write(uid, raw, obj, now)
+        if seen is None:
+            return []
+        when, mark = seen
         if why:
             log.warning(
-                f"Model {ns}/{name}: status.lastActiveTime {str(raw)[:64]!r} {why}: taken as foreground demand now, "
-                "not as the model's last activity",
+                f"Model {ns}/{name}: status.lastActiveTime {str(raw)[:64]!r} {why}: taken as foreground demand "
+                f"at its write ({when.isoformat()}), not as the model's last activity",
                 extra={"backfill": f"{ns}/{name}"},
             )
-        event = ev.ForegroundRequest(at=now, namespace=ns, model=name, source="lastActiveTime-unreadable")
-        return [(event, f"fg/{uid}/unreadable/{digest}")]
+        event = ev.ForegroundRequest(at=when, namespace=ns, model=name, source="lastActiveTime-unreadable")
+        return [(event, f"fg/{uid}/unreadable/{mark}")]
+
+    def _moved_back_demand(
+        self, ns: str, name: str, uid: str, raw: Any, prev: datetime, obj: Mapping[str, Any], now: datetime
+    ) -> list[Pair]:
+        """A ``lastActiveTime`` written with a value before the latest one seen (``prev``): a
+        write by the proxy all the same -- a replica or a restarted proxy whose clock is behind
+        -- so foreground demand (an adversarial trial: writes every 5 s, each 10 minutes back,
+        were all ignored and a Job was admitted and ran through them). Dated when it was
+        written (:func:`written_at`, else *now*) and busy for the signal granularity after it,
+        as a value moving forward is; ``source="lastActiveTime-moved-back"``. The latest value
+        stays the one a later write must pass to be dated by its own value. Keyed as
+        :meth:`_unreadable_demand`; logged once per such write (info)."""
+        seen = self._odd_write(uid, raw, obj, now)
+        if seen is None:
+            return []
+        when, mark = seen
+        log.info(
+            f"Model {ns}/{name}: status.lastActiveTime moved back to {str(raw)[:64]!r} from {prev.isoformat()}: "
+            f"taken as foreground demand at its write ({when.isoformat()})",
+            extra={"backfill": f"{ns}/{name}"},
+        )
+        busy = plus_seconds(when, self._pad.total_seconds()) if self._pad else None
+        event = ev.ForegroundRequest(at=when, namespace=ns, model=name, source="lastActiveTime-moved-back", busy_until=busy)
+        return [(event, f"fg/{uid}/moved-back/{mark}")]
 
     # -- GamingSession ------------------------------------------------------------------------
 

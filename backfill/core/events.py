@@ -128,7 +128,10 @@ class ForegroundRequest(_ModelEvent):
 
     ``busy_until`` (UTC, >= at) is when the model is idle again if known (a trace's service
     time); ``None`` means an instantaneous request (``Model.status.lastActiveTime``).
-    ``source``: ``"lastActiveTime"``, ``"ingest"``, ``"trace"`` or ``"synthetic"``.
+    ``source``: ``"lastActiveTime"``, ``"ingest"``, ``"trace"`` or ``"synthetic"``; a
+    ``lastActiveTime`` write that is no activity time: ``"lastActiveTime-unreadable"`` (cannot be
+    read or believed) or ``"lastActiveTime-moved-back"`` (dated at the write, see
+    :mod:`backfill.controller.translate`).
     """
 
     type: Literal["ForegroundRequest"] = "ForegroundRequest"

@@ -63,10 +63,63 @@ def test_last_active_time_only_moving_forward_is_foreground_demand():
     ]
     # Same value again (status rewrite, relist): no new demand.
     assert not [e for e, _ in t.model("MODIFIED", _model(rv="12", last_active="2026-01-02T03:00:00Z"), NOW) if isinstance(e, ev.ForegroundRequest)]
-    # Older value: not demand.
-    assert not [e for e, _ in t.model("MODIFIED", _model(rv="13", last_active="2026-01-02T02:00:00Z"), NOW) if isinstance(e, ev.ForegroundRequest)]
+    # Older value: demand at its write (see the next test), not at the value.
+    back = [e for e, _ in t.model("MODIFIED", _model(rv="13", last_active="2026-01-02T02:00:00Z"), NOW) if isinstance(e, ev.ForegroundRequest)]
+    assert [(e.at, e.source) for e in back] == [(NOW, "lastActiveTime-moved-back")]
     later = t.model("MODIFIED", _model(rv="14", last_active="2026-01-02T03:01:00Z"), NOW)
     assert [k for e, k in later if isinstance(e, ev.ForegroundRequest)] == ["fg/u1/2026-01-02T03:01:00Z"]
+
+
+def _written(obj: dict, when: str, manager: str = "proxy", fields: dict | None = None) -> dict:
+    """``obj`` with a ``managedFields`` entry of ``manager`` stamped ``when`` owning ``fields``
+    (default ``status.lastActiveTime``), as the API server writes one."""
+    entry = {"manager": manager, "operation": "Update", "apiVersion": "ai.flexinfer/v1alpha1", "time": when,
+             "fieldsType": "FieldsV1", "fieldsV1": fields or {"f:status": {"f:lastActiveTime": {}}}, "subresource": "status"}  # fmt: skip
+    obj["metadata"].setdefault("managedFields", []).append(entry)
+    return obj
+
+
+def test_a_last_active_time_moved_back_is_demand_at_its_write():
+    """An adversarial trial: a proxy whose clock was 10 minutes behind wrote lastActiveTime every
+    5 s; no write moved the value forward, so none was demand, and a Job was admitted and ran
+    through them. A value moved back is a write all the same: demand at the write's time (its
+    managedFields stamp, by the API server's clock), busy for the signal granularity after it.
+    Each such write is demand once; the latest value stays the bar for dating by value."""
+    t = Translator()
+    t.model("ADDED", _model(last_active="2026-01-02T03:00:00Z"), NOW)
+    obj = _written(_model(rv="13", last_active="2026-01-02T02:50:00Z"), "2026-01-02T03:04:01Z")
+    _written(obj, "2026-01-02T03:04:04Z", manager="operator", fields={"f:status": {"f:phase": {}}})  # a later write of another field
+    out = t.model("MODIFIED", obj, NOW)
+    fg = [(e, k) for e, k in out if isinstance(e, ev.ForegroundRequest)]
+    w = datetime(2026, 1, 2, 3, 4, 1, tzinfo=timezone.utc)
+    assert [(e.at, e.busy_until, e.source) for e, _ in fg] == [(w, w + timedelta(seconds=60), "lastActiveTime-moved-back")]
+    # The same write delivered again: nothing; a restarted controller (the log's latest value
+    # as its memory) gives the same event under the same key: stored once, folds to nothing.
+    assert not [e for e, _ in t.model("MODIFIED", obj, NOW + timedelta(seconds=9)) if isinstance(e, ev.ForegroundRequest)]
+    fresh = Translator(lambda ns, name: datetime(2026, 1, 2, 3, tzinfo=timezone.utc))
+    assert [(e, k) for e, k in fresh.model("ADDED", obj, NOW + timedelta(seconds=30)) if isinstance(e, ev.ForegroundRequest)] == fg
+    # The next write moved back too (its own stamp): demand again, under its own key.
+    again = _written(_model(rv="14", last_active="2026-01-02T02:50:05Z"), "2026-01-02T03:04:03Z")
+    fg2 = [(e, k) for e, k in t.model("MODIFIED", again, NOW) if isinstance(e, ev.ForegroundRequest)]
+    assert [e.at for e, _ in fg2] == [w + timedelta(seconds=2)] and fg2[0][1] != fg[0][1]
+    # A value past the latest one is dated by itself again.
+    later = t.model("MODIFIED", _model(rv="15", last_active="2026-01-02T03:04:30Z"), NOW)
+    assert [(e.at, e.source) for e, _ in later if isinstance(e, ev.ForegroundRequest)] == [(datetime(2026, 1, 2, 3, 4, 30, tzinfo=timezone.utc), "lastActiveTime")]
+
+
+def test_a_last_active_time_ahead_is_dated_at_its_write_the_same_after_a_restart():
+    """An adversarial trial: a lastActiveTime two hours ahead, unchanged, was demand "now" at
+    every restart: the running Job was cancelled each time, and replay found the cancels
+    unexplained (the log had deduplicated the request the memory acted on). Dated at its
+    write, a restart's look gives the same event and key."""
+    obj = _written(_model(last_active="2026-01-02T06:00:00Z"), "2026-01-02T03:00:00Z")
+    first = [(e, k) for e, k in Translator().model("ADDED", obj, NOW) if isinstance(e, ev.ForegroundRequest)]
+    assert [(e.at, e.source) for e, _ in first] == [(datetime(2026, 1, 2, 3, tzinfo=timezone.utc), "lastActiveTime-unreadable")]
+    later = NOW + timedelta(minutes=7)
+    assert [(e, k) for e, k in Translator().model("ADDED", obj, later) if isinstance(e, ev.ForegroundRequest)] == first
+    # A stamp ahead of the controller's clock is read as now.
+    ahead = _written(_model(last_active="2026-01-02T06:00:00Z"), "2026-01-02T03:10:00Z")
+    assert [e.at for e, _ in Translator().model("ADDED", ahead, NOW) if isinstance(e, ev.ForegroundRequest)] == [NOW]
 
 
 def test_readiness_is_emitted_when_it_changes_not_per_status_rewrite():

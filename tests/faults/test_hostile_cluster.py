@@ -94,3 +94,48 @@ def test_oversized_job_does_not_stay_starting(kube: Kube, controllers):
     wait_for(settled, timeout=15, what="big-env created, or Blocked/Failed with a reason")
     print(f"oversized Job: status {kube.status('big-env').get('phase')} {kube.status('big-env').get('reason')}")
     assert proc.alive, proc.tail()
+
+
+def _stamp(seconds_from_now: float) -> str:
+    from datetime import datetime, timedelta, timezone
+
+    return (datetime.now(timezone.utc) + timedelta(seconds=seconds_from_now)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_last_active_time_moved_back_cancels_and_one_ahead_cancels_once_across_a_restart(kube: Kube, player: JobPlayer, controllers):
+    """An adversarial trial, two defects of ``lastActiveTime``:
+
+    - a proxy whose clock was 10 minutes behind wrote it every 5 s; no write moved the value
+      forward, none was demand, and a Job was admitted and ran through them. Each such write is
+      demand now, dated at the write (its ``managedFields`` stamp, the API server's clock);
+    - a value 2 h ahead, left unchanged, cancelled the running Job again at every restart ("demand
+      now" each time, deduplicated in the log: replay then found the cancels unexplained). Dated
+      at its write, a restart's look at the same write is nothing new."""
+    import time
+
+    pg, schema = controllers.pg, controllers.schema
+    kube.cronjob(TEMPLATE)
+    kube.model("m", node="node-m", lastActiveTime=_stamp(-3600))
+    kube.backfill("bf", model="m", template=TEMPLATE, idleFor="2s")
+    proc = controllers().start()
+    proc.wait_ready()
+    job = start_running(kube, player, "bf")
+    written = time.time()
+    kube.set_status("models", "m", {"lastActiveTime": _stamp(-7200)})  # moved back an hour
+    timed(lambda: kube.job(job) is None, timeout=CANCEL_BOUND_SECONDS, what="Job cancelled by a lastActiveTime moved back")
+    back = [e for _, e in of_type(log_events(pg.url, schema), "ForegroundRequest") if e.source == "lastActiveTime-moved-back"]
+    assert len(back) == 1 and abs(back[0].at.timestamp() - written) <= 2.0, (back, written)  # the write's stamp (to the second)
+
+    job = start_running(kube, player, "bf")
+    kube.set_status("models", "m", {"lastActiveTime": _stamp(7200)})  # 2 h ahead: not believed
+    timed(lambda: kube.job(job) is None, timeout=CANCEL_BOUND_SECONDS, what="Job cancelled by a lastActiveTime 2 h ahead")
+    job = start_running(kube, player, "bf")
+    assert proc.terminate() == 0
+    proc.start()
+    proc.wait_ready()
+    time.sleep(3.0)  # the relists are in (ready) and the loop has decided on them
+    assert kube.job(job) is not None, "the unchanged lastActiveTime cancelled the running Job again after the restart"
+    assert kube.status("bf").get("phase") == "Running", kube.status("bf")
+    ahead = [e for _, e in of_type(log_events(pg.url, schema), "ForegroundRequest") if e.source == "lastActiveTime-unreadable"]
+    assert len(ahead) == 1, ahead
+    assert_replay_clean(pg.url, schema)
