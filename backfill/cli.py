@@ -409,16 +409,34 @@ def _plot_path(plot: Path) -> Path:
     return plot
 
 
+#: The tables, views, sequences and functions in a schema (by name).
+_SCHEMA_OBJECTS = """
+SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %(s)s
+UNION ALL
+SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = %(s)s
+ORDER BY 1
+"""
+
+
 def _not_a_simulation(engine: Any, schema: str) -> str | None:
-    """Why ``simulate --store`` must not recreate ``schema`` (one line), or None: it holds an
-    event log that no simulation wrote (a simulated log's first event has the key
-    ``sim/cronjob``), a controller's (a re-trial: ``--schema backfill`` wiped a live
-    controller's log, which then folded the simulation as real events), also an empty one (a
-    controller that has appended nothing yet: the next re-trial)."""
+    """Why ``simulate --store`` must not recreate ``schema`` (one line), or None: it is absent,
+    empty, or holds a simulation's log (its first event has the key ``sim/cronjob``). Refused:
+    an event log no simulation wrote, a controller's (a re-trial: ``--schema backfill`` wiped a
+    live controller's log, which then folded the simulation as real events), also an empty one
+    (a controller that has appended nothing yet: the next re-trial); and a schema holding
+    anything else (a new user's trial: ``--schema public`` dropped a table of the user's, with
+    exit 0)."""
     try:
         with engine.connect() as conn:
-            if conn.exec_driver_sql("SELECT to_regclass('events') IS NULL").scalar():
+            names = [r[0] for r in conn.exec_driver_sql(_SCHEMA_OBJECTS, {"s": schema})]
+            if not names:
                 return None
+            if "events" not in names:
+                shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+                return (
+                    f"--schema {schema}: it holds objects no simulation wrote ({shown}), and simulate --store "
+                    "recreates its schema: give another (the default is simulation)"
+                )
             if conn.exec_driver_sql("SELECT EXISTS (SELECT 1 FROM event_keys WHERE idempotency_key = 'sim/cronjob')").scalar():
                 return None
     except Exception as exc:  # noqa: BLE001 - any driver error: one line

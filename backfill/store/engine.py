@@ -33,7 +33,8 @@ _SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 def validate_schema(schema: str) -> str:
     """Return ``schema`` if it is a plain lower-case identifier (``a-z``, digits, ``_``; at most
-    63 characters, not starting with a digit, not ``pg_...``); raise :class:`ValueError` otherwise.
+    63 characters, not starting with a digit, not ``pg_...`` nor ``information_schema``); raise
+    :class:`ValueError` otherwise.
 
     Schema names are interpolated into DDL (``CREATE SCHEMA``, ``search_path``) and the NOTIFY
     channel name, so nothing else is accepted (lower case, so quoting never changes the name).
@@ -45,6 +46,8 @@ def validate_schema(schema: str) -> str:
         )
     if schema.lower().startswith("pg_"):
         raise ValueError(f"invalid schema name {schema!r}: names starting with 'pg_' are reserved by PostgreSQL")
+    if schema == "information_schema":  # a new user's trial: simulate --schema information_schema dropped it
+        raise ValueError(f"invalid schema name {schema!r}: PostgreSQL's own (the SQL standard's catalog views)")
     return schema
 
 

@@ -182,3 +182,39 @@ def test_simulate_store_refuses_a_schema_holding_a_log_no_simulation_wrote(pg_sc
         from backfill.store.migrate import drop_schema
 
         drop_schema(url, sim)
+
+
+def test_simulate_store_refuses_a_schema_holding_anything_a_simulation_did_not_write(pg_schema, pg_engine, capsys):
+    """A new user's trial: ``simulate --schema public`` dropped the user's table there (exit 0),
+    and ``--schema information_schema`` dropped PostgreSQL's own catalog views (every later
+    migration then failed). A schema holding anything but a simulation's log is refused in one
+    line, nothing dropped; ``information_schema`` is no schema name of ours; an empty schema is
+    recreated."""
+    url, schema = pg_schema
+    other = f"{schema}_other"
+    args = ["simulate", "--days", "0.05", "--database-url", url]
+    with pg_engine.begin() as conn:
+        conn.exec_driver_sql(f'CREATE SCHEMA "{other}"')
+        conn.exec_driver_sql(f'CREATE TABLE "{other}".keepme (x int)')
+        conn.exec_driver_sql(f'INSERT INTO "{other}".keepme VALUES (7)')
+    try:
+        assert main([*args, "--schema", other]) == 2
+        (line,) = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
+        assert line == (
+            f"backfill: error: --schema {other}: it holds objects no simulation wrote (keepme), and simulate --store "
+            "recreates its schema: give another (the default is simulation)"
+        )
+        with pg_engine.connect() as conn:
+            assert conn.exec_driver_sql(f'SELECT x FROM "{other}".keepme').scalar() == 7
+        assert main([*args, "--schema", "information_schema"]) == 2
+        (line,) = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
+        assert "information_schema" in line and line.startswith("backfill: error:")
+        with pg_engine.connect() as conn:
+            assert conn.exec_driver_sql("SELECT count(*) FROM information_schema.tables").scalar() > 0
+        with pg_engine.begin() as conn:
+            conn.exec_driver_sql(f'DROP TABLE "{other}".keepme')
+        assert main([*args, "--schema", other]) == 0  # empty now: recreated with the simulation
+    finally:
+        from backfill.store.migrate import drop_schema
+
+        drop_schema(url, other)
