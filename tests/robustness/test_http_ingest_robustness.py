@@ -170,3 +170,37 @@ def test_http_client_chunked_post_is_411(caplog):
     assert [r.getMessage() for r in caplog.records] == [
         "ingest: refused a request from 127.0.0.1: 411 length_required: send the body with a Content-Length header (no Transfer-Encoding)"
     ]
+
+
+def test_expect_100_continue_is_answered_after_the_headers_pass(server):
+    """A new user's trial: the server never answered ``Expect: 100-continue``, so curl waited its
+    own 1 s before sending the body, and the cancel a report asks for came that much later. The
+    client that sends the headers alone gets ``100 Continue`` (after the token check), then its
+    answer; one without the token gets its 401 at once, with no ``100``."""
+    port, appended = server
+    body = json.dumps({"reports": [{"namespace": "ns", "model": "m", "time": "2026-11-30T10:00:00Z", "id": "x/1"}]}).encode()
+    head = (
+        b"POST /v1/foreground HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\n"
+        b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(head % (b"tok", len(body)))
+        s.settimeout(2.0)
+        interim = s.recv(4096)  # before any body byte is sent
+        assert interim.startswith(b"HTTP/1.1 100 Continue\r\n\r\n"), interim
+        s.sendall(body)
+        data = interim
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    final = data[len(b"HTTP/1.1 100 Continue\r\n\r\n"):]
+    assert int(final.split(b" ", 2)[1]) == 202, data
+    assert len(appended) == 1
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(head % (b"wrong", len(body)))
+        s.settimeout(2.0)
+        first = s.recv(4096)
+        assert int(first.split(b" ", 2)[1]) == 401, first
+    assert len(appended) == 1
