@@ -85,6 +85,21 @@ def written_at(obj: Mapping[str, Any]) -> datetime | None:
     return latest
 
 
+#: A Job's time further ahead of the controller's clock than this, seconds, is not believed: it
+#: is read as the moment it is seen (:func:`_job_time`). Clocks a few seconds apart are normal.
+JOB_TIME_MAX_AHEAD_SECONDS = 60.0
+
+
+def _job_time(value: Any, now: datetime) -> datetime | None:
+    """A Job's time (creation, start, completion, a condition's transition: the Job controller's
+    and the API server's clocks) as UTC; ``now``, when it is seen, for one more than
+    :data:`JOB_TIME_MAX_AHEAD_SECONDS` ahead of it; None when absent or unreadable. An
+    adversarial trial: a ``completionTime`` in 2030 counted 96,821,425 s of work, and one a day
+    ahead held a ``repeatAfter: 1m`` backfill's next run a day."""
+    t = _time(value)
+    return now if t is not None and (t - now).total_seconds() > JOB_TIME_MAX_AHEAD_SECONDS else t
+
+
 def _ident(obj: Mapping[str, Any]) -> tuple[str, str, str, str]:
     m = _meta(obj)
     return m.get("namespace", "") or "", m.get("name", "") or "", m.get("uid", "") or "", str(m.get("resourceVersion", ""))
@@ -458,11 +473,11 @@ class Translator:
         common = dict(namespace=ns, backfill=backfill, name=name, uid=uid, owned=owned)
         if kind == DELETED:
             return _natural([ev.JobDeleted(at=now, **common)])
-        out: list[Any] = [ev.JobCreated(at=_time(m.get("creationTimestamp")) or now, **common)]
+        out: list[Any] = [ev.JobCreated(at=_job_time(m.get("creationTimestamp"), now) or now, **common)]
         if m.get("deletionTimestamp"):
-            out.append(ev.JobTerminating(at=_time(m.get("deletionTimestamp")) or now, **common))
+            out.append(ev.JobTerminating(at=_job_time(m.get("deletionTimestamp"), now) or now, **common))
         status = obj.get("status") or {}
-        start = _time(status.get("startTime"))
+        start = _job_time(status.get("startTime"), now)
         if start is not None:
             out.append(ev.JobRunning(at=start, **common))
         ranges = indexes.parse(status.get("completedIndexes"))
@@ -476,7 +491,7 @@ class Translator:
         for c in status.get("conditions") or []:
             if not isinstance(c, Mapping):
                 continue
-            when = _time(c.get("lastTransitionTime")) or now
+            when = _job_time(c.get("lastTransitionTime"), now) or now
             if c.get("type") == "Suspended":
                 # A suspension is keyed by the Job's resourceVersion (a resume and a re-suspend
                 # before the Job controller flips the condition leave its time unchanged), a
@@ -490,7 +505,7 @@ class Translator:
             if c.get("status") != "True":
                 continue
             if c.get("type") == "Complete":
-                out.append(ev.JobSucceeded(at=_time(status.get("completionTime")) or when, completed_indexes=done, **common))
+                out.append(ev.JobSucceeded(at=_job_time(status.get("completionTime"), now) or when, completed_indexes=done, **common))
             elif c.get("type") == "Failed":
                 out.append(ev.JobFailed(at=when, reason=str(c.get("reason") or "JobFailed"), **common))
         return _natural(out)

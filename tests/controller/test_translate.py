@@ -318,6 +318,25 @@ def test_jobs():
     assert t.job("DELETED", _job(), NOW) == [(ev.JobDeleted(at=NOW, **common), "job/ns/mbf-abcdef-1/JobDeleted/j1")]
 
 
+def test_job_times_ahead_of_the_controllers_clock_are_read_as_when_seen():
+    """An adversarial trial: a Job's ``completionTime`` in 2030 counted 96,821,425 s of work
+    (``useful_running_seconds_total``, ``backfill runs``), and one a day ahead held a
+    ``repeatAfter: 1m`` backfill's next run a day. A Job's time more than a minute ahead of the
+    moment it is seen is read as that moment; others are kept as they are."""
+    common = dict(namespace="ns", backfill="mbf", name="mbf-abcdef-1", uid="j1")
+    obj = _job({"startTime": "2026-01-02T03:00:01Z", "completionTime": "2030-01-01T00:00:00Z",
+                "conditions": [{"type": "Complete", "status": "True", "lastTransitionTime": "2030-01-01T00:00:00Z"}]})  # fmt: skip
+    obj["metadata"]["creationTimestamp"] = "2026-01-02T03:05:05Z"  # a minute ahead of NOW: kept
+    out = [e for e, _ in Translator().job("MODIFIED", obj, NOW)]
+    assert out == [
+        ev.JobCreated(at=NOW + timedelta(minutes=1), **common),
+        ev.JobRunning(at=datetime(2026, 1, 2, 3, 0, 1, tzinfo=timezone.utc), **common),
+        ev.JobSucceeded(at=NOW, **common),
+    ]
+    failed = _job({"conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "lastTransitionTime": "2027-01-01T00:00:00Z"}]})
+    assert Translator().job("MODIFIED", failed, NOW)[-1][0] == ev.JobFailed(at=NOW, reason="BackoffLimitExceeded", **common)
+
+
 def test_vanished_objects_map_to_gone_events():
     e, key = vanished("cronjob", "ns", "tpl", "", NOW, "99")
     assert e == ev.CronJobMissing(at=NOW, namespace="ns", name="tpl") and key == "relist/cronjob/ns/tpl/99"
