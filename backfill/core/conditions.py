@@ -178,16 +178,20 @@ def _gate_message(reason: str, g: Gate) -> str:
 
 def _gaming(world: World, s: Subject, now: datetime) -> Hit | None:
     node = s.state.node
-    if node:
-        for g in world.gaming.values():
+    gaming = world.gaming
+    if node and gaming:  # (an empty map: no iterator to make)
+        for g in gaming.values():
             if g.node == node and g.active(now):
                 return Hit(GAMING_INTENT, _gate_message(GAMING_INTENT, g), g.pos, g.expires_at)
     return None
 
 
 def _lease(world: World, s: Subject, now: datetime) -> Hit | None:
+    leases = world.leases
+    if not leases:  # the common case: no iterator to make
+        return None
     node, group = s.state.node, s.state.shared
-    for g in world.leases.values():
+    for g in leases.values():
         if ((node and g.node == node) or (group and g.group == group)) and g.active(now):
             return Hit(GPU_LEASE_ACTIVE, _gate_message(GPU_LEASE_ACTIVE, g), g.pos, g.expires_at)
     return None
@@ -293,10 +297,13 @@ def _concurrent(world: World, s: Subject, now: datetime) -> Hit | None:
     admitted before it; a waiting backfill to any live attempt, or to one admitted earlier in the
     same ``decide`` call."""
     b, a = s.backfill, s.attempt
-    key, node = b.key, (a.node if a is not None else s.state.node)
+    node = a.node if a is not None else s.state.node
     rivals = world.live_models.get((b.namespace, s.model), ())
     if node:
-        rivals = rivals + world.live_nodes.get(node, ())
+        on_node = world.live_nodes.get(node)
+        if on_node:
+            rivals = rivals + on_node
+    key = (b.namespace, b.name) if rivals else None  # b.key, only when there is a rival to tell from it
     for k in rivals:
         other = world.live[k]
         if k != key and (a is None or other.admitted_pos < a.admitted_pos):
@@ -471,7 +478,7 @@ def block_reason(world: World, b: BackfillState) -> tuple[str, str] | None:
     m = world.models.get((b.namespace, spec.model_ref))
     if m is None or not m.exists:
         return (MODEL_NOT_FOUND, f"Model {b.namespace}/{spec.model_ref} not found")
-    rej = permanent_rejection(b, t.job_template)
+    rej = permanent_rejection(b, t.job_template) if b.rejection is not None else None  # (no call without a refusal)
     if rej is not None:
         return (JOB_REJECTED, f"the API server refused the Job ({rej.summary}); change the spec or the CronJob to try again")
     return None
@@ -511,5 +518,14 @@ def block_cause(world: World, b: BackfillState, reason: str) -> int:
 
 def subject(world: World, b: BackfillState, a: Attempt | None, reserved: Mapping[Any, Key] | None = None) -> Subject:
     """The :class:`Subject` for ``b``: its live attempt's model (cancel side) or its spec's."""
-    model = a.model if a is not None else (b.spec.model_ref if b.spec is not None else b.model_ref)
-    return Subject(b, model, world.models.get((b.namespace, model), _NO_MODEL), a, reserved)
+    if a is not None:
+        model = a.model
+    else:
+        spec = b.spec
+        model = spec.model_ref if spec is not None else b.model_ref
+    # positional, without Subject's generated __new__ (a Python call): every decide builds one
+    return _tuple_new(Subject, (b, model, world.models.get((b.namespace, model), _NO_MODEL), a, reserved))
+
+
+_tuple_new = tuple.__new__
+assert Subject._fields == ("backfill", "model", "state", "attempt", "reserved"), "subject builds Subject positionally"

@@ -30,7 +30,8 @@ from .commands import (
 from .conditions import CANCEL_CHECKS, GATE_CHECKS, SUSPENDED_CHECKS, Hit, block_cause, block_reason, first_hit, subject, suspends
 from .fold import unexplained_stop
 from .jobtemplate import job_name
-from .state import CANCELLING, RUNNING, STARTING, SUSPENDING, Attempt, BackfillState, CreateRejection, Key, ModelState, World
+from .state import SUSPENDED as SUSPENDED_LIFECYCLE  # the lifecycle (verdict's SUSPENDED is a reason)
+from .state import CANCELLING, LIVE, RUNNING, STARTING, SUSPENDING, Attempt, BackfillState, CreateRejection, Key, ModelState, World
 from .status import status_from_verdict
 from .timefmt import plus_seconds, rfc3339
 from .verdict import (
@@ -52,6 +53,8 @@ from .verdict import (
     Hold,
     Verdict,
 )
+
+_LIVE = frozenset(LIVE)  # Attempt.live's lifecycles, as a set
 
 #: Seconds between re-checks of an attempt whose create or delete is not observed yet. The
 #: re-issue itself is emitted on every decide; the actor paces it (back-off per Job).
@@ -75,7 +78,10 @@ def _idle_since(world: World, m: ModelState, now: datetime) -> tuple[datetime, i
     if end is not None and end.at > since:
         since, pos = end.at, end.pos
     # Gates that expired by time but whose objects still exist ended at their expiry.
-    for gates in (world.gaming, world.leases):
+    gaming, leases = world.gaming, world.leases
+    if not gaming and not leases:  # the common case: no gate at all (no tuple to loop over)
+        return since, pos  # type: ignore[return-value]
+    for gates in (gaming, leases):
         if not gates:
             continue
         for g in gates.values():
@@ -131,7 +137,8 @@ def _evaluate(world: World, key: Key, now: datetime, reserved: dict | None = Non
     b = world.backfills.get(key)
     if b is None or b.gone:
         return None
-    a = b.live_attempt
+    last = b.attempt
+    a = last if last is not None and last.lifecycle in _LIVE else None  # b.live_attempt, without its two calls
     if a is not None:
         if a.lifecycle == CANCELLING:
             # Re-issued on every decide until the Job is observed gone, re-checked every
@@ -196,10 +203,10 @@ def _evaluate(world: World, key: Key, now: datetime, reserved: dict | None = Non
                 wake_at=plus_seconds(now, RETRY_SECONDS),
             )
         return Verdict(RUNNING, "JobActive", f"background Job {a.job_name} is active")
-    if b.attempt is not None and b.attempt.suspended:
-        hit = _ends_suspended(world, b, b.attempt, now)
+    if last is not None and last.lifecycle == SUSPENDED_LIFECYCLE:  # last.suspended
+        hit = _ends_suspended(world, b, last, now)
         if hit is not None:
-            return _delete_suspended(key, b, b.attempt, hit)
+            return _delete_suspended(key, b, last, hit)
     if b.deleting:
         if b.finalizer_released:
             return Verdict(WAITING, DELETED, "the ModelBackfill is being deleted", ())
@@ -219,7 +226,6 @@ def _evaluate(world: World, key: Key, now: datetime, reserved: dict | None = Non
     assert spec is not None
     if spec.suspend:
         return Verdict(SUSPENDED_PHASE, SUSPENDED, "spec.suspend is true; no attempt may run", unblock)
-    last = b.attempt
     if b.failed_generation == b.generation:
         reason = last.end_reason if last is not None and last.end_reason else "JobFailed"
         return Verdict(FAILED, reason, "the Job failed; change the spec to run again", unblock)
@@ -267,8 +273,7 @@ def _evaluate(world: World, key: Key, now: datetime, reserved: dict | None = Non
         reserved[(b.namespace, spec.model_ref)] = key
         if m.node:
             reserved[m.node] = key
-    last = b.attempt
-    if last is not None and last.suspended:  # issue 11: the admission resumes the same Job
+    if last is not None and last.lifecycle == SUSPENDED_LIFECYCLE:  # issue 11: the admission resumes the same Job
         resume = Resume(key, b.uid, last.number, last.segment + 1, b.generation, last.job_name, spec.model_ref, m.node, cause)
         return Verdict(STARTING, RESUMING, f"resuming attempt {last.number} (segment {resume.segment})", unblock + (resume,), None, since)
     attempt = max(b.attempts, b.names_taken) + 1  # past any Job another log left under an attempt's name
@@ -288,7 +293,7 @@ def _unexplained_stop_on_model(world: World, b: BackfillState, model: str) -> tu
     the generators cost 2.7-4.7 us against 0.5-0.8 us here (one declaration on the Model)."""
     stop = unexplained_stop(b.attempt)
     key = (b.namespace, b.name)
-    for other_key in world.backfills_of_model(b.namespace, model):
+    for other_key in world.model_index.get((b.namespace, model), ()):  # world.backfills_of_model, without its call
         if other_key == key:
             continue
         other = world.backfills.get(other_key)

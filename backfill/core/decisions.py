@@ -61,7 +61,7 @@ def decision_record(cmd: Any, *, at: datetime, basis: int, cause: int | None = N
             uid=cmd.uid, attempt=cmd.attempt, generation=cmd.generation, job_name=cmd.job_name,
             model=cmd.model, node=cmd.node,
         )
-        return e, ev.key_of(e)
+        return e, ev.attempt_key(ns, name, cmd.uid, "admit", cmd.attempt)  # key_of(e), without its dispatch
     if t is Cancel:
         e = _FORMS[ev.AttemptCancelled][form](
             type="AttemptCancelled", at=at, namespace=ns, backfill=name, cause=cmd.cause if cause is None else cause, basis=basis,
