@@ -585,8 +585,7 @@ def _fold_job_succeeded(w: World, e: ev.JobSucceeded, pos: int) -> World:
         a = _ended_while_suspended(a, at)
     if e.completed_indexes:  # nothing to merge otherwise (_progress)
         a = _progress(a, e.completed_indexes, at)
-    a = a.ended(at, "succeeded", "Completed", pos)
-    return _put_backfill(w, replace(b, attempt=a, succeeded_at=at, succeeded_generation=a.generation), pos)  # _end's success
+    return _put_backfill(w, _end(b, a, at, "succeeded", "Completed", pos), pos)
 
 
 def _fold_job_failed(w: World, e: ev.JobFailed, pos: int) -> World:
