@@ -507,12 +507,20 @@ def _print_reports(tr: Any, params: Any, reports: list, tot: Any) -> None:
 # ----------------------------------------------------------------------------- recommend
 
 
+def _list_items(text: str, what: str, example: str) -> list[str]:
+    """The items of a comma-separated list, stripped; CLIError (one line) for none or an empty
+    one (``5m,,10m``: a new user's trial swept two values and said nothing)."""
+    items = [x.strip() for x in text.split(",")]
+    if not any(items):
+        raise CLIError(f"{what}: give at least one value, such as {example}")
+    if not all(items):
+        raise CLIError(f"{what}: {text!r} has an empty value between commas; give a list such as {example}")
+    return items
+
+
 def _duration_list(text: str, what: str) -> list[float]:
     """A comma-separated list of Go durations -> sorted unique seconds (> 0)."""
-    items = [x.strip() for x in text.split(",") if x.strip()]
-    if not items:
-        raise CLIError(f"{what}: give at least one value, such as 5m,10m,30m")
-    values = sorted({_seconds(x, what) for x in items})
+    values = sorted({_seconds(x, what) for x in _list_items(text, what, "5m,10m,30m")})
     if values[0] <= 0:
         raise CLIError(f"{what}: every value must be greater than zero")
     return values
@@ -520,8 +528,9 @@ def _duration_list(text: str, what: str) -> list[float]:
 
 def _int_list(text: str, what: str) -> list[int]:
     """A comma-separated list of integers >= 1 -> sorted unique."""
+    items = _list_items(text, what, "1,4,8")
     try:
-        values = sorted({int(x) for x in text.split(",") if x.strip()})
+        values = sorted({int(x) for x in items})
     except ValueError:
         raise CLIError(f"{what}: {text!r} is not a comma-separated list of integers, such as 1,4,8") from None
     if not values or values[0] < 1 or values[-1] > 10000:

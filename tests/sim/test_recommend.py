@@ -140,6 +140,9 @@ def test_from_the_event_log_equals_the_trace(pg_url, capsys, m0002_rows):
         (["--idle-for-values", ""], "--idle-for-values: give at least one value"),
         (["--idle-for-values", "5m,ten"], "--idle-for-values: invalid duration"),
         (["--idle-for-values", "0s,5m"], "--idle-for-values: every value must be greater than zero"),
+        # a new user's trial: an empty value between commas swept the others and said nothing
+        (["--idle-for-values", "5m,,10m"], "--idle-for-values: '5m,,10m' has an empty value between commas"),
+        (["--shards", "1,,4"], "--shards: '1,,4' has an empty value between commas"),
         (["--shards", "0,4"], "--shards: give integers from 1 to 10000"),
         (["--shards", "four"], "--shards: 'four' is not a comma-separated list"),
         (["--max-waste", "2"], "--max-waste 2: give a share from 0 to 1"),
