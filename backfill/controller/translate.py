@@ -174,6 +174,7 @@ class Translator:
         self._last_active: dict[str, datetime] = {}
         self._last_unreadable: dict[str, str] = {}  # uid -> mark of the last odd lastActiveTime write (_odd_write)
         self._odd_mode: dict[str, str] = {}  # GamingSession uid -> the odd spec.mode last warned about
+        self._moved_back: set[str] = set()  # Model uids whose lastActiveTime moved back (logged once each at info)
         self._readiness: dict[str, tuple[str, str, str]] = {}  # Model uid -> (phase, node, shared) last emitted
         self._known = known_last_active
         self._lock = threading.Lock()
@@ -239,6 +240,7 @@ class Translator:
                 self._last_active.pop(uid, None)
                 self._last_unreadable.pop(uid, None)
                 self._readiness.pop(uid, None)
+                self._moved_back.discard(uid)
             return [(ev.ModelDeleted(at=now, namespace=ns, model=name), f"model/{uid}/deleted")]
         status = obj.get("status")
         status = status if isinstance(status, Mapping) else {}
@@ -339,14 +341,19 @@ class Translator:
         written (:func:`written_at`, else *now*) and busy for the signal granularity after it,
         as a value moving forward is; ``source="lastActiveTime-moved-back"``. The latest value
         stays the one a later write must pass to be dated by its own value. Keyed as
-        :meth:`_unreadable_demand`; logged once per such write (info)."""
+        :meth:`_unreadable_demand`. Logged once per such write: the Model's first at info, the
+        others at debug (two proxies apart write one a minute each for ever)."""
         seen = self._odd_write(uid, raw, obj, now)
         if seen is None:
             return []
         when, mark = seen
-        log.info(
+        with self._lock:
+            first = uid not in self._moved_back
+            self._moved_back.add(uid)
+        log.log(
+            logging.INFO if first else logging.DEBUG,
             f"Model {ns}/{name}: status.lastActiveTime moved back to {str(raw)[:64]!r} from {prev.isoformat()}: "
-            f"taken as foreground demand at its write ({when.isoformat()})",
+            f"taken as foreground demand at its write ({when.isoformat()})" + (" (later such writes: debug lines)" if first else ""),
             extra={"backfill": f"{ns}/{name}"},
         )
         busy = plus_seconds(when, self._pad.total_seconds()) if self._pad else None

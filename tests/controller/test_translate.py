@@ -79,12 +79,13 @@ def _written(obj: dict, when: str, manager: str = "proxy", fields: dict | None =
     return obj
 
 
-def test_a_last_active_time_moved_back_is_demand_at_its_write():
+def test_a_last_active_time_moved_back_is_demand_at_its_write(caplog):
     """An adversarial trial: a proxy whose clock was 10 minutes behind wrote lastActiveTime every
     5 s; no write moved the value forward, so none was demand, and a Job was admitted and ran
     through them. A value moved back is a write all the same: demand at the write's time (its
     managedFields stamp, by the API server's clock), busy for the signal granularity after it.
     Each such write is demand once; the latest value stays the bar for dating by value."""
+    caplog.set_level(logging.DEBUG, logger="backfill.controller.translate")
     t = Translator()
     t.model("ADDED", _model(last_active="2026-01-02T03:00:00Z"), NOW)
     obj = _written(_model(rv="13", last_active="2026-01-02T02:50:00Z"), "2026-01-02T03:04:01Z")
@@ -102,6 +103,8 @@ def test_a_last_active_time_moved_back_is_demand_at_its_write():
     again = _written(_model(rv="14", last_active="2026-01-02T02:50:05Z"), "2026-01-02T03:04:03Z")
     fg2 = [(e, k) for e, k in t.model("MODIFIED", again, NOW) if isinstance(e, ev.ForegroundRequest)]
     assert [e.at for e, _ in fg2] == [w + timedelta(seconds=2)] and fg2[0][1] != fg[0][1]
+    # one info line per Model (the fresh translator's own), the rest debug: a lagging proxy writes for ever
+    assert [r.levelname for r in caplog.records if "moved back" in r.getMessage()] == ["INFO", "INFO", "DEBUG"]
     # A value past the latest one is dated by itself again.
     later = t.model("MODIFIED", _model(rv="15", last_active="2026-01-02T03:04:30Z"), NOW)
     assert [(e.at, e.source) for e, _ in later if isinstance(e, ev.ForegroundRequest)] == [(datetime(2026, 1, 2, 3, 4, 30, tzinfo=timezone.utc), "lastActiveTime")]
