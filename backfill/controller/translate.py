@@ -45,6 +45,9 @@ DEFAULT_SIGNAL_GRANULARITY = 60.0
 #: write of ``9999-12-31T23:59:59Z`` put the admission in year 9999, for good). The same bound
 #: as the ingest endpoint's default ``ingest_max_skew_seconds``.
 LAST_ACTIVE_MAX_AHEAD_SECONDS = 3600.0
+#: Seconds a ``lastActiveTime`` may lag its write beyond the signal granularity (clocks apart,
+#: whole-second stamps) before it is read as the write allows (``Translator._activity``).
+LAST_ACTIVE_BEHIND_TOLERANCE_SECONDS = 5.0
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -174,7 +177,8 @@ class Translator:
         self._last_active: dict[str, datetime] = {}
         self._last_unreadable: dict[str, str] = {}  # uid -> mark of the last odd lastActiveTime write (_odd_write)
         self._odd_mode: dict[str, str] = {}  # GamingSession uid -> the odd spec.mode last warned about
-        self._moved_back: set[str] = set()  # Model uids whose lastActiveTime moved back (logged once each at info)
+        self._moved_back: set[str] = set()  # Model uids whose lastActiveTime moved back or lagged its write (logged once each at info)
+        self._last_raw: dict[str, Any] = {}  # Model uid -> status.lastActiveTime as last seen (a value, not parsed)
         self._readiness: dict[str, tuple[str, str, str]] = {}  # Model uid -> (phase, node, shared) last emitted
         self._known = known_last_active
         self._lock = threading.Lock()
@@ -188,6 +192,7 @@ class Translator:
             self._last_active.clear()
             self._last_unreadable.clear()
             self._readiness.clear()
+            self._last_raw.clear()
 
     # -- ModelBackfill ------------------------------------------------------------------------
 
@@ -241,6 +246,7 @@ class Translator:
                 self._last_unreadable.pop(uid, None)
                 self._readiness.pop(uid, None)
                 self._moved_back.discard(uid)
+                self._last_raw.pop(uid, None)
             return [(ev.ModelDeleted(at=now, namespace=ns, model=name), f"model/{uid}/deleted")]
         status = obj.get("status")
         status = status if isinstance(status, Mapping) else {}
@@ -263,36 +269,73 @@ class Translator:
                 )
             )
         raw = status.get("lastActiveTime")
+        with self._lock:
+            unchanged = uid in self._last_raw and self._last_raw[uid] == raw
+            self._last_raw[uid] = raw
+        if unchanged:
+            # Not written again: a re-delivery, or a write of other fields (a re-trial: a moved-back
+            # value then counted as demand at every write of another status field by its owner).
+            return out
         active = _time(raw)
         if active is not None and (active - now).total_seconds() > LAST_ACTIVE_MAX_AHEAD_SECONDS:
             out.extend(self._unreadable_demand(ns, name, uid, raw, obj, now, f"is more than {LAST_ACTIVE_MAX_AHEAD_SECONDS:g} s ahead of the controller's clock"))
         elif active is not None:
+            at, key = self._activity(ns, name, uid, raw, active, obj, now)
             with self._lock:
                 prev = self._last_active.get(uid)
                 if prev is None and self._known is not None:
                     prev = self._known(ns, name)
-                moved = prev is None or active > prev
+                moved = prev is None or at > prev
                 if moved:
-                    self._last_active[uid] = active
+                    self._last_active[uid] = at
                     self._last_unreadable.pop(uid, None)  # an odd value seen again later is a new write
-            if not moved and active < prev:
+            if not moved and at < prev:
                 out.extend(self._moved_back_demand(ns, name, uid, raw, prev, obj, now))
             elif moved:
                 out.append(
                     (
                         ev.ForegroundRequest(
-                            at=active,
+                            at=at,
                             namespace=ns,
                             model=name,
                             source="lastActiveTime",
-                            busy_until=plus_seconds(active, self._pad.total_seconds()) if self._pad else None,
+                            busy_until=plus_seconds(at, self._pad.total_seconds()) if self._pad else None,
                         ),
-                        f"fg/{uid}/{raw}",
+                        key,
                     )
                 )
         elif raw is not None and raw != "":
             out.extend(self._unreadable_demand(ns, name, uid, raw, obj, now))
         return out
+
+    def _activity(self, ns: str, name: str, uid: str, raw: Any, active: datetime, obj: Mapping[str, Any], now: datetime) -> tuple[datetime, str]:
+        """``(activity time, idempotency key)`` of a readable ``lastActiveTime`` write: its value
+        ``active``, key ``fg/{uid}/{value}``; but when the value is further behind its write
+        (:func:`written_at`) than the signal granularity plus
+        :data:`LAST_ACTIVE_BEHIND_TOLERANCE_SECONDS` -- a proxy whose clock is behind: the
+        proxy writes the field within a granularity of the request it reports -- the earliest
+        time the write allows, the write's time less the granularity, keyed by the write too
+        (logged once per Model). A re-trial: a proxy 40 s behind, its values past the latest
+        one seen, wrote every 2 s, each dated 40 s back; none extended the busy span the others
+        had set, and a Job was admitted and ran 20 s through the writes."""
+        written = written_at(obj)
+        if written is None:
+            return active, f"fg/{uid}/{raw}"
+        if written > now:
+            written = now
+        floor = written - self._pad
+        if (floor - active).total_seconds() <= LAST_ACTIVE_BEHIND_TOLERANCE_SECONDS:
+            return active, f"fg/{uid}/{raw}"
+        with self._lock:
+            first = uid not in self._moved_back
+            self._moved_back.add(uid)
+        log.log(
+            logging.INFO if first else logging.DEBUG,
+            f"Model {ns}/{name}: status.lastActiveTime {str(raw)[:64]!r} is {(written - active).total_seconds():.0f} s behind "
+            f"its write ({written.isoformat()}): read as {floor.isoformat()}" + (" (later such writes: debug lines)" if first else ""),
+            extra={"backfill": f"{ns}/{name}"},
+        )
+        return floor, f"fg/{uid}/{raw}/{written.isoformat()}"
 
     def _odd_write(self, uid: str, raw: Any, obj: Mapping[str, Any], now: datetime) -> tuple[datetime, str] | None:
         """``(when, mark)`` of a ``lastActiveTime`` write whose value is no activity time:

@@ -87,28 +87,54 @@ def test_a_last_active_time_moved_back_is_demand_at_its_write(caplog):
     Each such write is demand once; the latest value stays the bar for dating by value."""
     caplog.set_level(logging.DEBUG, logger="backfill.controller.translate")
     t = Translator()
-    t.model("ADDED", _model(last_active="2026-01-02T03:00:00Z"), NOW)
-    obj = _written(_model(rv="13", last_active="2026-01-02T02:50:00Z"), "2026-01-02T03:04:01Z")
+    t.model("ADDED", _written(_model(last_active="2026-01-02T03:00:00Z"), "2026-01-02T03:00:30Z"), NOW)
+    obj = _written(_model(rv="13", last_active="2026-01-02T02:59:40Z"), "2026-01-02T03:00:40Z")  # 60 s behind its write: believed
     _written(obj, "2026-01-02T03:04:04Z", manager="operator", fields={"f:status": {"f:phase": {}}})  # a later write of another field
     out = t.model("MODIFIED", obj, NOW)
     fg = [(e, k) for e, k in out if isinstance(e, ev.ForegroundRequest)]
-    w = datetime(2026, 1, 2, 3, 4, 1, tzinfo=timezone.utc)
+    w = datetime(2026, 1, 2, 3, 0, 40, tzinfo=timezone.utc)
     assert [(e.at, e.busy_until, e.source) for e, _ in fg] == [(w, w + timedelta(seconds=60), "lastActiveTime-moved-back")]
     # The same write delivered again: nothing; a restarted controller (the log's latest value
     # as its memory) gives the same event under the same key: stored once, folds to nothing.
     assert not [e for e, _ in t.model("MODIFIED", obj, NOW + timedelta(seconds=9)) if isinstance(e, ev.ForegroundRequest)]
     fresh = Translator(lambda ns, name: datetime(2026, 1, 2, 3, tzinfo=timezone.utc))
     assert [(e, k) for e, k in fresh.model("ADDED", obj, NOW + timedelta(seconds=30)) if isinstance(e, ev.ForegroundRequest)] == fg
+    # A write of another field by the value's owner (its stamp moves, the value does not): nothing
+    # (a re-trial: each such write counted as demand and restarted the window).
+    other = _written(_model(rv="14", last_active="2026-01-02T02:59:40Z"), "2026-01-02T03:02:00Z",
+                     fields={"f:status": {"f:lastActiveTime": {}, "f:requestsServed": {}}})  # fmt: skip
+    assert not [e for e, _ in t.model("MODIFIED", other, NOW) if isinstance(e, ev.ForegroundRequest)]
     # The next write moved back too (its own stamp): demand again, under its own key.
-    again = _written(_model(rv="14", last_active="2026-01-02T02:50:05Z"), "2026-01-02T03:04:03Z")
+    again = _written(_model(rv="15", last_active="2026-01-02T02:59:45Z"), "2026-01-02T03:00:45Z")
     fg2 = [(e, k) for e, k in t.model("MODIFIED", again, NOW) if isinstance(e, ev.ForegroundRequest)]
-    assert [e.at for e, _ in fg2] == [w + timedelta(seconds=2)] and fg2[0][1] != fg[0][1]
+    assert [e.at for e, _ in fg2] == [w + timedelta(seconds=5)] and fg2[0][1] != fg[0][1]
     # one info line per Model (the fresh translator's own), the rest debug: a lagging proxy writes for ever
     assert [r.levelname for r in caplog.records if "moved back" in r.getMessage()] == ["INFO", "INFO", "DEBUG"]
     # A value past the latest one is dated by itself again.
-    later = t.model("MODIFIED", _model(rv="15", last_active="2026-01-02T03:04:30Z"), NOW)
+    later = t.model("MODIFIED", _model(rv="16", last_active="2026-01-02T03:04:30Z"), NOW)
     assert [(e.at, e.source) for e, _ in later if isinstance(e, ev.ForegroundRequest)] == [(datetime(2026, 1, 2, 3, 4, 30, tzinfo=timezone.utc), "lastActiveTime")]
 
+
+def test_a_last_active_time_far_behind_its_write_is_read_as_the_write_allows():
+    """A re-trial: a proxy 40 s behind (signal granularity 2 s) wrote every 2 s once its values
+    had passed the latest one seen; each was dated 40 s back, none extended the busy span, and a
+    Job was admitted and ran 20 s through the writes. A value further behind its write than the
+    granularity (plus 5 s) is read as the write's time less the granularity, keyed by the write."""
+    t = Translator(signal_granularity=2)
+    t.model("ADDED", _written(_model(last_active="2026-01-02T03:00:00Z"), "2026-01-02T03:00:00Z"), NOW)
+    stamps = ["2026-01-02T03:00:42Z", "2026-01-02T03:00:44Z", "2026-01-02T03:00:46Z"]
+    values = ["2026-01-02T03:00:02Z", "2026-01-02T03:00:04Z", "2026-01-02T03:00:06Z"]  # 40 s behind each write
+    got = []
+    for rv, (value, stamp) in enumerate(zip(values, stamps), 20):
+        out = t.model("MODIFIED", _written(_model(rv=str(rv), last_active=value), stamp), NOW)
+        got += [(e.at, e.busy_until, k) for e, k in out if isinstance(e, ev.ForegroundRequest)]
+    w = [datetime.fromisoformat(s.replace("Z", "+00:00")) for s in stamps]
+    assert got == [(x - timedelta(seconds=2), x, f"fg/u1/{v}/{x.isoformat()}") for x, v in zip(w, values)]
+    # within the granularity and the tolerance: the value itself, as always
+    near = t.model("MODIFIED", _written(_model(rv="30", last_active="2026-01-02T03:00:45Z"), "2026-01-02T03:00:48Z"), NOW)
+    assert [(e.at, k) for e, k in near if isinstance(e, ev.ForegroundRequest)] == [
+        (datetime(2026, 1, 2, 3, 0, 45, tzinfo=timezone.utc), "fg/u1/2026-01-02T03:00:45Z")
+    ]
 
 def test_a_last_active_time_ahead_is_dated_at_its_write_the_same_after_a_restart():
     """An adversarial trial: a lastActiveTime two hours ahead, unchanged, was demand "now" at
