@@ -93,14 +93,20 @@ def written_at(obj: Mapping[str, Any]) -> datetime | None:
 JOB_TIME_MAX_AHEAD_SECONDS = 60.0
 
 
-def _job_time(value: Any, now: datetime) -> datetime | None:
+def _job_time(value: Any, now: datetime, created: datetime | None = None) -> datetime | None:
     """A Job's time (creation, start, completion, a condition's transition: the Job controller's
     and the API server's clocks) as UTC; ``now``, when it is seen, for one more than
-    :data:`JOB_TIME_MAX_AHEAD_SECONDS` ahead of it; None when absent or unreadable. An
-    adversarial trial: a ``completionTime`` in 2030 counted 96,821,425 s of work, and one a day
-    ahead held a ``repeatAfter: 1m`` backfill's next run a day."""
+    :data:`JOB_TIME_MAX_AHEAD_SECONDS` ahead of it; ``created`` (the Job's creation) for one
+    before that; None when absent or unreadable. An adversarial trial: a ``completionTime`` in
+    2030 counted 96,821,425 s of work, and one a day ahead held a ``repeatAfter: 1m`` backfill's
+    next run a day; a re-trial: one a day back ended the run before its admission and the next
+    was admitted at once, ``repeatAfter`` or not."""
     t = _time(value)
-    return now if t is not None and (t - now).total_seconds() > JOB_TIME_MAX_AHEAD_SECONDS else t
+    if t is None:
+        return None
+    if (t - now).total_seconds() > JOB_TIME_MAX_AHEAD_SECONDS:
+        t = now
+    return created if created is not None and t < created else t
 
 
 def _ident(obj: Mapping[str, Any]) -> tuple[str, str, str, str]:
@@ -523,11 +529,12 @@ class Translator:
         common = dict(namespace=ns, backfill=backfill, name=name, uid=uid, owned=owned)
         if kind == DELETED:
             return _natural([ev.JobDeleted(at=now, **common)])
-        out: list[Any] = [ev.JobCreated(at=_job_time(m.get("creationTimestamp"), now) or now, **common)]
+        created = _job_time(m.get("creationTimestamp"), now)  # (always there on an API server's Job)
+        out: list[Any] = [ev.JobCreated(at=created or now, **common)]
         if m.get("deletionTimestamp"):
-            out.append(ev.JobTerminating(at=_job_time(m.get("deletionTimestamp"), now) or now, **common))
+            out.append(ev.JobTerminating(at=_job_time(m.get("deletionTimestamp"), now, created) or now, **common))
         status = obj.get("status") or {}
-        start = _job_time(status.get("startTime"), now)
+        start = _job_time(status.get("startTime"), now, created)
         if start is not None:
             out.append(ev.JobRunning(at=start, **common))
         ranges = indexes.parse(status.get("completedIndexes"))
@@ -541,7 +548,7 @@ class Translator:
         for c in status.get("conditions") or []:
             if not isinstance(c, Mapping):
                 continue
-            when = _job_time(c.get("lastTransitionTime"), now) or now
+            when = _job_time(c.get("lastTransitionTime"), now, created) or now
             if c.get("type") == "Suspended":
                 # A suspension is keyed by the Job's resourceVersion (a resume and a re-suspend
                 # before the Job controller flips the condition leave its time unchanged), a
@@ -555,7 +562,7 @@ class Translator:
             if c.get("status") != "True":
                 continue
             if c.get("type") == "Complete":
-                out.append(ev.JobSucceeded(at=_job_time(status.get("completionTime"), now) or when, completed_indexes=done, **common))
+                out.append(ev.JobSucceeded(at=_job_time(status.get("completionTime"), now, created) or when, completed_indexes=done, **common))
             elif c.get("type") == "Failed":
                 out.append(ev.JobFailed(at=when, reason=str(c.get("reason") or "JobFailed"), **common))
         return _natural(out)

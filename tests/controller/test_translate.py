@@ -355,15 +355,23 @@ def test_job_times_ahead_of_the_controllers_clock_are_read_as_when_seen():
     common = dict(namespace="ns", backfill="mbf", name="mbf-abcdef-1", uid="j1")
     obj = _job({"startTime": "2026-01-02T03:00:01Z", "completionTime": "2030-01-01T00:00:00Z",
                 "conditions": [{"type": "Complete", "status": "True", "lastTransitionTime": "2030-01-01T00:00:00Z"}]})  # fmt: skip
-    obj["metadata"]["creationTimestamp"] = "2026-01-02T03:05:05Z"  # a minute ahead of NOW: kept
     out = [e for e, _ in Translator().job("MODIFIED", obj, NOW)]
     assert out == [
-        ev.JobCreated(at=NOW + timedelta(minutes=1), **common),
+        ev.JobCreated(at=datetime(2026, 1, 2, 3, tzinfo=timezone.utc), **common),
         ev.JobRunning(at=datetime(2026, 1, 2, 3, 0, 1, tzinfo=timezone.utc), **common),
         ev.JobSucceeded(at=NOW, **common),
     ]
+    obj["metadata"]["creationTimestamp"] = "2026-01-02T03:05:05Z"  # a minute ahead of NOW: kept (and the rest not before it)
+    out = [e for e, _ in Translator().job("MODIFIED", obj, NOW)]
+    assert [e.at for e in out] == [NOW + timedelta(minutes=1)] * 3
     failed = _job({"conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "lastTransitionTime": "2027-01-01T00:00:00Z"}]})
     assert Translator().job("MODIFIED", failed, NOW)[-1][0] == ev.JobFailed(at=NOW, reason="BackoffLimitExceeded", **common)
+    # A re-trial: times a day back ended the run before its admission, and the next attempt was
+    # admitted at once (repeatAfter 1m). Nothing of a Job happens before it was created.
+    back = _job({"startTime": "2026-01-01T03:00:00Z", "completionTime": "2026-01-01T04:00:00Z",
+                 "conditions": [{"type": "Complete", "status": "True", "lastTransitionTime": "2026-01-01T04:00:00Z"}]})  # fmt: skip
+    created = datetime(2026, 1, 2, 3, tzinfo=timezone.utc)  # _job's creationTimestamp
+    assert [e.at for e, _ in Translator().job("MODIFIED", back, NOW)] == [created, created, created]
 
 
 def test_vanished_objects_map_to_gone_events():
