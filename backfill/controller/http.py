@@ -142,6 +142,9 @@ def make_server(
     class Handler(BaseHTTPRequestHandler):
         server_version = "modelbackfill"
         timeout = REQUEST_TIMEOUT_SECONDS
+        # TCP_NODELAY: a short write (a 100 Continue) waited ~40 ms over TLS for the client's
+        # delayed ACK of the handshake's last bytes (Nagle; a re-trial)
+        disable_nagle_algorithm = True
 
         def log_message(self, fmt: str, *args: Any) -> None:  # quiet access log
             log.debug(fmt % args)
