@@ -409,11 +409,22 @@ def _plot_path(plot: Path) -> Path:
     return plot
 
 
-#: The tables, views, sequences and functions in a schema (by name).
+#: What a schema holds (by name): tables, views, sequences, indexes; functions; types of their
+#: own (enums, domains, composites, ranges: not a table's row type, not an array type);
+#: collations, text-search configurations and dictionaries, operators, conversions, extensions
+#: (a re-trial: a schema holding only an enum, a domain or a collation passed as empty, and its
+#: DROP ... CASCADE took other schemas' columns of that type with it).
 _SCHEMA_OBJECTS = """
-SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %(s)s
-UNION ALL
-SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = %(s)s
+WITH ns AS (SELECT oid FROM pg_namespace WHERE nspname = %(s)s)
+SELECT relname FROM pg_class WHERE relnamespace IN (SELECT oid FROM ns)
+UNION ALL SELECT proname FROM pg_proc WHERE pronamespace IN (SELECT oid FROM ns)
+UNION ALL SELECT typname FROM pg_type WHERE typnamespace IN (SELECT oid FROM ns) AND typrelid = 0 AND typcategory <> 'A'
+UNION ALL SELECT collname FROM pg_collation WHERE collnamespace IN (SELECT oid FROM ns)
+UNION ALL SELECT cfgname FROM pg_ts_config WHERE cfgnamespace IN (SELECT oid FROM ns)
+UNION ALL SELECT dictname FROM pg_ts_dict WHERE dictnamespace IN (SELECT oid FROM ns)
+UNION ALL SELECT oprname FROM pg_operator WHERE oprnamespace IN (SELECT oid FROM ns)
+UNION ALL SELECT conname FROM pg_conversion WHERE connamespace IN (SELECT oid FROM ns)
+UNION ALL SELECT extname FROM pg_extension WHERE extnamespace IN (SELECT oid FROM ns)
 ORDER BY 1
 """
 

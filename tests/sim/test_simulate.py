@@ -211,8 +211,23 @@ def test_simulate_store_refuses_a_schema_holding_anything_a_simulation_did_not_w
         assert "information_schema" in line and line.startswith("backfill: error:")
         with pg_engine.connect() as conn:
             assert conn.exec_driver_sql("SELECT count(*) FROM information_schema.tables").scalar() > 0
+        # a type of its own that a column elsewhere uses (a re-trial: an enum-only schema passed as
+        # empty, and the DROP ... CASCADE took public.orders.mood with it)
         with pg_engine.begin() as conn:
             conn.exec_driver_sql(f'DROP TABLE "{other}".keepme')
+            conn.exec_driver_sql(f"""CREATE TYPE "{other}".mood AS ENUM ('ok', 'sad')""")
+            conn.exec_driver_sql(f'CREATE TABLE "{schema}".orders (id int, mood "{other}".mood)')
+        assert main([*args, "--schema", other]) == 2
+        assert "it holds objects no simulation wrote (mood)" in capsys.readouterr().err
+        with pg_engine.connect() as conn:
+            cols = conn.exec_driver_sql(
+                "SELECT column_name FROM information_schema.columns WHERE table_schema = %(s)s AND table_name = 'orders' ORDER BY 1",
+                {"s": schema},
+            ).scalars().all()
+        assert cols == ["id", "mood"]
+        with pg_engine.begin() as conn:
+            conn.exec_driver_sql(f'DROP TABLE "{schema}".orders')
+            conn.exec_driver_sql(f'DROP TYPE "{other}".mood')
         assert main([*args, "--schema", other]) == 0  # empty now: recreated with the simulation
     finally:
         from backfill.store.migrate import drop_schema
