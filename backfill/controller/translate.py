@@ -276,7 +276,8 @@ class Translator:
             )
         raw = status.get("lastActiveTime")
         with self._lock:
-            unchanged = uid in self._last_raw and self._last_raw[uid] == raw
+            cold = uid not in self._last_raw  # the first look since the start (or forget_seen)
+            unchanged = not cold and self._last_raw[uid] == raw
             self._last_raw[uid] = raw
         if unchanged:
             # Not written again: a re-delivery, or a write of other fields (a re-trial: a moved-back
@@ -286,11 +287,18 @@ class Translator:
         if active is not None and (active - now).total_seconds() > LAST_ACTIVE_MAX_AHEAD_SECONDS:
             out.extend(self._unreadable_demand(ns, name, uid, raw, obj, now, f"is more than {LAST_ACTIVE_MAX_AHEAD_SECONDS:g} s ahead of the controller's clock"))
         elif active is not None:
-            at, key = self._activity(ns, name, uid, raw, active, obj, now)
             with self._lock:
                 prev = self._last_active.get(uid)
                 if prev is None and self._known is not None:
                     prev = self._known(ns, name)
+            if cold and prev is not None and active <= prev:
+                # Not past what the log holds: taken as seen. Its write's stamp may have moved
+                # since (a write of other fields by its owner): a re-trial's restart read such a
+                # value as a new write and cancelled the running Job. A value moved back while no
+                # controller watched is missed; the traffic it stood for writes again.
+                return out
+            at, key = self._activity(ns, name, uid, raw, active, obj, now)
+            with self._lock:
                 moved = prev is None or at > prev
                 if moved:
                     self._last_active[uid] = at

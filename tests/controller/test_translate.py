@@ -95,10 +95,10 @@ def test_a_last_active_time_moved_back_is_demand_at_its_write(caplog):
     w = datetime(2026, 1, 2, 3, 0, 40, tzinfo=timezone.utc)
     assert [(e.at, e.busy_until, e.source) for e, _ in fg] == [(w, w + timedelta(seconds=60), "lastActiveTime-moved-back")]
     # The same write delivered again: nothing; a restarted controller (the log's latest value
-    # as its memory) gives the same event under the same key: stored once, folds to nothing.
+    # as its memory) takes a value not past it as seen: nothing either.
     assert not [e for e, _ in t.model("MODIFIED", obj, NOW + timedelta(seconds=9)) if isinstance(e, ev.ForegroundRequest)]
     fresh = Translator(lambda ns, name: datetime(2026, 1, 2, 3, tzinfo=timezone.utc))
-    assert [(e, k) for e, k in fresh.model("ADDED", obj, NOW + timedelta(seconds=30)) if isinstance(e, ev.ForegroundRequest)] == fg
+    assert not [e for e, _ in fresh.model("ADDED", obj, NOW + timedelta(seconds=30)) if isinstance(e, ev.ForegroundRequest)]
     # A write of another field by the value's owner (its stamp moves, the value does not): nothing
     # (a re-trial: each such write counted as demand and restarted the window).
     other = _written(_model(rv="14", last_active="2026-01-02T02:59:40Z"), "2026-01-02T03:02:00Z",
@@ -108,11 +108,26 @@ def test_a_last_active_time_moved_back_is_demand_at_its_write(caplog):
     again = _written(_model(rv="15", last_active="2026-01-02T02:59:45Z"), "2026-01-02T03:00:45Z")
     fg2 = [(e, k) for e, k in t.model("MODIFIED", again, NOW) if isinstance(e, ev.ForegroundRequest)]
     assert [e.at for e, _ in fg2] == [w + timedelta(seconds=5)] and fg2[0][1] != fg[0][1]
-    # one info line per Model (the fresh translator's own), the rest debug: a lagging proxy writes for ever
-    assert [r.levelname for r in caplog.records if "moved back" in r.getMessage()] == ["INFO", "INFO", "DEBUG"]
+    # one info line per Model, the rest debug: a lagging proxy writes for ever
+    assert [r.levelname for r in caplog.records if "moved back" in r.getMessage()] == ["INFO", "DEBUG"]
     # A value past the latest one is dated by itself again.
     later = t.model("MODIFIED", _model(rv="16", last_active="2026-01-02T03:04:30Z"), NOW)
     assert [(e.at, e.source) for e, _ in later if isinstance(e, ev.ForegroundRequest)] == [(datetime(2026, 1, 2, 3, 4, 30, tzinfo=timezone.utc), "lastActiveTime")]
+
+
+def test_a_restart_takes_a_value_not_past_the_logs_as_seen_whatever_its_stamp():
+    """A re-trial: the field's owner wrote another status field after its last lastActiveTime
+    (its managedFields stamp moved); a restarted controller read the unchanged value by that
+    newer stamp, as a new write, and cancelled the running Job. On the first look after a start,
+    a value not past the log's latest is taken as seen; one past it is demand as always."""
+    logged = datetime(2026, 1, 2, 3, 0, 0, tzinfo=timezone.utc)  # the log's latest (an activity time)
+    moved = _written(_model(last_active="2026-01-02T02:59:00Z"), "2026-01-02T03:04:00Z",
+                     fields={"f:status": {"f:lastActiveTime": {}, "f:observedGeneration": {}}})  # fmt: skip
+    fresh = Translator(lambda ns, name: logged, signal_granularity=2)
+    assert not [e for e, _ in fresh.model("ADDED", moved, NOW) if isinstance(e, ev.ForegroundRequest)]
+    past = _written(_model(last_active="2026-01-02T03:00:30Z"), "2026-01-02T03:00:31Z")
+    fresh = Translator(lambda ns, name: logged, signal_granularity=2)
+    assert [e.at for e, _ in fresh.model("ADDED", past, NOW) if isinstance(e, ev.ForegroundRequest)] == [logged + timedelta(seconds=30)]
 
 
 def test_a_last_active_time_far_behind_its_write_is_read_as_the_write_allows():
