@@ -340,16 +340,25 @@ class Translator:
         floor = written - self._pad
         if (floor - active).total_seconds() <= LAST_ACTIVE_BEHIND_TOLERANCE_SECONDS:
             return active, f"fg/{uid}/{raw}"
+        self._note_clock(
+            ns, name, uid,
+            f"status.lastActiveTime {str(raw)[:64]!r} is {(written - active).total_seconds():.0f} s behind its write "
+            f"({written.isoformat()}): read as {floor.isoformat()}",
+        )  # fmt: skip
+        return floor, f"fg/{uid}/{raw}/{written.isoformat()}"
+
+    def _note_clock(self, ns: str, name: str, uid: str, what: str) -> None:
+        """Log ``what`` of Model ``ns/name`` (a lastActiveTime behind its write or moved back):
+        the Model's first such line at info, the others at debug (two proxies apart write one a
+        minute each for ever)."""
         with self._lock:
             first = uid not in self._moved_back
             self._moved_back.add(uid)
         log.log(
             logging.INFO if first else logging.DEBUG,
-            f"Model {ns}/{name}: status.lastActiveTime {str(raw)[:64]!r} is {(written - active).total_seconds():.0f} s behind "
-            f"its write ({written.isoformat()}): read as {floor.isoformat()}" + (" (later such writes: debug lines)" if first else ""),
+            f"Model {ns}/{name}: {what}" + (" (later such writes: debug lines)" if first else ""),
             extra={"backfill": f"{ns}/{name}"},
         )
-        return floor, f"fg/{uid}/{raw}/{written.isoformat()}"
 
     def _odd_write(self, uid: str, raw: Any, obj: Mapping[str, Any], now: datetime) -> tuple[datetime, str] | None:
         """``(when, mark)`` of a ``lastActiveTime`` write whose value is no activity time:
@@ -398,21 +407,16 @@ class Translator:
         written (:func:`written_at`, else *now*) and busy for the signal granularity after it,
         as a value moving forward is; ``source="lastActiveTime-moved-back"``. The latest value
         stays the one a later write must pass to be dated by its own value. Keyed as
-        :meth:`_unreadable_demand`. Logged once per such write: the Model's first at info, the
-        others at debug (two proxies apart write one a minute each for ever)."""
+        :meth:`_unreadable_demand`. Logged once per such write (:meth:`_note_clock`)."""
         seen = self._odd_write(uid, raw, obj, now)
         if seen is None:
             return []
         when, mark = seen
-        with self._lock:
-            first = uid not in self._moved_back
-            self._moved_back.add(uid)
-        log.log(
-            logging.INFO if first else logging.DEBUG,
-            f"Model {ns}/{name}: status.lastActiveTime moved back to {str(raw)[:64]!r} from {prev.isoformat()}: "
-            f"taken as foreground demand at its write ({when.isoformat()})" + (" (later such writes: debug lines)" if first else ""),
-            extra={"backfill": f"{ns}/{name}"},
-        )
+        self._note_clock(
+            ns, name, uid,
+            f"status.lastActiveTime moved back to {str(raw)[:64]!r} from {prev.isoformat()}: taken as foreground demand "
+            f"at its write ({when.isoformat()})",
+        )  # fmt: skip
         busy = plus_seconds(when, self._pad.total_seconds()) if self._pad else None
         event = ev.ForegroundRequest(at=when, namespace=ns, model=name, source="lastActiveTime-moved-back", busy_until=busy)
         return [(event, f"fg/{uid}/moved-back/{mark}")]
