@@ -228,11 +228,12 @@ def test_a_demand_dropped_by_a_full_spool_cancels_once_the_store_is_back(kube: K
 
         from concurrent.futures import ThreadPoolExecutor
 
-        base = now_s()
-
         def flood(model: str) -> None:  # other models' demand, each write a new lastActiveTime
+            # ahead of its write, never behind it: a value more than 5 s behind its write is read
+            # as the write's second, and writes within one second are one demand (a CI run's slow
+            # flood fell behind its base time and never filled the spool)
             for i in range(110):
-                kube.set_status("models", model, {"phase": "Ready", "lastActiveTime": ts(base + timedelta(seconds=i + 1))})
+                kube.set_status("models", model, {"phase": "Ready", "lastActiveTime": ts(now_s() + timedelta(seconds=i + 1))})
 
         with ThreadPoolExecutor(16) as pool:  # 11,000 observations: past the spool's 10,000
             list(pool.map(flood, fill))
