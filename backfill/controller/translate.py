@@ -63,11 +63,12 @@ def _time(value: Any) -> datetime | None:
         return None
 
 
-def written_at(obj: Mapping[str, Any]) -> datetime | None:
+def written_at(obj: Mapping[str, Any], now: datetime) -> datetime | None:
     """When ``status.lastActiveTime`` was last written, by the API server's clock (UTC): the
     latest ``time`` of the ``metadata.managedFields`` entries that own the field (the API server
-    stamps an entry whenever its manager changes one of its fields). None when no entry names it
-    (an object from a test, or a server without field management).
+    stamps an entry whenever its manager changes one of its fields), never after ``now`` (the
+    controller's clock). None when no entry names it (an object from a test, or a server without
+    field management).
 
     A date the object carries is the same on every re-delivery, relist and restart, so a demand
     dated by it is stored once and folds the same in memory and in the log (an adversarial
@@ -85,7 +86,7 @@ def written_at(obj: Mapping[str, Any]) -> datetime | None:
         t = _time(entry.get("time"))
         if t is not None and (latest is None or t > latest):
             latest = t
-    return latest
+    return now if latest is not None and latest > now else latest
 
 
 #: A Job's time further ahead of the controller's clock than this, seconds, is not believed: it
@@ -183,7 +184,7 @@ class Translator:
         self._last_active: dict[str, datetime] = {}
         self._last_unreadable: dict[str, str] = {}  # uid -> mark of the last odd lastActiveTime write (_odd_write)
         self._odd_mode: dict[str, str] = {}  # GamingSession uid -> the odd spec.mode last warned about
-        self._moved_back: set[str] = set()  # Model uids whose lastActiveTime moved back or lagged its write (logged once each at info)
+        self._clock_noted: set[str] = set()  # Model uids whose lastActiveTime moved back or lagged its write (_note_clock)
         self._last_raw: dict[str, Any] = {}  # Model uid -> status.lastActiveTime as last seen (a value, not parsed)
         self._readiness: dict[str, tuple[str, str, str]] = {}  # Model uid -> (phase, node, shared) last emitted
         self._known = known_last_active
@@ -251,7 +252,7 @@ class Translator:
                 self._last_active.pop(uid, None)
                 self._last_unreadable.pop(uid, None)
                 self._readiness.pop(uid, None)
-                self._moved_back.discard(uid)
+                self._clock_noted.discard(uid)
                 self._last_raw.pop(uid, None)
             return [(ev.ModelDeleted(at=now, namespace=ns, model=name), f"model/{uid}/deleted")]
         status = obj.get("status")
@@ -284,8 +285,9 @@ class Translator:
             # value then counted as demand at every write of another status field by its owner).
             return out
         active = _time(raw)
+        written = written_at(obj, now)
         if active is not None and (active - now).total_seconds() > LAST_ACTIVE_MAX_AHEAD_SECONDS:
-            out.extend(self._unreadable_demand(ns, name, uid, raw, obj, now, f"is more than {LAST_ACTIVE_MAX_AHEAD_SECONDS:g} s ahead of the controller's clock"))
+            out.extend(self._unreadable_demand(ns, name, uid, raw, written, now, f"is more than {LAST_ACTIVE_MAX_AHEAD_SECONDS:g} s ahead of the controller's clock"))
         elif active is not None:
             with self._lock:
                 prev = self._last_active.get(uid)
@@ -297,14 +299,14 @@ class Translator:
                 # value as a new write and cancelled the running Job. A value moved back while no
                 # controller watched is missed; the traffic it stood for writes again.
                 return out
-            at, key = self._activity(ns, name, uid, raw, active, obj, now)
+            at, key = self._activity(ns, name, uid, raw, active, written)
             with self._lock:
                 moved = prev is None or at > prev
                 if moved:
                     self._last_active[uid] = at
                     self._last_unreadable.pop(uid, None)  # an odd value seen again later is a new write
             if not moved and at < prev:
-                out.extend(self._moved_back_demand(ns, name, uid, raw, prev, obj, now))
+                out.extend(self._moved_back_demand(ns, name, uid, raw, prev, written, now))
             elif moved:
                 out.append(
                     (
@@ -319,24 +321,21 @@ class Translator:
                     )
                 )
         elif raw is not None and raw != "":
-            out.extend(self._unreadable_demand(ns, name, uid, raw, obj, now))
+            out.extend(self._unreadable_demand(ns, name, uid, raw, written, now))
         return out
 
-    def _activity(self, ns: str, name: str, uid: str, raw: Any, active: datetime, obj: Mapping[str, Any], now: datetime) -> tuple[datetime, str]:
+    def _activity(self, ns: str, name: str, uid: str, raw: Any, active: datetime, written: datetime | None) -> tuple[datetime, str]:
         """``(activity time, idempotency key)`` of a readable ``lastActiveTime`` write: its value
         ``active``, key ``fg/{uid}/{value}``; but when the value is further behind its write
-        (:func:`written_at`) than the signal granularity plus
+        (``written``: :func:`written_at`) than the signal granularity plus
         :data:`LAST_ACTIVE_BEHIND_TOLERANCE_SECONDS` -- a proxy whose clock is behind: the
         proxy writes the field within a granularity of the request it reports -- the earliest
         time the write allows, the write's time less the granularity, keyed by the write too
         (logged once per Model). A re-trial: a proxy 40 s behind, its values past the latest
         one seen, wrote every 2 s, each dated 40 s back; none extended the busy span the others
         had set, and a Job was admitted and ran 20 s through the writes."""
-        written = written_at(obj)
         if written is None:
             return active, f"fg/{uid}/{raw}"
-        if written > now:
-            written = now
         floor = written - self._pad
         if (floor - active).total_seconds() <= LAST_ACTIVE_BEHIND_TOLERANCE_SECONDS:
             return active, f"fg/{uid}/{raw}"
@@ -352,39 +351,38 @@ class Translator:
         the Model's first such line at info, the others at debug (two proxies apart write one a
         minute each for ever)."""
         with self._lock:
-            first = uid not in self._moved_back
-            self._moved_back.add(uid)
+            first = uid not in self._clock_noted
+            self._clock_noted.add(uid)
         log.log(
             logging.INFO if first else logging.DEBUG,
             f"Model {ns}/{name}: {what}" + (" (later such writes: debug lines)" if first else ""),
             extra={"backfill": f"{ns}/{name}"},
         )
 
-    def _odd_write(self, uid: str, raw: Any, obj: Mapping[str, Any], now: datetime) -> tuple[datetime, str] | None:
+    def _odd_write(self, uid: str, raw: Any, written: datetime | None, now: datetime) -> tuple[datetime, str] | None:
         """``(when, mark)`` of a ``lastActiveTime`` write whose value is no activity time:
-        ``when`` is :func:`written_at` (never after ``now``), else ``now``; ``mark`` names the
+        ``when`` is its write ``written`` (:func:`written_at`), else ``now``; ``mark`` names the
         value and that write (a digest of the value, ``/`` the write's time when known), for the
         idempotency key. None when this translator saw that write already (a re-delivery)."""
         digest = hashlib.sha256(repr(raw).encode("utf-8", "backslashreplace")).hexdigest()[:16]
-        written = written_at(obj)
         mark = digest if written is None else f"{digest}/{written.isoformat()}"
         with self._lock:
             if self._last_unreadable.get(uid) == mark:
                 return None
             self._last_unreadable[uid] = mark
-        return (now if written is None or written > now else written), mark
+        return (now if written is None else written), mark
 
-    def _unreadable_demand(self, ns: str, name: str, uid: str, raw: Any, obj: Mapping[str, Any], now: datetime, why: str = "") -> list[Pair]:
+    def _unreadable_demand(self, ns: str, name: str, uid: str, raw: Any, written: datetime | None, now: datetime, why: str = "") -> list[Pair]:
         """Fail safe (issue: hostile input): a ``lastActiveTime`` that changed but cannot be read
         (or, with ``why``, cannot be believed: :data:`LAST_ACTIVE_MAX_AHEAD_SECONDS`) counts as
-        foreground demand when it was written (:func:`written_at`, else *now*), and says so
+        foreground demand when it was written (``written``: :func:`written_at`, else *now*), and says so
         (``source="lastActiveTime-unreadable"``).
 
         Keyed by a digest of the raw value and the write's time, so a re-delivery, relist or
         restart's look at the same write is stored once (and, dated the same, folds to nothing
         in memory either); another unreadable value, or the same one written again, is demand
         again. ``why`` is logged (a warning) once per such write."""
-        seen = self._odd_write(uid, raw, obj, now)
+        seen = self._odd_write(uid, raw, written, now)
         if seen is None:
             return []
         when, mark = seen
@@ -398,17 +396,17 @@ class Translator:
         return [(event, f"fg/{uid}/unreadable/{mark}")]
 
     def _moved_back_demand(
-        self, ns: str, name: str, uid: str, raw: Any, prev: datetime, obj: Mapping[str, Any], now: datetime
+        self, ns: str, name: str, uid: str, raw: Any, prev: datetime, written: datetime | None, now: datetime
     ) -> list[Pair]:
         """A ``lastActiveTime`` written with a value before the latest one seen (``prev``): a
         write by the proxy all the same -- a replica or a restarted proxy whose clock is behind
         -- so foreground demand (an adversarial trial: writes every 5 s, each 10 minutes back,
         were all ignored and a Job was admitted and ran through them). Dated when it was
-        written (:func:`written_at`, else *now*) and busy for the signal granularity after it,
+        written (``written``: :func:`written_at`, else *now*) and busy for the signal granularity after it,
         as a value moving forward is; ``source="lastActiveTime-moved-back"``. The latest value
         stays the one a later write must pass to be dated by its own value. Keyed as
         :meth:`_unreadable_demand`. Logged once per such write (:meth:`_note_clock`)."""
-        seen = self._odd_write(uid, raw, obj, now)
+        seen = self._odd_write(uid, raw, written, now)
         if seen is None:
             return []
         when, mark = seen
